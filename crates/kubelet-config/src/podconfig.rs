@@ -1,0 +1,267 @@
+//! The PodConfig merge (`pkg/kubelet/config/config.go`): turns the successive complete sets of each source into
+//! upstream's operations — ADD for new pods, UPDATE for changed specs, DELETE for pods whose deletion timestamp
+//! appeared, REMOVE for pods gone from their source, RECONCILE for status-only changes — and tracks which sources
+//! have been seen at least once ([`SourcesReady`]), so the kubelet never removes running pods before every
+//! source has spoken.
+//!
+//! [`PodConfig::run`] is one task: it reads source sets until every sender is dropped or it is cancelled, and
+//! writes [`PodUpdate`]s in upstream's order (REMOVE, ADD, UPDATE, DELETE, RECONCILE) to the sync loop.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use kubelet_types::labels as keys;
+use kubelet_types::{Clock, Operation, Pod, PodSource, PodUid, PodUpdate};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use crate::sources::SourceUpdate;
+
+/// Which sources have delivered their first set.
+#[derive(Debug)]
+pub struct SourcesReady {
+    expected: BTreeSet<PodSource>,
+    seen: Mutex<BTreeSet<PodSource>>,
+    tx: watch::Sender<bool>,
+}
+
+impl SourcesReady {
+    /// Readiness over the `expected` sources.
+    pub fn new(expected: impl IntoIterator<Item = PodSource>) -> Arc<Self> {
+        let expected: BTreeSet<PodSource> = expected.into_iter().collect();
+        let (tx, _) = watch::channel(expected.is_empty());
+        Arc::new(Self { expected, seen: Mutex::new(BTreeSet::new()), tx })
+    }
+
+    fn mark(&self, s: PodSource) {
+        let mut seen = self.seen.lock().unwrap();
+        seen.insert(s);
+        let all = self.expected.iter().all(|e| seen.contains(e));
+        self.tx.send_replace(all);
+    }
+
+    /// Whether every expected source has been seen.
+    pub fn all_ready(&self) -> bool {
+        *self.tx.borrow()
+    }
+
+    /// Waits until every source has been seen.
+    pub async fn wait(&self) {
+        let mut rx = self.tx.subscribe();
+        let _ = rx.wait_for(|v| *v).await;
+    }
+}
+
+fn without_local_annotations(p: &Pod) -> BTreeMap<String, String> {
+    let mut a = p.metadata.annotations.clone().unwrap_or_default();
+    for k in [keys::CONFIG_SOURCE, keys::CONFIG_MIRROR, keys::CONFIG_SEEN] {
+        a.remove(k);
+    }
+    a
+}
+
+fn differ_semantically(a: &Pod, b: &Pod) -> bool {
+    a.spec != b.spec
+        || a.metadata.labels != b.metadata.labels
+        || a.metadata.deletion_timestamp != b.metadata.deletion_timestamp
+        || a.metadata.deletion_grace_period_seconds != b.metadata.deletion_grace_period_seconds
+        || without_local_annotations(a) != without_local_annotations(b)
+}
+
+/// Formats wall time as RFC 3339 with nanoseconds, as Go's `time.RFC3339Nano` in UTC.
+pub fn rfc3339_nano(t: std::time::SystemTime) -> String {
+    kubelet_types::clock::rfc3339_nano(t)
+}
+
+/// The merge state.
+pub struct PodConfig {
+    pods: HashMap<PodSource, HashMap<PodUid, Arc<Pod>>>,
+    ready: Arc<SourcesReady>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for PodConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodConfig").field("sources", &self.pods.len()).finish()
+    }
+}
+
+impl PodConfig {
+    /// A merge marking sources in `ready`.
+    pub fn new(ready: Arc<SourcesReady>, clock: Arc<dyn Clock>) -> Self {
+        Self { pods: HashMap::new(), ready, clock }
+    }
+
+    /// Merges one complete set of a source; returns the updates to emit, in upstream's order.
+    pub fn merge(&mut self, update: SourceUpdate) -> Vec<PodUpdate> {
+        let source = update.source;
+        let first = !self.pods.contains_key(&source);
+        let old = self.pods.remove(&source).unwrap_or_default();
+        let mut new_map: HashMap<PodUid, Arc<Pod>> = HashMap::with_capacity(update.pods.len());
+        let (mut adds, mut updates, mut deletes, mut reconciles) = (vec![], vec![], vec![], vec![]);
+        for mut pod in update.pods {
+            let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
+            let ann = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+            ann.insert(keys::CONFIG_SOURCE.into(), source.as_str().into());
+            match old.get(&uid) {
+                Some(existing) => {
+                    let seen = existing.metadata.annotations.as_ref().and_then(|a| a.get(keys::CONFIG_SEEN)).cloned();
+                    if let Some(seen) = seen {
+                        pod.metadata
+                            .annotations
+                            .get_or_insert_with(BTreeMap::new)
+                            .insert(keys::CONFIG_SEEN.into(), seen);
+                    }
+                    if !differ_semantically(existing, &pod) {
+                        if existing.status != pod.status {
+                            let p = Arc::new(pod);
+                            reconciles.push(p.clone());
+                            new_map.insert(uid, p);
+                        } else {
+                            new_map.insert(uid, existing.clone());
+                        }
+                        continue;
+                    }
+                    let p = Arc::new(pod);
+                    if p.metadata.deletion_timestamp.is_some() {
+                        deletes.push(p.clone());
+                    } else {
+                        updates.push(p.clone());
+                    }
+                    new_map.insert(uid, p);
+                }
+                None => {
+                    if new_map.contains_key(&uid) {
+                        continue;
+                    }
+                    pod.metadata
+                        .annotations
+                        .get_or_insert_with(BTreeMap::new)
+                        .insert(keys::CONFIG_SEEN.into(), rfc3339_nano(self.clock.now()));
+                    let p = Arc::new(pod);
+                    adds.push(p.clone());
+                    new_map.insert(uid, p);
+                }
+            }
+        }
+        let removes: Vec<Arc<Pod>> =
+            old.iter().filter(|(u, _)| !new_map.contains_key(*u)).map(|(_, p)| p.clone()).collect();
+        self.pods.insert(source, new_map);
+        self.ready.mark(source);
+
+        let no_changes = adds.is_empty() && updates.is_empty() && deletes.is_empty();
+        let mut out: Vec<PodUpdate> = [
+            (Operation::Remove, removes),
+            (Operation::Add, adds),
+            (Operation::Update, updates),
+            (Operation::Delete, deletes),
+        ]
+        .into_iter()
+        .filter(|(_, pods)| !pods.is_empty())
+        .map(|(op, pods)| PodUpdate { op, source, pods })
+        .collect();
+        if first && no_changes {
+            // An empty ADD tells the sync loop the source was seen, as upstream.
+            out.push(PodUpdate { op: Operation::Add, source, pods: vec![] });
+        }
+        if !reconciles.is_empty() {
+            out.push(PodUpdate { op: Operation::Reconcile, source, pods: reconciles });
+        }
+        out
+    }
+
+    /// Merges source sets until cancelled or every source is gone.
+    pub async fn run(
+        mut self,
+        mut input: mpsc::Receiver<SourceUpdate>,
+        out: mpsc::Sender<PodUpdate>,
+        cancel: CancellationToken,
+    ) {
+        loop {
+            let update = tokio::select! {
+                _ = cancel.cancelled() => return,
+                u = input.recv() => match u { Some(u) => u, None => return },
+            };
+            for u in self.merge(update) {
+                debug!(op = %u.op, source = %u.source, pods = u.pods.len(), "pod config update");
+                if out.send(u).await.is_err() {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use kubelet_types::TestClock;
+
+    fn pod(uid: &str, image: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(format!("p-{uid}")),
+                namespace: Some("default".into()),
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container { name: "c".into(), image: Some(image.into()), ..Default::default() }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn ops(v: &[PodUpdate]) -> Vec<(Operation, Vec<String>)> {
+        v.iter().map(|u| (u.op, u.pods.iter().map(|p| p.metadata.uid.clone().unwrap()).collect())).collect()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn merge_emits_upstream_operations() {
+        let ready = SourcesReady::new([PodSource::File, PodSource::Http]);
+        let mut pc = PodConfig::new(ready.clone(), Arc::new(TestClock::fixed()));
+        let set = |pods| SourceUpdate { source: PodSource::File, pods };
+
+        let out = pc.merge(set(vec![pod("a", "i1"), pod("b", "i1")]));
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].op, Operation::Add);
+        let seen = out[0].pods[0].metadata.annotations.as_ref().unwrap()[keys::CONFIG_SEEN].clone();
+        assert_eq!(seen, "2026-01-01T00:00:00Z");
+        assert_eq!(out[0].pods[0].metadata.annotations.as_ref().unwrap()[keys::CONFIG_SOURCE], "file");
+        assert!(!ready.all_ready());
+
+        // Same set again: nothing.
+        assert!(pc.merge(set(vec![pod("a", "i1"), pod("b", "i1")])).is_empty());
+
+        // b changes spec, a disappears, c appears.
+        let out = pc.merge(set(vec![pod("b", "i2"), pod("c", "i1")]));
+        assert_eq!(
+            ops(&out),
+            vec![
+                (Operation::Remove, vec!["a".into()]),
+                (Operation::Add, vec!["c".into()]),
+                (Operation::Update, vec!["b".into()])
+            ]
+        );
+        // The first-seen time survives the update.
+        assert_eq!(out[2].pods[0].metadata.annotations.as_ref().unwrap()[keys::CONFIG_SEEN], seen);
+
+        // Status-only change: RECONCILE; deletion timestamp: DELETE.
+        let mut c2 = pod("c", "i1");
+        c2.status = Some(Default::default());
+        c2.status.as_mut().unwrap().phase = Some("Running".into());
+        let mut b3 = pod("b", "i2");
+        b3.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        let out = pc.merge(set(vec![b3, c2]));
+        assert_eq!(ops(&out), vec![(Operation::Delete, vec!["b".into()]), (Operation::Reconcile, vec!["c".into()])]);
+
+        // An empty first set of the other source still says it was seen.
+        let out = pc.merge(SourceUpdate { source: PodSource::Http, pods: vec![] });
+        assert_eq!(ops(&out), vec![(Operation::Add, vec![])]);
+        assert!(ready.all_ready());
+    }
+}

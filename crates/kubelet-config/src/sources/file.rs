@@ -1,0 +1,206 @@
+//! The static pod folder (`pkg/kubelet/config/file.go`, `file_linux.go`).
+//!
+//! [`FileSource::run`] reads every manifest in `staticPodPath` (a folder, or a single file) at start, again
+//! every `fileCheckFrequency`, and shortly after any file-system event in the folder; each read sends the full
+//! set to the merge. Hidden files (`.name`) are ignored, as upstream. A malformed manifest, or a second pod with
+//! the same name, is refused with a warning naming the file and the reason; the other pods are sent as usual, so
+//! they keep running. A folder that does not exist is an empty source (upstream logs and waits for it).
+//! The task ends when its cancellation token fires.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kubelet_types::{Pod, PodSource};
+use notify::Watcher;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use super::manifest::static_pod_from_file;
+use super::{RefusedManifest, SourceUpdate};
+
+/// File-system events are coalesced for this long before a re-read (editors write in several steps).
+const EVENT_DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// The static pod folder source.
+#[derive(Debug)]
+pub struct FileSource {
+    path: PathBuf,
+    node_name: String,
+    period: Duration,
+    out: mpsc::Sender<SourceUpdate>,
+}
+
+/// Result of reading the folder once.
+#[derive(Debug, Default)]
+pub struct ReadResult {
+    /// Accepted pods.
+    pub pods: Vec<Pod>,
+    /// Refused manifests.
+    pub refused: Vec<RefusedManifest>,
+}
+
+/// Reads every manifest under `path` (sorted by file name).
+pub fn read_manifests(path: &Path, node_name: &str) -> ReadResult {
+    let mut res = ReadResult::default();
+    let files: Vec<PathBuf> = match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => match std::fs::read_dir(path) {
+            Ok(rd) => {
+                let mut v: Vec<PathBuf> = rd
+                    .filter_map(|e| e.ok())
+                    .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+                    .filter(|e| e.file_type().map(|t| t.is_file() || t.is_symlink()).unwrap_or(false))
+                    .map(|e| e.path())
+                    .collect();
+                v.sort();
+                v
+            }
+            Err(e) => {
+                warn!(path = %path.display(), error = %e, "unable to read static pod path");
+                return res;
+            }
+        },
+        Ok(_) => vec![path.to_path_buf()],
+        Err(_) => return res,
+    };
+    let mut names = HashSet::new();
+    for f in files {
+        let origin = f.to_string_lossy().into_owned();
+        let text = match std::fs::read_to_string(&f) {
+            Ok(t) => t,
+            Err(e) => {
+                res.refused.push(RefusedManifest { origin, reason: format!("unable to read: {e}") });
+                continue;
+            }
+        };
+        match static_pod_from_file(&text, &origin, node_name) {
+            Ok(pod) => {
+                let full = format!(
+                    "{}/{}",
+                    pod.metadata.namespace.as_deref().unwrap_or(""),
+                    pod.metadata.name.as_deref().unwrap_or("")
+                );
+                if !names.insert(full.clone()) {
+                    res.refused.push(RefusedManifest {
+                        origin: origin.clone(),
+                        reason: format!(
+                            "{origin}: duplicate pod {full:?}: another manifest of this source already defines it"
+                        ),
+                    });
+                    continue;
+                }
+                res.pods.push(pod);
+            }
+            Err(e) => res.refused.push(RefusedManifest { origin, reason: e.to_string() }),
+        }
+    }
+    res
+}
+
+impl FileSource {
+    /// A source reading `path` every `period`, for node `node_name`.
+    pub fn new(path: PathBuf, node_name: String, period: Duration, out: mpsc::Sender<SourceUpdate>) -> Self {
+        Self { path, node_name, period, out }
+    }
+
+    fn read_and_log(&self, last_refused: &mut Vec<RefusedManifest>) -> Vec<Pod> {
+        let r = read_manifests(&self.path, &self.node_name);
+        for m in &r.refused {
+            // Log a refusal when it first appears, not at every period.
+            if !last_refused.contains(m) {
+                warn!(file = %m.origin, reason = %m.reason, "static pod manifest refused; other pods are unaffected");
+            }
+        }
+        *last_refused = r.refused;
+        r.pods
+    }
+
+    /// Reads until cancelled.
+    pub async fn run(self, cancel: CancellationToken) {
+        let (ev_tx, mut ev_rx) = mpsc::channel::<()>(1);
+        let watch_dir = if self.path.is_dir() {
+            self.path.clone()
+        } else {
+            self.path.parent().map(Path::to_path_buf).unwrap_or_default()
+        };
+        let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
+            if res.is_ok() {
+                let _ = ev_tx.try_send(());
+            }
+        })
+        .ok();
+        let mut watching = false;
+        let mut tick = tokio::time::interval(self.period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut refused = vec![];
+        loop {
+            if !watching && let Some(w) = watcher.as_mut() {
+                watching = w.watch(&watch_dir, notify::RecursiveMode::NonRecursive).is_ok();
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+                Some(()) = ev_rx.recv() => {
+                    tokio::time::sleep(EVENT_DEBOUNCE).await;
+                    while ev_rx.try_recv().is_ok() {}
+                    debug!(path = %self.path.display(), "static pod path changed");
+                }
+            }
+            let pods = self.read_and_log(&mut refused);
+            if self.out.send(SourceUpdate { source: PodSource::File, pods }).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POD: &str =
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: NAME\nspec:\n  containers:\n  - name: app\n    image: busybox\n";
+
+    #[test]
+    fn bad_and_duplicate_manifests_are_refused_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), POD.replace("NAME", "a")).unwrap();
+        std::fs::write(dir.path().join("b.yaml"), "kind: Pod\nspec: [").unwrap();
+        std::fs::write(dir.path().join("c.yaml"), POD.replace("NAME", "a")).unwrap();
+        std::fs::write(dir.path().join(".hidden.yaml"), POD.replace("NAME", "h")).unwrap();
+        std::fs::write(dir.path().join("d.json"), r#"{"kind":"Pod","apiVersion":"v1","metadata":{"name":"d"},"spec":{"containers":[{"name":"x","image":"y"}]}}"#).unwrap();
+        let r = read_manifests(dir.path(), "n1");
+        let names: Vec<_> = r.pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+        assert_eq!(names, vec!["a-n1", "d-n1"]);
+        assert_eq!(r.refused.len(), 2);
+        assert!(r.refused[0].origin.ends_with("b.yaml"));
+        assert!(r.refused[1].reason.contains("duplicate pod \"default/a-n1\""), "{}", r.refused[1].reason);
+    }
+
+    #[tokio::test]
+    async fn sends_the_folder_and_its_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), POD.replace("NAME", "a")).unwrap();
+        let (tx, mut rx) = mpsc::channel(8);
+        let cancel = CancellationToken::new();
+        let src = FileSource::new(dir.path().to_path_buf(), "n1".into(), Duration::from_secs(20), tx);
+        let task = tokio::spawn(src.run(cancel.clone()));
+        assert_eq!(rx.recv().await.unwrap().pods.len(), 1);
+        std::fs::write(dir.path().join("b.yaml"), POD.replace("NAME", "b")).unwrap();
+        // The file-system event triggers a re-read well before the 20 s period.
+        let u = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                let u = rx.recv().await.unwrap();
+                if u.pods.len() == 2 {
+                    return u;
+                }
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(u.source, PodSource::File);
+        cancel.cancel();
+        task.await.unwrap();
+    }
+}

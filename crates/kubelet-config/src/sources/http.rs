@@ -1,0 +1,149 @@
+//! The static pod URL (`pkg/kubelet/config/http.go`).
+//!
+//! [`HttpSource::run`] fetches `staticPodURL` at start and every `httpCheckFrequency`, with the
+//! `staticPodURLHeader` headers. The body is a Pod or a PodList (YAML or JSON). A fetch or decode failure is
+//! logged and the previous set of pods is kept (nothing is sent); an empty body sends an empty set, as upstream.
+//! Only `http://` URLs are supported for now. The task ends when its cancellation token fires.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Empty};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use kubelet_types::{Pod, PodSource};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::warn;
+
+use super::SourceUpdate;
+use super::manifest::{
+    ManifestError, StaticOrigin, apply_api_defaults, decode_pods, normalize_static_pod, validate_pod,
+};
+
+/// Fetches taking longer than this fail (upstream's client timeout).
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The static pod URL source.
+#[derive(Debug)]
+pub struct HttpSource {
+    url: String,
+    headers: BTreeMap<String, Vec<String>>,
+    node_name: String,
+    period: Duration,
+    out: mpsc::Sender<SourceUpdate>,
+}
+
+/// Decodes, defaults, validates and normalises the pods of a URL response body.
+pub fn pods_from_body(body: &str, url: &str, node_name: &str) -> Result<Vec<Pod>, ManifestError> {
+    let mut pods = decode_pods(body, url)?;
+    for p in &mut pods {
+        apply_api_defaults(p);
+        validate_pod(p, url)?;
+        normalize_static_pod(p, StaticOrigin::Url(url), node_name);
+    }
+    Ok(pods)
+}
+
+impl HttpSource {
+    /// A source fetching `url` every `period`.
+    pub fn new(
+        url: String,
+        headers: BTreeMap<String, Vec<String>>,
+        node_name: String,
+        period: Duration,
+        out: mpsc::Sender<SourceUpdate>,
+    ) -> Self {
+        Self { url, headers, node_name, period, out }
+    }
+
+    async fn fetch(&self) -> Result<String, String> {
+        let client: Client<_, Empty<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+        let mut req = hyper::Request::get(&self.url);
+        for (k, vs) in &self.headers {
+            for v in vs {
+                req = req.header(k, v);
+            }
+        }
+        let req = req.body(Empty::new()).map_err(|e| format!("invalid request: {e}"))?;
+        let resp = tokio::time::timeout(FETCH_TIMEOUT, client.request(req))
+            .await
+            .map_err(|_| format!("timed out after {FETCH_TIMEOUT:?}"))?
+            .map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        if !status.is_success() {
+            return Err(format!("{}: {}", status, String::from_utf8_lossy(&body)));
+        }
+        String::from_utf8(body.to_vec()).map_err(|e| format!("body is not UTF-8: {e}"))
+    }
+
+    /// Fetches until cancelled.
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(self.period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let body = match self.fetch().await {
+                Ok(b) => b,
+                Err(e) => {
+                    warn!(url = %self.url, error = %e, "failed to read pods from URL");
+                    continue;
+                }
+            };
+            let pods = if body.trim().is_empty() {
+                warn!(url = %self.url, "zero-length data received from the static pod URL");
+                vec![]
+            } else {
+                match pods_from_body(&body, &self.url, &self.node_name) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        warn!(url = %self.url, reason = %e, "static pod URL content refused; keeping the previous pods");
+                        continue;
+                    }
+                }
+            };
+            if self.out.send(SourceUpdate { source: PodSource::Http, pods }).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    #[tokio::test]
+    async fn fetches_with_headers() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let n = s.read(&mut buf).await.unwrap();
+            let req = String::from_utf8_lossy(&buf[..n]).to_lowercase();
+            let body = "{\"kind\":\"Pod\",\"apiVersion\":\"v1\",\"metadata\":{\"name\":\"u\"},\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"i\"}]}}";
+            let resp = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+            s.write_all(resp.as_bytes()).await.unwrap();
+            req.contains("x-token: t1")
+        });
+        let (tx, mut rx) = mpsc::channel(2);
+        let headers = [("X-Token".to_string(), vec!["t1".to_string()])].into();
+        let src = HttpSource::new(format!("http://{addr}/pods"), headers, "n1".into(), Duration::from_secs(20), tx);
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(src.run(cancel.clone()));
+        let u = rx.recv().await.unwrap();
+        assert_eq!(u.source, PodSource::Http);
+        assert_eq!(u.pods[0].metadata.name.as_deref(), Some("u-n1"));
+        assert_eq!(u.pods[0].metadata.annotations.as_ref().unwrap()["kubernetes.io/config.source"], "http");
+        assert!(server.await.unwrap(), "header was not sent");
+        cancel.cancel();
+        task.await.unwrap();
+    }
+}

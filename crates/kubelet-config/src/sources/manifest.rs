@@ -1,0 +1,357 @@
+//! Decoding static pod manifests (`pkg/kubelet/config/common.go`: tryDecodeSinglePod, tryDecodePodList,
+//! applyDefaults): YAML or JSON into a Pod, the API defaults that matter to the kubelet, validation of the
+//! fields the kubelet relies on, and upstream's static-pod normalisation (name suffixed with the node name, UID
+//! from a hash of the pod and its source, `kubernetes.io/config.*` annotations, namespace `default`).
+
+use std::collections::{BTreeMap, HashSet};
+
+use k8s_openapi::api::core::v1::{Container, Pod, Toleration};
+use kubelet_types::labels as keys;
+use md5::{Digest, Md5};
+use thiserror::Error;
+
+/// Why a manifest was refused.
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
+pub enum ManifestError {
+    /// Not YAML/JSON, or a field of the wrong type.
+    #[error("{origin}: invalid manifest: field {field}: {message}")]
+    Decode {
+        /// File or URL.
+        origin: String,
+        /// JSON path of the offending field (`.` for the document).
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// Not a Pod (or PodList for URL sources).
+    #[error("{origin}: invalid manifest: kind {kind:?} is not supported, expected Pod")]
+    Kind {
+        /// File or URL.
+        origin: String,
+        /// The kind found.
+        kind: String,
+    },
+    /// A field fails validation.
+    #[error("{origin}: invalid pod {pod:?}: {field}: {message}")]
+    Invalid {
+        /// File or URL.
+        origin: String,
+        /// Pod name as written.
+        pod: String,
+        /// JSON path of the field.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Parses YAML or JSON text into a JSON value.
+fn parse_document(text: &str, origin: &str) -> Result<serde_json::Value, ManifestError> {
+    let trimmed = text.trim_start();
+    let r = if trimmed.starts_with('{') {
+        serde_json::from_str(text).map_err(|e| e.to_string())
+    } else {
+        serde_saphyr::from_str::<serde_json::Value>(text).map_err(|e| e.to_string())
+    };
+    r.map_err(|message| ManifestError::Decode { origin: origin.to_string(), field: ".".into(), message })
+}
+
+fn decode_pod(v: serde_json::Value, origin: &str) -> Result<Pod, ManifestError> {
+    serde_path_to_error::deserialize::<_, Pod>(v).map_err(|e| ManifestError::Decode {
+        origin: origin.to_string(),
+        field: e.path().to_string(),
+        message: e.inner().to_string(),
+    })
+}
+
+fn kind_of(v: &serde_json::Value) -> &str {
+    v.get("kind").and_then(|k| k.as_str()).unwrap_or("")
+}
+
+/// Decodes one pod (file sources: one pod per file).
+pub fn decode_single_pod(text: &str, origin: &str) -> Result<Pod, ManifestError> {
+    let v = parse_document(text, origin)?;
+    match kind_of(&v) {
+        "Pod" => decode_pod(v, origin),
+        kind => Err(ManifestError::Kind { origin: origin.to_string(), kind: kind.to_string() }),
+    }
+}
+
+/// Decodes a pod or a pod list (URL sources).
+pub fn decode_pods(text: &str, origin: &str) -> Result<Vec<Pod>, ManifestError> {
+    let v = parse_document(text, origin)?;
+    match kind_of(&v) {
+        "Pod" => Ok(vec![decode_pod(v, origin)?]),
+        "PodList" => {
+            let items = v.get("items").and_then(|i| i.as_array()).cloned().unwrap_or_default();
+            items
+                .into_iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    decode_pod(item, origin).map_err(|e| match e {
+                        ManifestError::Decode { origin, field, message } => {
+                            ManifestError::Decode { origin, field: format!("items[{i}].{field}"), message }
+                        }
+                        other => other,
+                    })
+                })
+                .collect()
+        }
+        kind => Err(ManifestError::Kind { origin: origin.to_string(), kind: kind.to_string() }),
+    }
+}
+
+fn default_container(c: &mut Container) {
+    if c.image_pull_policy.is_none() {
+        let image = c.image.clone().unwrap_or_default();
+        let name = image.rsplit('/').next().unwrap_or("");
+        let latest = !image.contains('@') && matches!(name.split_once(':'), None | Some((_, "latest")));
+        c.image_pull_policy = Some(if latest { "Always" } else { "IfNotPresent" }.into());
+    }
+    c.termination_message_path.get_or_insert_with(|| "/dev/termination-log".into());
+    c.termination_message_policy.get_or_insert_with(|| "File".into());
+    for p in c.ports.iter_mut().flatten() {
+        p.protocol.get_or_insert_with(|| "TCP".into());
+    }
+}
+
+/// The API server's defaults for the fields the kubelet reads (`pkg/apis/core/v1/defaults.go`).
+pub fn apply_api_defaults(pod: &mut Pod) {
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    spec.restart_policy.get_or_insert_with(|| "Always".into());
+    spec.dns_policy.get_or_insert_with(|| "ClusterFirst".into());
+    spec.termination_grace_period_seconds.get_or_insert(30);
+    spec.scheduler_name.get_or_insert_with(|| "default-scheduler".into());
+    spec.security_context.get_or_insert_with(Default::default);
+    spec.enable_service_links.get_or_insert(true);
+    for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
+        default_container(c);
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
+}
+
+/// Validates what the kubelet depends on (a subset of `ValidatePodCreate`), naming the field.
+pub fn validate_pod(pod: &Pod, origin: &str) -> Result<(), ManifestError> {
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let bad = |field: String, message: String| ManifestError::Invalid {
+        origin: origin.to_string(),
+        pod: name.clone(),
+        field,
+        message,
+    };
+    if name.is_empty() {
+        return Err(bad("metadata.name".into(), "Required value: name or generateName is required".into()));
+    }
+    if !is_dns_subdomain(&name) {
+        return Err(bad(
+            "metadata.name".into(),
+            format!(
+                "Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"
+            ),
+        ));
+    }
+    if let Some(ns) = pod.metadata.namespace.as_deref().filter(|n| !n.is_empty())
+        && !is_dns_label(ns)
+    {
+        return Err(bad(
+            "metadata.namespace".into(),
+            format!("Invalid value: {ns:?}: a lowercase RFC 1123 label is required"),
+        ));
+    }
+    let Some(spec) = pod.spec.as_ref() else { return Err(bad("spec".into(), "Required value".into())) };
+    if spec.containers.is_empty() {
+        return Err(bad("spec.containers".into(), "Required value".into()));
+    }
+    let mut names = HashSet::new();
+    let lists = [
+        ("spec.initContainers", spec.init_containers.as_deref().unwrap_or(&[])),
+        ("spec.containers", &spec.containers[..]),
+    ];
+    for (path, list) in lists {
+        for (i, c) in list.iter().enumerate() {
+            if !is_dns_label(&c.name) {
+                return Err(bad(
+                    format!("{path}[{i}].name"),
+                    format!("Invalid value: {:?}: a lowercase RFC 1123 label is required", c.name),
+                ));
+            }
+            if !names.insert(c.name.clone()) {
+                return Err(bad(format!("{path}[{i}].name"), format!("Duplicate value: {:?}", c.name)));
+            }
+            if c.image.as_deref().unwrap_or("").trim().is_empty() {
+                return Err(bad(format!("{path}[{i}].image"), "Required value".into()));
+            }
+            if let Some(p) = c.image_pull_policy.as_deref()
+                && !matches!(p, "Always" | "IfNotPresent" | "Never")
+            {
+                return Err(bad(
+                    format!("{path}[{i}].imagePullPolicy"),
+                    format!("Unsupported value: {p:?}: supported values: \"Always\", \"IfNotPresent\", \"Never\""),
+                ));
+            }
+            for (j, port) in c.ports.iter().flatten().enumerate() {
+                if !(1..=65535).contains(&port.container_port) {
+                    return Err(bad(
+                        format!("{path}[{i}].ports[{j}].containerPort"),
+                        format!("Invalid value: {}: must be between 1 and 65535, inclusive", port.container_port),
+                    ));
+                }
+            }
+        }
+    }
+    if let Some(p) = spec.restart_policy.as_deref()
+        && !matches!(p, "Always" | "OnFailure" | "Never")
+    {
+        return Err(bad(
+            "spec.restartPolicy".into(),
+            format!("Unsupported value: {p:?}: supported values: \"Always\", \"OnFailure\", \"Never\""),
+        ));
+    }
+    if let Some(p) = spec.dns_policy.as_deref()
+        && !matches!(p, "ClusterFirstWithHostNet" | "ClusterFirst" | "Default" | "None")
+    {
+        return Err(bad("spec.dnsPolicy".into(), format!("Unsupported value: {p:?}")));
+    }
+    if let Some(g) = spec.termination_grace_period_seconds
+        && g < 0
+    {
+        return Err(bad(
+            "spec.terminationGracePeriodSeconds".into(),
+            format!("Invalid value: {g}: must be greater than or equal to 0"),
+        ));
+    }
+    Ok(())
+}
+
+/// Where a static pod comes from, for its UID and annotations.
+#[derive(Debug, Clone, Copy)]
+pub enum StaticOrigin<'a> {
+    /// A manifest file at this path.
+    File(&'a str),
+    /// A manifest URL.
+    Url(&'a str),
+}
+
+/// Upstream's static-pod normalisation (`applyDefaults`). The UID is the MD5 of the pod (as decoded, with API
+/// defaults) plus its source, unless the manifest sets one.
+pub fn normalize_static_pod(pod: &mut Pod, origin: StaticOrigin<'_>, node_name: &str) {
+    let node = node_name.to_lowercase();
+    if pod.metadata.uid.as_deref().unwrap_or("").is_empty() {
+        let mut h = Md5::new();
+        h.update(serde_json::to_vec(&*pod).unwrap_or_default());
+        match origin {
+            StaticOrigin::File(path) => {
+                h.update(format!("host:{node_name}"));
+                h.update(format!("file:{path}"));
+            }
+            StaticOrigin::Url(url) => h.update(format!("url:{url}")),
+        }
+        pod.metadata.uid = Some(hex::encode(h.finalize()));
+    }
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    pod.metadata.name = Some(format!("{name}-{node}"));
+    if pod.metadata.namespace.as_deref().unwrap_or("").is_empty() {
+        pod.metadata.namespace = Some("default".into());
+    }
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    spec.node_name = Some(node_name.to_string());
+    // Static pods tolerate every NoExecute taint, as upstream.
+    let tol = Toleration { operator: Some("Exists".into()), effect: Some("NoExecute".into()), ..Default::default() };
+    let tols = spec.tolerations.get_or_insert_with(Vec::new);
+    if !tols.contains(&tol) {
+        tols.push(tol);
+    }
+    let ann: &mut BTreeMap<String, String> = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+    ann.insert(keys::CONFIG_HASH.into(), uid);
+    ann.insert(
+        keys::CONFIG_SOURCE.into(),
+        match origin {
+            StaticOrigin::File(_) => "file",
+            StaticOrigin::Url(_) => "http",
+        }
+        .into(),
+    );
+    let status = pod.status.get_or_insert_with(Default::default);
+    status.phase.get_or_insert_with(|| "Pending".into());
+}
+
+/// Decode + defaults + validation + normalisation of a manifest file.
+pub fn static_pod_from_file(text: &str, path: &str, node_name: &str) -> Result<Pod, ManifestError> {
+    let mut pod = decode_single_pod(text, path)?;
+    apply_api_defaults(&mut pod);
+    validate_pod(&pod, path)?;
+    normalize_static_pod(&mut pod, StaticOrigin::File(path), node_name);
+    Ok(pod)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  containers:\n  - name: app\n    image: localhost/busybox:1\n    command: [sleep, '3600']\n";
+
+    #[test]
+    fn normalises_as_upstream() {
+        let p = static_pod_from_file(GOOD, "/etc/kubernetes/manifests/web.yaml", "Node-1").unwrap();
+        assert_eq!(p.metadata.name.as_deref(), Some("web-node-1"));
+        assert_eq!(p.metadata.namespace.as_deref(), Some("default"));
+        let uid = p.metadata.uid.clone().unwrap();
+        assert_eq!(uid.len(), 32);
+        let ann = p.metadata.annotations.as_ref().unwrap();
+        assert_eq!(ann["kubernetes.io/config.hash"], uid);
+        assert_eq!(ann["kubernetes.io/config.source"], "file");
+        let c = &p.spec.as_ref().unwrap().containers[0];
+        assert_eq!(c.image_pull_policy.as_deref(), Some("IfNotPresent"));
+        assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some("Node-1"));
+        // Same content and path: same UID; another path or content: another UID.
+        assert_eq!(
+            static_pod_from_file(GOOD, "/etc/kubernetes/manifests/web.yaml", "Node-1").unwrap().metadata.uid.unwrap(),
+            uid
+        );
+        assert_ne!(static_pod_from_file(GOOD, "/other/web.yaml", "Node-1").unwrap().metadata.uid.unwrap(), uid);
+        let edited = GOOD.replace("3600", "3601");
+        assert_ne!(
+            static_pod_from_file(&edited, "/etc/kubernetes/manifests/web.yaml", "Node-1")
+                .unwrap()
+                .metadata
+                .uid
+                .unwrap(),
+            uid
+        );
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let bad_type = GOOD.replace("  name: web\n", "  name: web\n  labels: [1]\n");
+        let e = static_pod_from_file(&bad_type, "/m/x.yaml", "n").unwrap_err().to_string();
+        assert!(e.contains("/m/x.yaml") && e.contains("metadata.labels"), "{e}");
+        let no_image = GOOD.replace("    image: localhost/busybox:1\n", "");
+        let e = static_pod_from_file(&no_image, "/m/x.yaml", "n").unwrap_err().to_string();
+        assert!(e.contains("spec.containers[0].image: Required value"), "{e}");
+        let e = static_pod_from_file("kind: Service\n", "/m/s.yaml", "n").unwrap_err().to_string();
+        assert!(e.contains("kind \"Service\""), "{e}");
+        let e = static_pod_from_file("a: [\n", "/m/y.yaml", "n").unwrap_err().to_string();
+        assert!(e.starts_with("/m/y.yaml: invalid manifest"), "{e}");
+        let dup = GOOD.replace("  - name: app\n", "  - name: app\n    image: b\n  - name: app\n");
+        let e = static_pod_from_file(&dup, "/m/x.yaml", "n").unwrap_err().to_string();
+        assert!(e.contains("Duplicate value"), "{e}");
+    }
+
+    #[test]
+    fn json_and_pod_lists() {
+        let j = r#"{"apiVersion":"v1","kind":"PodList","items":[{"apiVersion":"v1","kind":"Pod","metadata":{"name":"a"},"spec":{"containers":[{"name":"c","image":"i"}]}}]}"#;
+        assert_eq!(decode_pods(j, "http://x").unwrap().len(), 1);
+    }
+}

@@ -1,0 +1,492 @@
+//! An in-memory CRI runtime for unit tests and scale benchmarks (`pkg/kubelet/cri/remote/fake`,
+//! `k8s.io/cri-api/pkg/apis/testing`).
+//!
+//! It keeps real state (sandboxes, containers, images), records every call by method name, fails a method on
+//! demand ([`FakeRuntime::inject_error`]) and makes containers exit ([`FakeRuntime::exit_container`]) so PLEG
+//! and restart logic can be tested. Times come from a counter so they are ordered and deterministic.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+
+use async_trait::async_trait;
+
+use crate::api;
+use crate::{CriError, CriResult, ImageService, RuntimeService};
+
+#[derive(Debug, Clone)]
+struct FakeSandbox {
+    config: api::PodSandboxConfig,
+    state: i32,
+    created_at: i64,
+}
+
+#[derive(Debug, Clone)]
+struct FakeContainer {
+    sandbox_id: String,
+    config: api::ContainerConfig,
+    state: i32,
+    created_at: i64,
+    started_at: i64,
+    finished_at: i64,
+    exit_code: i32,
+    reason: String,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    sandboxes: HashMap<String, FakeSandbox>,
+    containers: HashMap<String, FakeContainer>,
+    images: HashMap<String, api::Image>,
+    calls: Vec<&'static str>,
+    errors: HashMap<&'static str, VecDeque<CriError>>,
+    /// Containers that exit with this code as soon as they start.
+    exit_on_start: HashMap<String, i32>,
+}
+
+/// The in-memory runtime.
+#[derive(Debug, Default)]
+pub struct FakeRuntime {
+    state: Mutex<State>,
+    next_id: AtomicU64,
+    clock: AtomicI64,
+    /// Whether every call records its name (off in benchmarks).
+    record_calls: std::sync::atomic::AtomicBool,
+}
+
+const READY: i32 = api::PodSandboxState::SandboxReady as i32;
+const NOT_READY: i32 = api::PodSandboxState::SandboxNotready as i32;
+const CREATED: i32 = api::ContainerState::ContainerCreated as i32;
+const RUNNING: i32 = api::ContainerState::ContainerRunning as i32;
+const EXITED: i32 = api::ContainerState::ContainerExited as i32;
+
+fn labels_match(labels: &HashMap<String, String>, selector: &HashMap<String, String>) -> bool {
+    selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+impl FakeRuntime {
+    /// An empty runtime that records calls and has the given images.
+    pub fn new(images: &[&str]) -> Self {
+        let f = FakeRuntime::default();
+        f.record_calls.store(true, Ordering::Relaxed);
+        f.clock.store(1_000_000_000, Ordering::Relaxed);
+        for i in images {
+            f.add_image(i);
+        }
+        f
+    }
+
+    /// Stops recording calls (benchmarks).
+    pub fn set_record_calls(&self, on: bool) {
+        self.record_calls.store(on, Ordering::Relaxed);
+    }
+
+    /// Makes an image present.
+    pub fn add_image(&self, image: &str) {
+        let img = api::Image {
+            id: format!("sha256:{:064x}", image.len() as u64 * 7919 + image.bytes().map(u64::from).sum::<u64>()),
+            repo_tags: vec![image.to_string()],
+            size: 1024,
+            ..Default::default()
+        };
+        self.state.lock().unwrap().images.insert(image.to_string(), img);
+    }
+
+    fn now(&self) -> i64 {
+        self.clock.fetch_add(1_000, Ordering::Relaxed) + 1_000
+    }
+
+    fn id(&self, prefix: &str) -> String {
+        format!("{prefix}{:012x}", self.next_id.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    fn enter(&self, op: &'static str) -> CriResult<std::sync::MutexGuard<'_, State>> {
+        let mut st = self.state.lock().unwrap();
+        if self.record_calls.load(Ordering::Relaxed) {
+            st.calls.push(op);
+        }
+        if let Some(q) = st.errors.get_mut(op)
+            && let Some(e) = q.pop_front()
+        {
+            return Err(e);
+        }
+        Ok(st)
+    }
+
+    /// Makes the next call of `op` (a CRI method name such as `"StartContainer"`) fail with `err`.
+    pub fn inject_error(&self, op: &'static str, err: CriError) {
+        self.state.lock().unwrap().errors.entry(op).or_default().push_back(err);
+    }
+
+    /// The recorded method names, in order.
+    pub fn calls(&self) -> Vec<&'static str> {
+        self.state.lock().unwrap().calls.clone()
+    }
+
+    /// Forgets recorded calls.
+    pub fn clear_calls(&self) {
+        self.state.lock().unwrap().calls.clear();
+    }
+
+    /// How many times `op` was called.
+    pub fn count(&self, op: &str) -> usize {
+        self.state.lock().unwrap().calls.iter().filter(|c| **c == op).count()
+    }
+
+    /// Makes a running container exit with `code` now.
+    pub fn exit_container(&self, id: &str, code: i32) {
+        let now = self.now();
+        let mut st = self.state.lock().unwrap();
+        if let Some(c) = st.containers.get_mut(id)
+            && c.state == RUNNING
+        {
+            c.state = EXITED;
+            c.finished_at = now;
+            c.exit_code = code;
+            c.reason = if code == 0 { "Completed".into() } else { "Error".into() };
+        }
+    }
+
+    /// Makes every container named `name` exit with `code` right after it starts.
+    pub fn exit_on_start(&self, name: &str, code: i32) {
+        self.state.lock().unwrap().exit_on_start.insert(name.to_string(), code);
+    }
+
+    /// Marks a sandbox not ready, as if it died.
+    pub fn kill_sandbox(&self, id: &str) {
+        let now = self.now();
+        let mut st = self.state.lock().unwrap();
+        if let Some(s) = st.sandboxes.get_mut(id) {
+            s.state = NOT_READY;
+        }
+        for c in st.containers.values_mut().filter(|c| c.sandbox_id == id && c.state == RUNNING) {
+            c.state = EXITED;
+            c.finished_at = now;
+            c.exit_code = 137;
+            c.reason = "Error".into();
+        }
+    }
+
+    /// IDs of the containers named `name`, oldest first.
+    pub fn container_ids(&self, name: &str) -> Vec<String> {
+        let st = self.state.lock().unwrap();
+        let mut v: Vec<_> = st
+            .containers
+            .iter()
+            .filter(|(_, c)| c.config.metadata.as_ref().is_some_and(|m| m.name == name))
+            .map(|(id, c)| (c.created_at, id.clone()))
+            .collect();
+        v.sort();
+        v.into_iter().map(|(_, id)| id).collect()
+    }
+
+    /// Number of sandboxes and containers held.
+    pub fn object_counts(&self) -> (usize, usize) {
+        let st = self.state.lock().unwrap();
+        (st.sandboxes.len(), st.containers.len())
+    }
+
+    fn to_container(id: &str, c: &FakeContainer) -> api::Container {
+        api::Container {
+            id: id.to_string(),
+            pod_sandbox_id: c.sandbox_id.clone(),
+            metadata: c.config.metadata.clone(),
+            image: c.config.image.clone(),
+            image_ref: c.config.image.as_ref().map(|i| i.image.clone()).unwrap_or_default(),
+            state: c.state,
+            created_at: c.created_at,
+            labels: c.config.labels.clone(),
+            annotations: c.config.annotations.clone(),
+            ..Default::default()
+        }
+    }
+}
+
+#[async_trait]
+impl RuntimeService for FakeRuntime {
+    async fn version(&self) -> CriResult<api::VersionResponse> {
+        drop(self.enter("Version")?);
+        Ok(api::VersionResponse {
+            version: "0.1.0".into(),
+            runtime_name: "fake".into(),
+            runtime_version: "0.1.0".into(),
+            runtime_api_version: "v1".into(),
+        })
+    }
+
+    async fn status(&self) -> CriResult<api::RuntimeStatus> {
+        drop(self.enter("Status")?);
+        let cond = |t: &str| api::RuntimeCondition { r#type: t.into(), status: true, ..Default::default() };
+        Ok(api::RuntimeStatus { conditions: vec![cond("RuntimeReady"), cond("NetworkReady")] })
+    }
+
+    async fn run_pod_sandbox(&self, config: api::PodSandboxConfig, _handler: &str) -> CriResult<String> {
+        let now = self.now();
+        let id = self.id("s");
+        let mut st = self.enter("RunPodSandbox")?;
+        st.sandboxes.insert(id.clone(), FakeSandbox { config, state: READY, created_at: now });
+        Ok(id)
+    }
+
+    async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()> {
+        let now = self.now();
+        let mut st = self.enter("StopPodSandbox")?;
+        if let Some(s) = st.sandboxes.get_mut(id) {
+            s.state = NOT_READY;
+        }
+        for c in st.containers.values_mut().filter(|c| c.sandbox_id == id && c.state == RUNNING) {
+            c.state = EXITED;
+            c.finished_at = now;
+            c.exit_code = 137;
+            c.reason = "Error".into();
+        }
+        Ok(())
+    }
+
+    async fn remove_pod_sandbox(&self, id: &str) -> CriResult<()> {
+        let mut st = self.enter("RemovePodSandbox")?;
+        st.sandboxes.remove(id);
+        st.containers.retain(|_, c| c.sandbox_id != id);
+        Ok(())
+    }
+
+    async fn pod_sandbox_status(&self, id: &str) -> CriResult<api::PodSandboxStatus> {
+        let st = self.enter("PodSandboxStatus")?;
+        let s = st
+            .sandboxes
+            .get(id)
+            .ok_or_else(|| CriError::NotFound { op: "PodSandboxStatus", message: format!("sandbox {id}") })?;
+        let host_network = s
+            .config
+            .linux
+            .as_ref()
+            .and_then(|l| l.security_context.as_ref())
+            .and_then(|sc| sc.namespace_options.as_ref())
+            .is_some_and(|n| n.network == api::NamespaceMode::Node as i32);
+        let ip = if host_network { "192.0.2.1".to_string() } else { format!("10.88.0.{}", 2 + id.len()) };
+        Ok(api::PodSandboxStatus {
+            id: id.to_string(),
+            metadata: s.config.metadata.clone(),
+            state: s.state,
+            created_at: s.created_at,
+            network: Some(api::PodSandboxNetworkStatus { ip, additional_ips: vec![] }),
+            linux: Some(api::LinuxPodSandboxStatus {
+                namespaces: Some(api::Namespace {
+                    options: s
+                        .config
+                        .linux
+                        .as_ref()
+                        .and_then(|l| l.security_context.as_ref())
+                        .and_then(|sc| sc.namespace_options.clone()),
+                }),
+            }),
+            labels: s.config.labels.clone(),
+            annotations: s.config.annotations.clone(),
+            ..Default::default()
+        })
+    }
+
+    async fn list_pod_sandbox(&self, filter: Option<api::PodSandboxFilter>) -> CriResult<Vec<api::PodSandbox>> {
+        let st = self.enter("ListPodSandbox")?;
+        let f = filter.unwrap_or_default();
+        Ok(st
+            .sandboxes
+            .iter()
+            .filter(|(id, s)| {
+                (f.id.is_empty() || **id == f.id)
+                    && f.state.as_ref().is_none_or(|v| v.state == s.state)
+                    && labels_match(&s.config.labels, &f.label_selector)
+            })
+            .map(|(id, s)| api::PodSandbox {
+                id: id.clone(),
+                metadata: s.config.metadata.clone(),
+                state: s.state,
+                created_at: s.created_at,
+                labels: s.config.labels.clone(),
+                annotations: s.config.annotations.clone(),
+                runtime_handler: String::new(),
+            })
+            .collect())
+    }
+
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: api::ContainerConfig,
+        _sandbox_config: api::PodSandboxConfig,
+    ) -> CriResult<String> {
+        let now = self.now();
+        let id = self.id("c");
+        let mut st = self.enter("CreateContainer")?;
+        match st.sandboxes.get(sandbox_id) {
+            Some(s) if s.state == READY => {}
+            _ => {
+                return Err(CriError::NotFound {
+                    op: "CreateContainer",
+                    message: format!("sandbox {sandbox_id} not ready"),
+                });
+            }
+        }
+        let image = config.image.as_ref().map(|i| i.image.clone()).unwrap_or_default();
+        if !st.images.contains_key(&image) {
+            return Err(CriError::Other {
+                op: "CreateContainer",
+                code: "Unknown".into(),
+                message: format!("image {image} not present"),
+            });
+        }
+        st.containers.insert(
+            id.clone(),
+            FakeContainer {
+                sandbox_id: sandbox_id.to_string(),
+                config,
+                state: CREATED,
+                created_at: now,
+                started_at: 0,
+                finished_at: 0,
+                exit_code: 0,
+                reason: String::new(),
+            },
+        );
+        Ok(id)
+    }
+
+    async fn start_container(&self, id: &str) -> CriResult<()> {
+        let now = self.now();
+        let mut st = self.enter("StartContainer")?;
+        let exit = st.containers.get(id).and_then(|c| {
+            let name = c.config.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
+            st.exit_on_start.get(&name).copied()
+        });
+        let c = st
+            .containers
+            .get_mut(id)
+            .ok_or_else(|| CriError::NotFound { op: "StartContainer", message: format!("container {id}") })?;
+        c.state = RUNNING;
+        c.started_at = now;
+        if let Some(code) = exit {
+            c.state = EXITED;
+            c.finished_at = now + 1;
+            c.exit_code = code;
+            c.reason = if code == 0 { "Completed".into() } else { "Error".into() };
+        }
+        Ok(())
+    }
+
+    async fn stop_container(&self, id: &str, _timeout: i64) -> CriResult<()> {
+        let now = self.now();
+        let mut st = self.enter("StopContainer")?;
+        if let Some(c) = st.containers.get_mut(id)
+            && c.state == RUNNING
+        {
+            c.state = EXITED;
+            c.finished_at = now;
+            c.exit_code = 137;
+            c.reason = "Error".into();
+        }
+        Ok(())
+    }
+
+    async fn remove_container(&self, id: &str) -> CriResult<()> {
+        self.enter("RemoveContainer")?.containers.remove(id);
+        Ok(())
+    }
+
+    async fn list_containers(&self, filter: Option<api::ContainerFilter>) -> CriResult<Vec<api::Container>> {
+        let st = self.enter("ListContainers")?;
+        let f = filter.unwrap_or_default();
+        Ok(st
+            .containers
+            .iter()
+            .filter(|(id, c)| {
+                (f.id.is_empty() || **id == f.id)
+                    && (f.pod_sandbox_id.is_empty() || c.sandbox_id == f.pod_sandbox_id)
+                    && f.state.as_ref().is_none_or(|v| v.state == c.state)
+                    && labels_match(&c.config.labels, &f.label_selector)
+            })
+            .map(|(id, c)| Self::to_container(id, c))
+            .collect())
+    }
+
+    async fn container_status(&self, id: &str) -> CriResult<api::ContainerStatus> {
+        let st = self.enter("ContainerStatus")?;
+        let c = st
+            .containers
+            .get(id)
+            .ok_or_else(|| CriError::NotFound { op: "ContainerStatus", message: format!("container {id}") })?;
+        Ok(api::ContainerStatus {
+            id: id.to_string(),
+            metadata: c.config.metadata.clone(),
+            state: c.state,
+            created_at: c.created_at,
+            started_at: c.started_at,
+            finished_at: c.finished_at,
+            exit_code: c.exit_code,
+            image: c.config.image.clone(),
+            image_ref: st
+                .images
+                .get(c.config.image.as_ref().map(|i| i.image.as_str()).unwrap_or(""))
+                .map(|i| i.id.clone())
+                .unwrap_or_default(),
+            reason: c.reason.clone(),
+            labels: c.config.labels.clone(),
+            annotations: c.config.annotations.clone(),
+            log_path: c.config.log_path.clone(),
+            ..Default::default()
+        })
+    }
+}
+
+#[async_trait]
+impl ImageService for FakeRuntime {
+    async fn list_images(&self, _filter: Option<api::ImageFilter>) -> CriResult<Vec<api::Image>> {
+        Ok(self.enter("ListImages")?.images.values().cloned().collect())
+    }
+
+    async fn image_status(&self, image: api::ImageSpec) -> CriResult<Option<api::Image>> {
+        Ok(self.enter("ImageStatus")?.images.get(&image.image).cloned())
+    }
+
+    async fn pull_image(
+        &self,
+        image: api::ImageSpec,
+        _auth: Option<api::AuthConfig>,
+        _sandbox_config: Option<api::PodSandboxConfig>,
+    ) -> CriResult<String> {
+        drop(self.enter("PullImage")?);
+        self.add_image(&image.image);
+        Ok(self.state.lock().unwrap().images[&image.image].id.clone())
+    }
+
+    async fn remove_image(&self, image: api::ImageSpec) -> CriResult<()> {
+        self.enter("RemoveImage")?.images.remove(&image.image);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn sandbox_and_container_lifecycle() {
+        let f = FakeRuntime::new(&["busybox"]);
+        let sid = f.run_pod_sandbox(api::PodSandboxConfig::default(), "").await.unwrap();
+        let cfg = api::ContainerConfig {
+            metadata: Some(api::ContainerMetadata { name: "app".into(), attempt: 0 }),
+            image: Some(api::ImageSpec { image: "busybox".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        let cid = f.create_container(&sid, cfg, Default::default()).await.unwrap();
+        f.start_container(&cid).await.unwrap();
+        assert_eq!(f.container_status(&cid).await.unwrap().state, RUNNING);
+        f.exit_container(&cid, 3);
+        let st = f.container_status(&cid).await.unwrap();
+        assert_eq!((st.state, st.exit_code, st.reason.as_str()), (EXITED, 3, "Error"));
+        f.inject_error("RemoveContainer", CriError::Unavailable { op: "RemoveContainer", message: "down".into() });
+        assert!(f.remove_container(&cid).await.unwrap_err().is_unavailable());
+        f.remove_pod_sandbox(&sid).await.unwrap();
+        assert!(f.container_status(&cid).await.unwrap_err().is_not_found());
+        assert_eq!(f.count("StartContainer"), 1);
+    }
+}

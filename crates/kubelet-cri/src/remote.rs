@@ -1,0 +1,243 @@
+//! The CRI gRPC client over a unix socket (`pkg/kubelet/cri/remote/remote_runtime.go`,
+//! `remote_image.go`).
+//!
+//! The channel connects lazily and reconnects after any transport failure, so a runtime that is down or
+//! restarting makes calls fail with [`CriError::Unavailable`] until it is back; nothing here panics or gives up.
+//! Every call carries `runtimeRequestTimeout`, except `PullImage` (bounded by the caller) and `StopContainer`
+//! (its own grace period plus the timeout), as upstream.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use hyper_util::rt::TokioIo;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::api;
+use crate::api::image_service_client::ImageServiceClient;
+use crate::api::runtime_service_client::RuntimeServiceClient;
+use crate::{CriError, CriResult, ImageService, RuntimeService};
+
+/// Largest gRPC message accepted, as upstream's `maxMsgSize` (16 MiB).
+const MAX_MSG_SIZE: usize = 16 * 1024 * 1024;
+
+/// A CRI runtime reached over gRPC.
+#[derive(Clone)]
+pub struct RemoteRuntime {
+    runtime: RuntimeServiceClient<Channel>,
+    images: ImageServiceClient<Channel>,
+    timeout: Duration,
+    socket: PathBuf,
+}
+
+impl std::fmt::Debug for RemoteRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteRuntime").field("socket", &self.socket).finish()
+    }
+}
+
+/// The socket path of an endpoint such as `unix:///run/containerd/containerd.sock` (or a bare path).
+pub fn socket_path(endpoint: &str) -> Result<PathBuf, String> {
+    if let Some(p) = endpoint.strip_prefix("unix://") {
+        Ok(PathBuf::from(p))
+    } else if endpoint.starts_with('/') {
+        Ok(PathBuf::from(endpoint))
+    } else {
+        Err(format!("container runtime endpoint {endpoint:?}: only unix sockets are supported (unix:///path)"))
+    }
+}
+
+impl RemoteRuntime {
+    /// A client of the runtime at `endpoint` (`unix:///path`); connects on first use.
+    pub fn new(endpoint: &str, timeout: Duration) -> Result<Self, CriError> {
+        let socket = socket_path(endpoint).map_err(|message| CriError::Unavailable { op: "Connect", message })?;
+        let path = socket.clone();
+        let channel = Endpoint::from_static("http://localhost")
+            .connect_timeout(Duration::from_secs(5))
+            .connect_with_connector_lazy(tower::service_fn(move |_: tonic::transport::Uri| {
+                let path = path.clone();
+                async move {
+                    let stream = tokio::net::UnixStream::connect(&path).await?;
+                    Ok::<_, std::io::Error>(TokioIo::new(stream))
+                }
+            }));
+        let runtime = RuntimeServiceClient::new(channel.clone())
+            .max_decoding_message_size(MAX_MSG_SIZE)
+            .max_encoding_message_size(MAX_MSG_SIZE);
+        let images = ImageServiceClient::new(channel)
+            .max_decoding_message_size(MAX_MSG_SIZE)
+            .max_encoding_message_size(MAX_MSG_SIZE);
+        Ok(Self { runtime, images, timeout, socket })
+    }
+
+    /// The socket this client talks to.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    fn req<T>(&self, msg: T, timeout: Option<Duration>) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        if let Some(t) = timeout {
+            r.set_timeout(t);
+        }
+        r
+    }
+
+    async fn call<T, F>(&self, op: &'static str, timeout: Option<Duration>, fut: F) -> CriResult<T>
+    where
+        F: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let res = match timeout {
+            // The deadline is also enforced locally: a hung connection attempt must not outlive it.
+            Some(t) => match tokio::time::timeout(t + Duration::from_millis(100), fut).await {
+                Ok(r) => r,
+                Err(_) => return Err(CriError::DeadlineExceeded { op, seconds: t.as_secs() }),
+            },
+            None => fut.await,
+        };
+        match res {
+            Ok(r) => Ok(r.into_inner()),
+            Err(s) if s.code() == tonic::Code::DeadlineExceeded || s.code() == tonic::Code::Cancelled => {
+                Err(CriError::DeadlineExceeded { op, seconds: timeout.unwrap_or_default().as_secs() })
+            }
+            Err(s) => Err(CriError::from_status(op, s)),
+        }
+    }
+}
+
+#[async_trait]
+impl RuntimeService for RemoteRuntime {
+    async fn version(&self) -> CriResult<api::VersionResponse> {
+        let mut c = self.runtime.clone();
+        let r = self.req(api::VersionRequest { version: "v1".into() }, Some(self.timeout));
+        self.call("Version", Some(self.timeout), c.version(r)).await
+    }
+
+    async fn status(&self) -> CriResult<api::RuntimeStatus> {
+        let mut c = self.runtime.clone();
+        let r = self.req(api::StatusRequest { verbose: false }, Some(self.timeout));
+        let resp = self.call("Status", Some(self.timeout), c.status(r)).await?;
+        resp.status.ok_or(CriError::Other { op: "Status", code: "Internal".into(), message: "no status".into() })
+    }
+
+    async fn run_pod_sandbox(&self, config: api::PodSandboxConfig, runtime_handler: &str) -> CriResult<String> {
+        let mut c = self.runtime.clone();
+        // Upstream gives RunPodSandbox twice the usual timeout: sandbox creation includes network setup.
+        let t = self.timeout * 2;
+        let r = self.req(
+            api::RunPodSandboxRequest { config: Some(config), runtime_handler: runtime_handler.to_string() },
+            Some(t),
+        );
+        let resp = self.call("RunPodSandbox", Some(t), c.run_pod_sandbox(r)).await?;
+        Ok(resp.pod_sandbox_id)
+    }
+
+    async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()> {
+        let mut c = self.runtime.clone();
+        let r = self.req(api::StopPodSandboxRequest { pod_sandbox_id: id.to_string() }, Some(self.timeout));
+        self.call("StopPodSandbox", Some(self.timeout), c.stop_pod_sandbox(r)).await.map(|_| ())
+    }
+
+    async fn remove_pod_sandbox(&self, id: &str) -> CriResult<()> {
+        let mut c = self.runtime.clone();
+        let r = self.req(api::RemovePodSandboxRequest { pod_sandbox_id: id.to_string() }, Some(self.timeout));
+        self.call("RemovePodSandbox", Some(self.timeout), c.remove_pod_sandbox(r)).await.map(|_| ())
+    }
+
+    async fn pod_sandbox_status(&self, id: &str) -> CriResult<api::PodSandboxStatus> {
+        let mut c = self.runtime.clone();
+        let r = self
+            .req(api::PodSandboxStatusRequest { pod_sandbox_id: id.to_string(), verbose: false }, Some(self.timeout));
+        let resp = self.call("PodSandboxStatus", Some(self.timeout), c.pod_sandbox_status(r)).await?;
+        resp.status.ok_or(CriError::NotFound { op: "PodSandboxStatus", message: format!("sandbox {id}") })
+    }
+
+    async fn list_pod_sandbox(&self, filter: Option<api::PodSandboxFilter>) -> CriResult<Vec<api::PodSandbox>> {
+        let mut c = self.runtime.clone();
+        let r = self.req(api::ListPodSandboxRequest { filter }, Some(self.timeout));
+        Ok(self.call("ListPodSandbox", Some(self.timeout), c.list_pod_sandbox(r)).await?.items)
+    }
+
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: api::ContainerConfig,
+        sandbox_config: api::PodSandboxConfig,
+    ) -> CriResult<String> {
+        let mut c = self.runtime.clone();
+        let r = self.req(
+            api::CreateContainerRequest {
+                pod_sandbox_id: sandbox_id.to_string(),
+                config: Some(config),
+                sandbox_config: Some(sandbox_config),
+            },
+            Some(self.timeout),
+        );
+        Ok(self.call("CreateContainer", Some(self.timeout), c.create_container(r)).await?.container_id)
+    }
+
+    async fn start_container(&self, id: &str) -> CriResult<()> {
+        let mut c = self.runtime.clone();
+        let r = self.req(api::StartContainerRequest { container_id: id.to_string() }, Some(self.timeout));
+        self.call("StartContainer", Some(self.timeout), c.start_container(r)).await.map(|_| ())
+    }
+
+    async fn stop_container(&self, id: &str, timeout: i64) -> CriResult<()> {
+        let mut c = self.runtime.clone();
+        let t = self.timeout + Duration::from_secs(timeout.max(0) as u64);
+        let r = self.req(api::StopContainerRequest { container_id: id.to_string(), timeout }, Some(t));
+        self.call("StopContainer", Some(t), c.stop_container(r)).await.map(|_| ())
+    }
+
+    async fn remove_container(&self, id: &str) -> CriResult<()> {
+        let mut c = self.runtime.clone();
+        let r = self.req(api::RemoveContainerRequest { container_id: id.to_string() }, Some(self.timeout));
+        self.call("RemoveContainer", Some(self.timeout), c.remove_container(r)).await.map(|_| ())
+    }
+
+    async fn list_containers(&self, filter: Option<api::ContainerFilter>) -> CriResult<Vec<api::Container>> {
+        let mut c = self.runtime.clone();
+        let r = self.req(api::ListContainersRequest { filter }, Some(self.timeout));
+        Ok(self.call("ListContainers", Some(self.timeout), c.list_containers(r)).await?.containers)
+    }
+
+    async fn container_status(&self, id: &str) -> CriResult<api::ContainerStatus> {
+        let mut c = self.runtime.clone();
+        let r =
+            self.req(api::ContainerStatusRequest { container_id: id.to_string(), verbose: false }, Some(self.timeout));
+        let resp = self.call("ContainerStatus", Some(self.timeout), c.container_status(r)).await?;
+        resp.status.ok_or(CriError::NotFound { op: "ContainerStatus", message: format!("container {id}") })
+    }
+}
+
+#[async_trait]
+impl ImageService for RemoteRuntime {
+    async fn list_images(&self, filter: Option<api::ImageFilter>) -> CriResult<Vec<api::Image>> {
+        let mut c = self.images.clone();
+        let r = self.req(api::ListImagesRequest { filter }, Some(self.timeout));
+        Ok(self.call("ListImages", Some(self.timeout), c.list_images(r)).await?.images)
+    }
+
+    async fn image_status(&self, image: api::ImageSpec) -> CriResult<Option<api::Image>> {
+        let mut c = self.images.clone();
+        let r = self.req(api::ImageStatusRequest { image: Some(image), verbose: false }, Some(self.timeout));
+        Ok(self.call("ImageStatus", Some(self.timeout), c.image_status(r)).await?.image)
+    }
+
+    async fn pull_image(
+        &self,
+        image: api::ImageSpec,
+        auth: Option<api::AuthConfig>,
+        sandbox_config: Option<api::PodSandboxConfig>,
+    ) -> CriResult<String> {
+        let mut c = self.images.clone();
+        let r = self.req(api::PullImageRequest { image: Some(image), auth, sandbox_config }, None);
+        Ok(self.call("PullImage", None, c.pull_image(r)).await?.image_ref)
+    }
+
+    async fn remove_image(&self, image: api::ImageSpec) -> CriResult<()> {
+        let mut c = self.images.clone();
+        let r = self.req(api::RemoveImageRequest { image: Some(image) }, Some(self.timeout));
+        self.call("RemoveImage", Some(self.timeout), c.remove_image(r)).await.map(|_| ())
+    }
+}

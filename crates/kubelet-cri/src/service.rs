@@ -1,0 +1,60 @@
+//! The CRI service traits (`k8s.io/cri-api/pkg/apis/services.go`), with prost types as arguments.
+
+use async_trait::async_trait;
+
+use crate::CriResult;
+use crate::api;
+
+/// Pod sandbox and container lifecycle (`RuntimeService`).
+#[async_trait]
+pub trait RuntimeService: Send + Sync + 'static {
+    /// Runtime name and versions.
+    async fn version(&self) -> CriResult<api::VersionResponse>;
+    /// Runtime conditions (RuntimeReady, NetworkReady).
+    async fn status(&self) -> CriResult<api::RuntimeStatus>;
+    /// Creates and starts a sandbox; returns its ID.
+    async fn run_pod_sandbox(&self, config: api::PodSandboxConfig, runtime_handler: &str) -> CriResult<String>;
+    /// Stops a sandbox (its containers are stopped with it); idempotent.
+    async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()>;
+    /// Removes a stopped sandbox and its containers; idempotent.
+    async fn remove_pod_sandbox(&self, id: &str) -> CriResult<()>;
+    /// Status of a sandbox.
+    async fn pod_sandbox_status(&self, id: &str) -> CriResult<api::PodSandboxStatus>;
+    /// Sandboxes matching the filter.
+    async fn list_pod_sandbox(&self, filter: Option<api::PodSandboxFilter>) -> CriResult<Vec<api::PodSandbox>>;
+    /// Creates a container in a sandbox; returns its ID.
+    async fn create_container(
+        &self,
+        sandbox_id: &str,
+        config: api::ContainerConfig,
+        sandbox_config: api::PodSandboxConfig,
+    ) -> CriResult<String>;
+    /// Starts a created container.
+    async fn start_container(&self, id: &str) -> CriResult<()>;
+    /// Stops a container: stop signal, then SIGKILL after `timeout` seconds; idempotent.
+    async fn stop_container(&self, id: &str, timeout: i64) -> CriResult<()>;
+    /// Removes a container; idempotent.
+    async fn remove_container(&self, id: &str) -> CriResult<()>;
+    /// Containers matching the filter.
+    async fn list_containers(&self, filter: Option<api::ContainerFilter>) -> CriResult<Vec<api::Container>>;
+    /// Status of a container.
+    async fn container_status(&self, id: &str) -> CriResult<api::ContainerStatus>;
+}
+
+/// Image management (`ImageManagerService`).
+#[async_trait]
+pub trait ImageService: Send + Sync + 'static {
+    /// Images matching the filter.
+    async fn list_images(&self, filter: Option<api::ImageFilter>) -> CriResult<Vec<api::Image>>;
+    /// The image, or `None` if it is not present.
+    async fn image_status(&self, image: api::ImageSpec) -> CriResult<Option<api::Image>>;
+    /// Pulls an image; returns its reference (image ID or digest).
+    async fn pull_image(
+        &self,
+        image: api::ImageSpec,
+        auth: Option<api::AuthConfig>,
+        sandbox_config: Option<api::PodSandboxConfig>,
+    ) -> CriResult<String>;
+    /// Removes an image; idempotent.
+    async fn remove_image(&self, image: api::ImageSpec) -> CriResult<()>;
+}

@@ -1,0 +1,22 @@
+//! Generated gRPC bindings for the APIs rkubelet speaks.
+//!
+//! [`runtime::v1`] mirrors the Go package `k8s.io/cri-api/pkg/apis/runtime/v1`
+//! (the Container Runtime Interface, protobuf package `runtime.v1`, as published
+//! for Kubernetes 1.34). It is generated at build time by `tonic-prost-build`
+//! from `proto/cri/runtime/v1/api.proto` and contains:
+//!
+//! * prost message and enum types (e.g. `PodSandboxConfig`, `ContainerState`),
+//! * tonic clients: `runtime_service_client::RuntimeServiceClient` and
+//!   `image_service_client::ImageServiceClient`,
+//! * tonic servers: the `runtime_service_server::RuntimeService` and
+//!   `image_service_server::ImageService` traits with their
+//!   `RuntimeServiceServer` / `ImageServiceServer` wrappers.
+
+/// The CRI protobuf package `runtime`.
+pub mod runtime {
+    /// CRI `runtime.v1`: mirrors `k8s.io/cri-api/pkg/apis/runtime/v1`.
+    #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all, unreachable_pub, unused_qualifications)]
+    pub mod v1 {
+        tonic::include_proto!("runtime.v1");
+    }
+}

@@ -1,0 +1,413 @@
+//! CRI configs from a pod spec: the sandbox (`kuberuntime_sandbox.go` generatePodSandboxConfig,
+//! `pkg/kubelet/network/dns/dns.go`) and each container (`kuberuntime_container.go` generateContainerConfig,
+//! `kuberuntime_container_linux.go`).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use kubelet_cri::api;
+
+use crate::labels;
+use crate::manager::RuntimeManagerConfig;
+use crate::qos::{self, QosClass, parse_quantity};
+
+/// Upstream's limits on resolv.conf (`validation.MaxDNSSearchPaths`, `MaxDNSNameservers`).
+const MAX_DNS_SEARCH: usize = 32;
+const MAX_DNS_NAMESERVERS: usize = 3;
+
+/// `/var/log/pods/<namespace>_<name>_<uid>`.
+pub fn pod_log_dir(root: &Path, pod: &Pod) -> PathBuf {
+    root.join(format!(
+        "{}_{}_{}",
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        pod.metadata.name.as_deref().unwrap_or(""),
+        pod.metadata.uid.as_deref().unwrap_or("")
+    ))
+}
+
+/// The `/var/log/containers` link name of a container: `<pod>_<namespace>_<container>-<containerID>.log`.
+pub fn container_log_link(root: &Path, pod: &Pod, container: &str, id: &str) -> PathBuf {
+    root.join(format!(
+        "{}_{}_{}-{}.log",
+        pod.metadata.name.as_deref().unwrap_or(""),
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        container,
+        id
+    ))
+}
+
+fn spec(pod: &Pod) -> &PodSpec {
+    static EMPTY: std::sync::OnceLock<PodSpec> = std::sync::OnceLock::new();
+    pod.spec.as_ref().unwrap_or_else(|| EMPTY.get_or_init(PodSpec::default))
+}
+
+/// Whether the pod uses the host's network namespace.
+pub fn host_network(pod: &Pod) -> bool {
+    spec(pod).host_network.unwrap_or(false)
+}
+
+fn namespace_options(pod: &Pod) -> api::NamespaceOption {
+    let s = spec(pod);
+    let node = api::NamespaceMode::Node as i32;
+    let pod_mode = api::NamespaceMode::Pod as i32;
+    api::NamespaceOption {
+        network: if host_network(pod) { node } else { pod_mode },
+        pid: if s.host_pid.unwrap_or(false) {
+            node
+        } else if s.share_process_namespace.unwrap_or(false) {
+            pod_mode
+        } else {
+            api::NamespaceMode::Container as i32
+        },
+        ipc: if s.host_ipc.unwrap_or(false) { node } else { pod_mode },
+        ..Default::default()
+    }
+}
+
+/// The network namespace mode a sandbox of this pod must have.
+pub fn network_mode(pod: &Pod) -> i32 {
+    namespace_options(pod).network
+}
+
+/// Parses a resolv.conf into nameservers, searches and options.
+pub fn parse_resolv_conf(text: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
+    let (mut ns, mut search, mut opts) = (vec![], vec![], vec![]);
+    for line in text.lines() {
+        let line = line.split(['#', ';']).next().unwrap_or("");
+        let mut f = line.split_whitespace();
+        match f.next() {
+            Some("nameserver") => ns.extend(f.next().map(str::to_string)),
+            Some("search") => search = f.map(str::to_string).collect(),
+            Some("domain") => search = f.next().map(|d| vec![d.to_string()]).unwrap_or_default(),
+            Some("options") => opts.extend(f.map(str::to_string)),
+            _ => {}
+        }
+    }
+    (ns, search, opts)
+}
+
+/// The sandbox DNS config for the pod's dnsPolicy (`dns.go` GetPodDNS).
+pub fn dns_config(cfg: &RuntimeManagerConfig, pod: &Pod) -> api::DnsConfig {
+    let s = spec(pod);
+    let policy = s.dns_policy.as_deref().unwrap_or("ClusterFirst");
+    let host = || {
+        let text = cfg.resolv_conf.as_ref().and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
+        parse_resolv_conf(&text)
+    };
+    let cluster = |ns: &str| {
+        let d = &cfg.cluster_domain;
+        let mut search = vec![format!("{ns}.svc.{d}"), format!("svc.{d}"), d.clone()];
+        search.extend(host().1);
+        (cfg.cluster_dns.clone(), search, vec!["ndots:5".to_string()])
+    };
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let use_cluster = !cfg.cluster_dns.is_empty()
+        && match policy {
+            "ClusterFirst" => !host_network(pod),
+            "ClusterFirstWithHostNet" => true,
+            _ => false,
+        };
+    let (mut servers, mut searches, mut options) = match policy {
+        "None" => (vec![], vec![], vec![]),
+        _ if use_cluster => cluster(ns),
+        // Default, or ClusterFirst without clusterDNS configured: the node's resolv.conf.
+        _ => host(),
+    };
+    if let Some(dc) = s.dns_config.as_ref() {
+        for n in dc.nameservers.iter().flatten() {
+            if !servers.contains(n) {
+                servers.push(n.clone());
+            }
+        }
+        for d in dc.searches.iter().flatten() {
+            if !searches.contains(d) {
+                searches.push(d.clone());
+            }
+        }
+        for o in dc.options.iter().flatten() {
+            let name = o.name.clone().unwrap_or_default();
+            options.retain(|x: &String| x.split(':').next() != Some(name.as_str()));
+            options.push(match &o.value {
+                Some(v) => format!("{name}:{v}"),
+                None => name,
+            });
+        }
+    }
+    servers.truncate(MAX_DNS_NAMESERVERS);
+    searches.truncate(MAX_DNS_SEARCH);
+    api::DnsConfig { servers, searches, options }
+}
+
+fn port_mappings(pod: &Pod) -> Vec<api::PortMapping> {
+    let mut out = vec![];
+    for c in &spec(pod).containers {
+        for p in c.ports.iter().flatten() {
+            let host_port = p.host_port.unwrap_or(0);
+            if host_port <= 0 && !host_network(pod) {
+                continue;
+            }
+            let protocol = match p.protocol.as_deref() {
+                Some("UDP") => api::Protocol::Udp,
+                Some("SCTP") => api::Protocol::Sctp,
+                _ => api::Protocol::Tcp,
+            } as i32;
+            out.push(api::PortMapping {
+                protocol,
+                container_port: p.container_port,
+                host_port,
+                host_ip: p.host_ip.clone().unwrap_or_default(),
+            });
+        }
+    }
+    out
+}
+
+/// The pod's hostname (`spec.hostname`, else the pod name, cut to 63 characters); empty for host network.
+pub fn pod_hostname(pod: &Pod) -> String {
+    if host_network(pod) {
+        return String::new();
+    }
+    let mut h = spec(pod).hostname.clone().unwrap_or_else(|| pod.metadata.name.clone().unwrap_or_default());
+    if h.len() > 63 {
+        h.truncate(63);
+        while h.ends_with(['-', '.']) {
+            h.pop();
+        }
+    }
+    h
+}
+
+/// The cgroup parent of the pod, or empty when the kubelet does not manage pod cgroups.
+pub fn cgroup_parent(cfg: &RuntimeManagerConfig, pod: &Pod) -> String {
+    if !cfg.cgroups_per_qos {
+        return String::new();
+    }
+    qos::pod_cgroup_parent(qos::pod_qos(pod), pod.metadata.uid.as_deref().unwrap_or(""))
+}
+
+/// The `PodSandboxConfig` of a pod for sandbox `attempt`.
+pub fn sandbox_config(cfg: &RuntimeManagerConfig, pod: &Pod, attempt: u32) -> api::PodSandboxConfig {
+    let s = spec(pod);
+    let psc = s.security_context.as_ref();
+    let privileged = s
+        .containers
+        .iter()
+        .chain(s.init_containers.iter().flatten())
+        .any(|c| c.security_context.as_ref().and_then(|sc| sc.privileged).unwrap_or(false));
+    let sysctls: HashMap<String, String> =
+        psc.and_then(|p| p.sysctls.as_ref()).into_iter().flatten().map(|s| (s.name.clone(), s.value.clone())).collect();
+    api::PodSandboxConfig {
+        metadata: Some(api::PodSandboxMetadata {
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            attempt,
+        }),
+        hostname: pod_hostname(pod),
+        log_directory: pod_log_dir(&cfg.pod_logs_dir, pod).to_string_lossy().into_owned(),
+        dns_config: Some(dns_config(cfg, pod)),
+        port_mappings: port_mappings(pod),
+        labels: labels::sandbox_labels(pod),
+        annotations: labels::sandbox_annotations(pod),
+        linux: Some(api::LinuxPodSandboxConfig {
+            cgroup_parent: cgroup_parent(cfg, pod),
+            security_context: Some(api::LinuxSandboxSecurityContext {
+                namespace_options: Some(namespace_options(pod)),
+                run_as_user: psc.and_then(|p| p.run_as_user).map(|value| api::Int64Value { value }),
+                run_as_group: psc.and_then(|p| p.run_as_group).map(|value| api::Int64Value { value }),
+                supplemental_groups: psc.and_then(|p| p.supplemental_groups.clone()).unwrap_or_default(),
+                privileged,
+                ..Default::default()
+            }),
+            sysctls,
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// `$(VAR)` expansion with `$$` escaping (`third_party/forked/golang/expansion`).
+pub fn expand(input: &str, vars: &HashMap<String, String>) -> String {
+    let b = input.as_bytes();
+    let mut out = String::with_capacity(input.len());
+    let mut i = 0;
+    let mut last = 0;
+    while i < b.len() {
+        if b[i] == b'$' && i + 1 < b.len() {
+            out.push_str(&input[last..i]);
+            match b[i + 1] {
+                b'$' => {
+                    out.push('$');
+                    i += 2;
+                }
+                b'(' => match input[i + 2..].find(')') {
+                    Some(end) => {
+                        let name = &input[i + 2..i + 2 + end];
+                        match vars.get(name) {
+                            Some(v) => out.push_str(v),
+                            None => out.push_str(&input[i..i + 3 + end]),
+                        }
+                        i += 3 + end;
+                    }
+                    None => {
+                        out.push_str(&input[i..]);
+                        i = b.len();
+                    }
+                },
+                _ => {
+                    out.push_str(&input[i..i + 2]);
+                    i += 2;
+                }
+            }
+            last = i;
+        } else {
+            i += 1;
+        }
+    }
+    if last < b.len() {
+        out.push_str(&input[last..]);
+    }
+    out
+}
+
+/// Environment of a container: literal values, expanded in order (references to secrets, config maps and
+/// fields come with the volume and API work).
+pub fn container_env(c: &Container) -> Vec<api::KeyValue> {
+    let mut vars: HashMap<String, String> = HashMap::new();
+    let mut out = vec![];
+    for e in c.env.iter().flatten() {
+        let v = expand(e.value.as_deref().unwrap_or(""), &vars);
+        vars.insert(e.name.clone(), v.clone());
+        out.push(api::KeyValue { key: e.name.clone(), value: v });
+    }
+    out
+}
+
+fn linux_resources(cfg: &RuntimeManagerConfig, pod: &Pod, c: &Container) -> api::LinuxContainerResources {
+    let req = c.resources.as_ref().and_then(|r| r.requests.as_ref());
+    let lim = c.resources.as_ref().and_then(|r| r.limits.as_ref());
+    let get =
+        |m: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
+         k: &str| m.and_then(|m| m.get(k)).and_then(|q| parse_quantity(&q.0));
+    let cpu_req = get(req, "cpu").or_else(|| get(lim, "cpu"));
+    let cpu_lim = get(lim, "cpu");
+    let mem_lim = get(lim, "memory");
+    // cpu.shares: 1024 per cpu, minimum 2 (`MilliCPUToShares`).
+    let cpu_shares = match cpu_req {
+        Some(c) if c > 0.0 => ((c * 1024.0).round() as i64).max(2),
+        _ => 2,
+    };
+    let period = cfg.cpu_cfs_quota_period_us;
+    let (cpu_quota, cpu_period) = match cpu_lim {
+        Some(l) if cfg.cpu_cfs_quota && l > 0.0 => {
+            ((((l * 1000.0) * period as f64) / 1000.0).round().max(1000.0) as i64, period)
+        }
+        _ => (0, 0),
+    };
+    let qos = qos::pod_qos(pod);
+    // OOM score: -997 for Guaranteed, 1000 for BestEffort, scaled by memory request for Burstable
+    // (`pkg/kubelet/qos/policy.go`); the runtime may refuse negative values (restrict_oom_score_adj).
+    let oom_score_adj = match qos {
+        QosClass::Guaranteed => -997,
+        QosClass::BestEffort => 1000,
+        QosClass::Burstable => {
+            let mem_req = get(req, "memory").unwrap_or(0.0);
+            let cap = cfg.memory_capacity.max(1) as f64;
+            let adj = 1000 - ((1000.0 * mem_req) / cap) as i64;
+            adj.clamp(3, 999)
+        }
+    };
+    api::LinuxContainerResources {
+        cpu_shares,
+        cpu_quota,
+        cpu_period,
+        memory_limit_in_bytes: mem_lim.map(|m| m as i64).unwrap_or(0),
+        oom_score_adj,
+        ..Default::default()
+    }
+}
+
+fn container_security(pod: &Pod, c: &Container) -> api::LinuxContainerSecurityContext {
+    let psc = spec(pod).security_context.as_ref();
+    let sc = c.security_context.as_ref();
+    let caps = sc.and_then(|s| s.capabilities.as_ref());
+    api::LinuxContainerSecurityContext {
+        capabilities: caps.map(|c| api::Capability {
+            add_capabilities: c.add.clone().unwrap_or_default(),
+            drop_capabilities: c.drop.clone().unwrap_or_default(),
+            ..Default::default()
+        }),
+        privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
+        namespace_options: Some(namespace_options(pod)),
+        run_as_user: sc
+            .and_then(|s| s.run_as_user)
+            .or_else(|| psc.and_then(|p| p.run_as_user))
+            .map(|value| api::Int64Value { value }),
+        run_as_group: sc
+            .and_then(|s| s.run_as_group)
+            .or_else(|| psc.and_then(|p| p.run_as_group))
+            .map(|value| api::Int64Value { value }),
+        readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem).unwrap_or(false),
+        supplemental_groups: psc.and_then(|p| p.supplemental_groups.clone()).unwrap_or_default(),
+        no_new_privs: sc.and_then(|s| s.allow_privilege_escalation).map(|a| !a).unwrap_or(false),
+        ..Default::default()
+    }
+}
+
+/// The `ContainerConfig` of a container at `restart_count`. `mounts` are the kubelet-managed mounts
+/// (etc-hosts, termination log).
+pub fn container_config(
+    cfg: &RuntimeManagerConfig,
+    pod: &Pod,
+    c: &Container,
+    restart_count: i32,
+    mounts: Vec<api::Mount>,
+) -> api::ContainerConfig {
+    let env = container_env(c);
+    let vars: HashMap<String, String> = env.iter().map(|kv| (kv.key.clone(), kv.value.clone())).collect();
+    let exp = |v: &Option<Vec<String>>| v.iter().flatten().map(|s| expand(s, &vars)).collect::<Vec<_>>();
+    let image = c.image.clone().unwrap_or_default();
+    api::ContainerConfig {
+        metadata: Some(api::ContainerMetadata { name: c.name.clone(), attempt: restart_count as u32 }),
+        image: Some(api::ImageSpec { image: image.clone(), user_specified_image: image, ..Default::default() }),
+        command: exp(&c.command),
+        args: exp(&c.args),
+        working_dir: c.working_dir.clone().unwrap_or_default(),
+        envs: env,
+        mounts,
+        labels: labels::container_labels(pod, c),
+        annotations: labels::container_annotations(pod, c, restart_count),
+        log_path: format!("{}/{}.log", c.name, restart_count),
+        stdin: c.stdin.unwrap_or(false),
+        stdin_once: c.stdin_once.unwrap_or(false),
+        tty: c.tty.unwrap_or(false),
+        linux: Some(api::LinuxContainerConfig {
+            resources: Some(linux_resources(cfg, pod, c)),
+            security_context: Some(container_security(pod, c)),
+        }),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expansion_as_upstream() {
+        let vars: HashMap<String, String> = [("A".to_string(), "x".to_string())].into();
+        assert_eq!(expand("$(A)-$(B)-$$(A)-$$-$A", &vars), "x-$(B)-$(A)-$-$A");
+        assert_eq!(expand("tail $(A", &vars), "tail $(A");
+        assert_eq!(expand("", &vars), "");
+    }
+
+    #[test]
+    fn resolv_conf_parsing() {
+        let (ns, s, o) =
+            parse_resolv_conf("# c\nnameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch a b\noptions ndots:2 edns0\n");
+        assert_eq!(ns, vec!["1.1.1.1", "8.8.8.8"]);
+        assert_eq!(s, vec!["a", "b"]);
+        assert_eq!(o, vec!["ndots:2", "edns0"]);
+    }
+}

@@ -1,0 +1,23 @@
+//! kuberuntime: how rkubelet drives a CRI runtime (`pkg/kubelet/kuberuntime`), plus the generic PLEG
+//! (`pkg/kubelet/pleg/generic.go`) and crash-loop back-off (`k8s.io/client-go/util/flowcontrol/backoff.go`).
+//!
+//! The pod workers of the core call [`RuntimeManager::sync_pod`] and [`RuntimeManager::kill_pod`], one call
+//! at a time per pod; the PLEG calls [`RuntimeManager::get_pods`] every relist period. Errors are returned to
+//! the caller, who retries at the next sync: nothing here loops forever or panics on a runtime failure.
+
+pub mod actions;
+pub mod backoff;
+pub mod cache;
+pub mod config_gen;
+pub mod hash;
+pub mod labels;
+pub mod manager;
+pub mod pleg;
+pub mod qos;
+pub mod reasons;
+
+pub use backoff::Backoff;
+pub use cache::PodCache;
+pub use manager::{RuntimeManager, RuntimeManagerConfig, SyncError, SyncResult};
+pub use pleg::{GenericPleg, PlegHealth};
+pub use reasons::ReasonCache;

@@ -1,0 +1,827 @@
+//! The runtime manager (`pkg/kubelet/kuberuntime/kuberuntime_manager.go`, `kuberuntime_container.go`,
+//! `kuberuntime_sandbox.go`, `kuberuntime_image.go`): lists and inspects pods through CRI, syncs a pod to its
+//! spec and kills it.
+//!
+//! Called by the pod workers (one call at a time per pod, never concurrently for the same pod) and by the PLEG.
+//! Every failure is returned as a [`SyncError`] with upstream's reason (`CrashLoopBackOff`, `ErrImagePull`,
+//! `CreateContainerError`, ...); the reason is also kept in the [`ReasonCache`] for the pod status. The caller
+//! retries at its next sync.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kubelet_cri::{CriError, CriResult, ImageService, RuntimeService, api};
+use kubelet_types::pod_update::pod_ref;
+use kubelet_types::{
+    Clock, ContainerState, ContainerStatus, PodStatus, PodUid, RuntimeContainer, RuntimePod, SandboxState,
+    SandboxStatus, labels as keys,
+};
+use tracing::{debug, info, warn};
+
+use crate::actions::{PodActions, compute_pod_actions};
+use crate::labels::container_info;
+use crate::reasons::ReasonCache;
+use crate::{Backoff, config_gen};
+
+/// Crash-loop back-off: 10 s doubling to 300 s (`kubelet.go` backOffPeriod, MaxContainerBackOff).
+pub const CRASH_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
+/// Maximum crash-loop back-off.
+pub const CRASH_BACKOFF_MAX: Duration = Duration::from_secs(300);
+/// The minimum grace period of a container kill (`minimumGracePeriodInSeconds`).
+pub const MIN_GRACE_PERIOD_SECONDS: i64 = 2;
+
+/// What the runtime manager needs of the kubelet configuration.
+#[derive(Debug, Clone)]
+pub struct RuntimeManagerConfig {
+    /// `/var/log/pods`.
+    pub pod_logs_dir: PathBuf,
+    /// `/var/log/containers`.
+    pub container_logs_dir: PathBuf,
+    /// `--root-dir` (`/var/lib/kubelet`); pod directories are `<root>/pods/<uid>`.
+    pub root_dir: PathBuf,
+    /// `clusterDNS`.
+    pub cluster_dns: Vec<String>,
+    /// `clusterDomain`.
+    pub cluster_domain: String,
+    /// `resolvConf` (None: empty).
+    pub resolv_conf: Option<PathBuf>,
+    /// `cgroupsPerQOS`.
+    pub cgroups_per_qos: bool,
+    /// `cpuCFSQuota`.
+    pub cpu_cfs_quota: bool,
+    /// `cpuCFSQuotaPeriod` in microseconds.
+    pub cpu_cfs_quota_period_us: i64,
+    /// Node memory capacity in bytes (for OOM score of Burstable pods).
+    pub memory_capacity: u64,
+}
+
+impl Default for RuntimeManagerConfig {
+    fn default() -> Self {
+        Self {
+            pod_logs_dir: "/var/log/pods".into(),
+            container_logs_dir: "/var/log/containers".into(),
+            root_dir: "/var/lib/kubelet".into(),
+            cluster_dns: vec![],
+            cluster_domain: "cluster.local".into(),
+            resolv_conf: Some("/etc/resolv.conf".into()),
+            cgroups_per_qos: true,
+            cpu_cfs_quota: true,
+            cpu_cfs_quota_period_us: 100_000,
+            memory_capacity: 8 << 30,
+        }
+    }
+}
+
+/// One failed step of a sync.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{action} {target}: {reason}: {message}")]
+pub struct SyncError {
+    /// `StartContainer`, `KillContainer`, `CreatePodSandbox`, `KillPodSandbox`, `ConfigPodSandbox`.
+    pub action: &'static str,
+    /// The container name or the pod.
+    pub target: String,
+    /// Upstream's brief reason.
+    pub reason: String,
+    /// Human message.
+    pub message: String,
+}
+
+/// Outcome of a sync: the failed steps (empty means success).
+#[derive(Debug, Clone, Default)]
+pub struct SyncResult {
+    /// Failed steps.
+    pub errors: Vec<SyncError>,
+    /// Containers started by this sync, by name.
+    pub started: Vec<String>,
+}
+
+impl SyncResult {
+    /// Whether every step succeeded.
+    pub fn ok(&self) -> bool {
+        self.errors.is_empty()
+    }
+
+    /// Whether the only failures are back-offs (not worth logging as errors).
+    pub fn only_backoff(&self) -> bool {
+        self.errors.iter().all(|e| e.reason == "CrashLoopBackOff" || e.reason == "ImagePullBackOff")
+    }
+}
+
+/// The runtime manager.
+pub struct RuntimeManager {
+    runtime: Arc<dyn RuntimeService>,
+    images: Arc<dyn ImageService>,
+    cfg: RuntimeManagerConfig,
+    crash_backoff: Backoff,
+    image_backoff: Backoff,
+    reasons: Arc<ReasonCache>,
+    runtime_name: OnceLock<String>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for RuntimeManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RuntimeManager").field("cfg", &self.cfg).finish()
+    }
+}
+
+fn ns_to_system_time(ns: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(ns.max(0) as u64)
+}
+
+fn container_state(s: i32) -> ContainerState {
+    match api::ContainerState::try_from(s) {
+        Ok(api::ContainerState::ContainerCreated) => ContainerState::Created,
+        Ok(api::ContainerState::ContainerRunning) => ContainerState::Running,
+        Ok(api::ContainerState::ContainerExited) => ContainerState::Exited,
+        _ => ContainerState::Unknown,
+    }
+}
+
+fn sandbox_state(s: i32) -> SandboxState {
+    if s == api::PodSandboxState::SandboxReady as i32 { SandboxState::Ready } else { SandboxState::NotReady }
+}
+
+fn uid_filter_sandbox(uid: &PodUid) -> api::PodSandboxFilter {
+    api::PodSandboxFilter { label_selector: [(keys::POD_UID.to_string(), uid.0.clone())].into(), ..Default::default() }
+}
+
+fn uid_filter_container(uid: &PodUid) -> api::ContainerFilter {
+    api::ContainerFilter { label_selector: [(keys::POD_UID.to_string(), uid.0.clone())].into(), ..Default::default() }
+}
+
+/// Default pull policy of an image (`Always` for `:latest` or no tag, else `IfNotPresent`).
+pub fn default_pull_policy(image: &str) -> &'static str {
+    let name = image.rsplit('/').next().unwrap_or(image);
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    match name.split_once(':') {
+        Some((_, "latest")) | None => "Always",
+        Some(_) => "IfNotPresent",
+    }
+}
+
+impl RuntimeManager {
+    /// A manager over the given services.
+    pub fn new(
+        runtime: Arc<dyn RuntimeService>,
+        images: Arc<dyn ImageService>,
+        cfg: RuntimeManagerConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            runtime,
+            images,
+            cfg,
+            crash_backoff: Backoff::new(CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX, clock.clone()),
+            image_backoff: Backoff::new(CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX, clock.clone()),
+            clock,
+            reasons: Arc::new(ReasonCache::default()),
+            runtime_name: OnceLock::new(),
+        }
+    }
+
+    /// The runtime service.
+    pub fn runtime(&self) -> &Arc<dyn RuntimeService> {
+        &self.runtime
+    }
+
+    /// The start failures of containers, for status.
+    pub fn reasons(&self) -> &Arc<ReasonCache> {
+        &self.reasons
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RuntimeManagerConfig {
+        &self.cfg
+    }
+
+    /// The runtime's name for container IDs (`containerd://...`), asked once.
+    pub async fn runtime_name(&self) -> CriResult<String> {
+        if let Some(n) = self.runtime_name.get() {
+            return Ok(n.clone());
+        }
+        let v = self.runtime.version().await?;
+        Ok(self.runtime_name.get_or_init(|| v.runtime_name).clone())
+    }
+
+    /// Forgets back-off entries that expired (housekeeping).
+    pub fn gc_backoff(&self) {
+        self.crash_backoff.gc();
+        self.image_backoff.gc();
+    }
+
+    /// Every pod the runtime has (`GetPods`); with `all == false` only running containers and ready sandboxes.
+    pub async fn get_pods(&self, all: bool) -> CriResult<Vec<RuntimePod>> {
+        let sb_filter = (!all).then(|| api::PodSandboxFilter {
+            state: Some(api::PodSandboxStateValue { state: api::PodSandboxState::SandboxReady as i32 }),
+            ..Default::default()
+        });
+        let c_filter = (!all).then(|| api::ContainerFilter {
+            state: Some(api::ContainerStateValue { state: api::ContainerState::ContainerRunning as i32 }),
+            ..Default::default()
+        });
+        let (sandboxes, containers) =
+            tokio::try_join!(self.runtime.list_pod_sandbox(sb_filter), self.runtime.list_containers(c_filter))?;
+        let mut pods: HashMap<String, RuntimePod> = HashMap::new();
+        let mut sb_times: HashMap<String, Vec<i64>> = HashMap::new();
+        for s in sandboxes {
+            let Some(m) = s.metadata.as_ref() else { continue };
+            let uid = s.labels.get(keys::POD_UID).cloned().unwrap_or_else(|| m.uid.clone());
+            let p = pods.entry(uid.clone()).or_insert_with(|| RuntimePod {
+                id: PodUid(uid.clone()),
+                name: m.name.clone(),
+                namespace: m.namespace.clone(),
+                ..Default::default()
+            });
+            p.sandboxes.push((s.id.clone(), sandbox_state(s.state)));
+            sb_times.entry(uid).or_default().push(s.created_at);
+        }
+        for c in containers {
+            let info = container_info(&c.labels, &c.annotations);
+            if info.pod_uid.is_empty() {
+                continue;
+            }
+            let p = pods.entry(info.pod_uid.clone()).or_insert_with(|| RuntimePod {
+                id: PodUid(info.pod_uid.clone()),
+                name: info.pod_name.clone(),
+                namespace: info.pod_namespace.clone(),
+                ..Default::default()
+            });
+            p.containers.push(RuntimeContainer {
+                id: c.id,
+                name: info.name,
+                image: c.image.map(|i| i.image).unwrap_or_default(),
+                image_ref: c.image_ref,
+                hash: info.hash,
+                state: container_state(c.state),
+                created_at: c.created_at,
+            });
+        }
+        let mut out: Vec<RuntimePod> = pods.into_values().collect();
+        for p in &mut out {
+            p.containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+            if let Some(times) = sb_times.get(&p.id.0) {
+                let mut z: Vec<_> = times.iter().copied().zip(p.sandboxes.drain(..)).collect();
+                z.sort_by_key(|s| std::cmp::Reverse(s.0));
+                p.sandboxes = z.into_iter().map(|(_, s)| s).collect();
+            }
+        }
+        Ok(out)
+    }
+
+    /// Full status of one pod (`GetPodStatus`), containers and sandboxes newest first.
+    pub async fn get_pod_status(&self, uid: &PodUid, name: &str, namespace: &str) -> CriResult<PodStatus> {
+        let (sandboxes, containers) = tokio::try_join!(
+            self.runtime.list_pod_sandbox(Some(uid_filter_sandbox(uid))),
+            self.runtime.list_containers(Some(uid_filter_container(uid)))
+        )?;
+        let mut status = PodStatus {
+            id: uid.clone(),
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+            ..Default::default()
+        };
+        let mut sbs = sandboxes;
+        sbs.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+        for (i, s) in sbs.iter().enumerate() {
+            let st = match self.runtime.pod_sandbox_status(&s.id).await {
+                Ok(st) => st,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            };
+            let mut ips = vec![];
+            if let Some(n) = st.network.as_ref() {
+                if !n.ip.is_empty() {
+                    ips.push(n.ip.clone());
+                }
+                ips.extend(n.additional_ips.iter().map(|p| p.ip.clone()));
+            }
+            let host_network = st
+                .linux
+                .as_ref()
+                .and_then(|l| l.namespaces.as_ref())
+                .and_then(|n| n.options.as_ref())
+                .is_some_and(|o| o.network == api::NamespaceMode::Node as i32);
+            if i == 0 && st.state == api::PodSandboxState::SandboxReady as i32 {
+                status.ips = ips.clone();
+            }
+            status.sandbox_statuses.push(SandboxStatus {
+                id: st.id,
+                state: sandbox_state(st.state),
+                created_at: st.created_at,
+                attempt: st.metadata.map(|m| m.attempt).unwrap_or(0),
+                ips,
+                host_network,
+            });
+        }
+        let mut cs = containers;
+        cs.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        for c in cs {
+            let st = match self.runtime.container_status(&c.id).await {
+                Ok(st) => st,
+                Err(e) if e.is_not_found() => continue,
+                Err(e) => return Err(e),
+            };
+            let info = container_info(&st.labels, &st.annotations);
+            status.container_statuses.push(ContainerStatus {
+                id: st.id,
+                name: info.name,
+                state: container_state(st.state),
+                created_at: st.created_at,
+                started_at: st.started_at,
+                finished_at: st.finished_at,
+                exit_code: st.exit_code,
+                image: st.image.map(|i| i.image).unwrap_or_default(),
+                image_ref: st.image_ref,
+                hash: info.hash,
+                restart_count: info.restart_count,
+                reason: st.reason,
+                message: st.message,
+                log_path: st.log_path,
+            });
+        }
+        Ok(status)
+    }
+
+    /// Brings the pod to its spec (`SyncPod`): kill what must go, create the sandbox, start the next init
+    /// container or the app containers.
+    pub async fn sync_pod(&self, pod: &Pod, status: &PodStatus) -> SyncResult {
+        let actions = compute_pod_actions(pod, status);
+        debug!(pod = %pod_ref(pod), ?actions, "computed pod actions");
+        let mut result = SyncResult::default();
+        let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
+
+        if actions.kill_pod {
+            if actions.create_sandbox && !status.sandbox_statuses.is_empty() {
+                info!(pod = %pod_ref(pod), podUID = %uid, "pod sandbox changed, it will be killed and re-created");
+            }
+            if let Err(e) = self.kill_pod(Some(pod), status, None).await {
+                result.errors.push(e);
+                return result;
+            }
+            if actions.create_sandbox {
+                // Init containers of the old sandbox are history: the new sandbox runs them all again.
+                self.remove_init_containers(pod, status, false).await;
+            }
+        } else {
+            for (id, info) in &actions.containers_to_kill {
+                info!(pod = %pod_ref(pod), containerName = %info.name, containerID = %id, message = %info.message, "killing container");
+                if let Err(e) = self.kill_container(Some(pod), id, &info.name, None).await {
+                    result.errors.push(e);
+                    return result;
+                }
+            }
+        }
+        // Keep only the latest instance of each init container.
+        self.remove_init_containers(pod, status, true).await;
+
+        let mut sandbox_id = actions.sandbox_id.clone();
+        let mut pod_ips = status.ips.clone();
+        if actions.create_sandbox {
+            match self.create_sandbox(pod, actions.attempt).await {
+                Ok((id, ips)) => {
+                    sandbox_id = id;
+                    pod_ips = ips;
+                }
+                Err(e) => {
+                    result.errors.push(e);
+                    return result;
+                }
+            }
+        }
+        let sandbox_config = config_gen::sandbox_config(&self.cfg, pod, actions.attempt);
+        self.start_containers(pod, status, &actions, &sandbox_id, &sandbox_config, &pod_ips, &mut result).await;
+        result
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn start_containers(
+        &self,
+        pod: &Pod,
+        status: &PodStatus,
+        actions: &PodActions,
+        sandbox_id: &str,
+        sandbox_config: &api::PodSandboxConfig,
+        pod_ips: &[String],
+        result: &mut SyncResult,
+    ) {
+        let spec = pod.spec.clone().unwrap_or_default();
+        if let Some(i) = actions.next_init_container {
+            let c = &spec.init_containers.as_deref().unwrap_or(&[])[i];
+            match self.start_container(pod, c, status, sandbox_id, sandbox_config, pod_ips).await {
+                Ok(()) => result.started.push(c.name.clone()),
+                Err(e) => result.errors.push(e),
+            }
+            return;
+        }
+        for &i in &actions.containers_to_start {
+            let c = &spec.containers[i];
+            match self.start_container(pod, c, status, sandbox_id, sandbox_config, pod_ips).await {
+                Ok(()) => result.started.push(c.name.clone()),
+                Err(e) => result.errors.push(e),
+            }
+        }
+    }
+
+    async fn create_sandbox(&self, pod: &Pod, attempt: u32) -> Result<(String, Vec<String>), SyncError> {
+        let err = |reason: &str, message: String| SyncError {
+            action: "CreatePodSandbox",
+            target: pod_ref(pod),
+            reason: reason.into(),
+            message,
+        };
+        let config = config_gen::sandbox_config(&self.cfg, pod, attempt);
+        std::fs::create_dir_all(&config.log_directory).map_err(|e| {
+            err("CreatePodSandboxConfigError", format!("create log directory {}: {e}", config.log_directory))
+        })?;
+        let id = self
+            .runtime
+            .run_pod_sandbox(config, "")
+            .await
+            .map_err(|e| err("FailedCreatePodSandBox", format!("failed to create pod sandbox: {e}")))?;
+        info!(pod = %pod_ref(pod), podSandboxID = %id, attempt, "created pod sandbox");
+        let ips = match self.runtime.pod_sandbox_status(&id).await {
+            Ok(st) => {
+                st.network.map(|n| vec![n.ip]).unwrap_or_default().into_iter().filter(|i| !i.is_empty()).collect()
+            }
+            Err(e) => return Err(err("FailedCreatePodSandBox", format!("failed to get pod sandbox status: {e}"))),
+        };
+        Ok((id, ips))
+    }
+
+    fn backoff_key(pod: &Pod, c: &Container) -> String {
+        format!(
+            "{}_{}_{}_{}_{:x}",
+            pod.metadata.name.as_deref().unwrap_or(""),
+            pod.metadata.namespace.as_deref().unwrap_or(""),
+            pod.metadata.uid.as_deref().unwrap_or(""),
+            c.name,
+            crate::hash::hash_container(c)
+        )
+    }
+
+    /// Crash-loop back-off check (`doBackOff`): whether the container must wait before starting again.
+    fn do_backoff(&self, pod: &Pod, c: &Container, status: &PodStatus) -> Option<SyncError> {
+        let exited =
+            status.container_statuses.iter().find(|s| s.name == c.name && s.state == ContainerState::Exited)?;
+        let ts = ns_to_system_time(exited.finished_at);
+        let key = Self::backoff_key(pod, c);
+        if self.crash_backoff.is_in_backoff_since(&key, ts) {
+            let message = format!(
+                "back-off {} restarting failed container={} pod={}_{}({})",
+                humanize(self.crash_backoff.get(&key)),
+                c.name,
+                pod.metadata.name.as_deref().unwrap_or(""),
+                pod.metadata.namespace.as_deref().unwrap_or(""),
+                pod.metadata.uid.as_deref().unwrap_or("")
+            );
+            return Some(SyncError {
+                action: "StartContainer",
+                target: c.name.clone(),
+                reason: "CrashLoopBackOff".into(),
+                message,
+            });
+        }
+        self.crash_backoff.next(&key, ts);
+        None
+    }
+
+    async fn ensure_image(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        sandbox_config: &api::PodSandboxConfig,
+    ) -> Result<String, SyncError> {
+        let image = c.image.clone().unwrap_or_default();
+        let err = |reason: &str, message: String| SyncError {
+            action: "StartContainer",
+            target: c.name.clone(),
+            reason: reason.into(),
+            message,
+        };
+        if image.is_empty() {
+            return Err(err("InvalidImageName", format!("container {} has no image", c.name)));
+        }
+        let policy = c.image_pull_policy.clone().unwrap_or_else(|| default_pull_policy(&image).to_string());
+        let spec = api::ImageSpec { image: image.clone(), user_specified_image: image.clone(), ..Default::default() };
+        let present = self
+            .images
+            .image_status(spec.clone())
+            .await
+            .map_err(|e| err("ErrImageInspect", format!("failed to inspect image {image:?}: {e}")))?;
+        match (policy.as_str(), present) {
+            ("Never", None) => {
+                return Err(err(
+                    "ErrImageNeverPull",
+                    format!("Container image {image:?} is not present with pull policy of Never"),
+                ));
+            }
+            ("Never" | "IfNotPresent", Some(img)) => return Ok(img.id),
+            _ => {}
+        }
+        let key = format!("{}_{}", image, pod.metadata.uid.as_deref().unwrap_or(""));
+        let now = self.clock.now();
+        if self.image_backoff.is_in_backoff_since(&key, now) {
+            return Err(err("ImagePullBackOff", format!("Back-off pulling image {image:?}")));
+        }
+        info!(pod = %pod_ref(pod), containerName = %c.name, image = %image, "pulling image");
+        match self.images.pull_image(spec, None, Some(sandbox_config.clone())).await {
+            Ok(r) => {
+                self.image_backoff.reset(&key);
+                Ok(r)
+            }
+            Err(e) => {
+                self.image_backoff.next(&key, now);
+                Err(err("ErrImagePull", format!("failed to pull image {image:?}: {}", e.message())))
+            }
+        }
+    }
+
+    fn pod_dir(&self, pod: &Pod) -> PathBuf {
+        self.cfg.root_dir.join("pods").join(pod.metadata.uid.as_deref().unwrap_or("_"))
+    }
+
+    /// The kubelet-managed mounts: the termination message file and, for pod-network pods, /etc/hosts.
+    fn managed_mounts(&self, pod: &Pod, c: &Container, pod_ips: &[String]) -> std::io::Result<Vec<api::Mount>> {
+        let dir = self.pod_dir(pod);
+        let mut mounts = vec![];
+        if !config_gen::host_network(pod)
+            && let Some(ip) = pod_ips.first()
+        {
+            let hosts = dir.join("etc-hosts");
+            let hostname = config_gen::pod_hostname(pod);
+            let text = format!(
+                "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n\
+                 fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n{ip}\t{hostname}\n"
+            );
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(&hosts, text)?;
+            mounts.push(api::Mount {
+                container_path: "/etc/hosts".into(),
+                host_path: hosts.to_string_lossy().into_owned(),
+                ..Default::default()
+            });
+        }
+        let path = c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
+        if !path.is_empty() {
+            let cdir = dir.join("containers").join(&c.name);
+            std::fs::create_dir_all(&cdir)?;
+            let file = cdir.join(format!("{:08x}", rand_u32()));
+            std::fs::write(&file, b"")?;
+            mounts.push(api::Mount {
+                container_path: path,
+                host_path: file.to_string_lossy().into_owned(),
+                selinux_relabel: false,
+                ..Default::default()
+            });
+        }
+        Ok(mounts)
+    }
+
+    async fn start_container(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        status: &PodStatus,
+        sandbox_id: &str,
+        sandbox_config: &api::PodSandboxConfig,
+        pod_ips: &[String],
+    ) -> Result<(), SyncError> {
+        let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
+        let res = self.start_container_inner(pod, c, status, sandbox_id, sandbox_config, pod_ips).await;
+        match &res {
+            Ok(()) => self.reasons.remove(&uid, &c.name),
+            Err(e) => self.reasons.add(&uid, &c.name, &e.reason, e.message.clone()),
+        }
+        res
+    }
+
+    async fn start_container_inner(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        status: &PodStatus,
+        sandbox_id: &str,
+        sandbox_config: &api::PodSandboxConfig,
+        pod_ips: &[String],
+    ) -> Result<(), SyncError> {
+        if let Some(e) = self.do_backoff(pod, c, status) {
+            return Err(e);
+        }
+        let err = |reason: &str, message: String| SyncError {
+            action: "StartContainer",
+            target: c.name.clone(),
+            reason: reason.into(),
+            message,
+        };
+        self.ensure_image(pod, c, sandbox_config).await?;
+        let restart_count = status.find_container(&c.name).map(|s| s.restart_count + 1).unwrap_or(0);
+        // A log file left by an earlier instance with the same count (e.g. after a crash) would be appended to.
+        let log_dir = PathBuf::from(&sandbox_config.log_directory).join(&c.name);
+        std::fs::create_dir_all(&log_dir)
+            .map_err(|e| err("CreateContainerConfigError", format!("create {}: {e}", log_dir.display())))?;
+        let mounts = self
+            .managed_mounts(pod, c, pod_ips)
+            .map_err(|e| err("CreateContainerConfigError", format!("prepare kubelet-managed files: {e}")))?;
+        let config = config_gen::container_config(&self.cfg, pod, c, restart_count, mounts);
+        let id = self
+            .runtime
+            .create_container(sandbox_id, config, sandbox_config.clone())
+            .await
+            .map_err(|e| err("CreateContainerError", e.message()))?;
+        self.runtime.start_container(&id).await.map_err(|e| err("RunContainerError", e.message()))?;
+        info!(pod = %pod_ref(pod), containerName = %c.name, containerID = %id, restartCount = restart_count, "started container");
+        // The /var/log/containers link, as upstream: `<pod>_<ns>_<container>-<id>.log` -> the CRI log file.
+        let link = config_gen::container_log_link(&self.cfg.container_logs_dir, pod, &c.name, &id);
+        let target = log_dir.join(format!("{restart_count}.log"));
+        if std::fs::create_dir_all(&self.cfg.container_logs_dir).is_ok() {
+            let _ = std::fs::remove_file(&link);
+            if let Err(e) = std::os::unix::fs::symlink(&target, &link) {
+                warn!(pod = %pod_ref(pod), containerName = %c.name, error = %e, "failed to create container log symlink");
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes init containers of the pod: all of them, or (`keep_latest`) all but the newest of each name,
+    /// never a running one.
+    async fn remove_init_containers(&self, pod: &Pod, status: &PodStatus, keep_latest: bool) {
+        let Some(inits) = pod.spec.as_ref().and_then(|s| s.init_containers.as_ref()) else { return };
+        for ic in inits {
+            let mut seen = false;
+            for s in status.container_statuses.iter().filter(|s| s.name == ic.name) {
+                if keep_latest && !seen {
+                    seen = true;
+                    continue;
+                }
+                if s.state == ContainerState::Running {
+                    continue;
+                }
+                if let Err(e) = self.runtime.remove_container(&s.id).await
+                    && !e.is_not_found()
+                {
+                    warn!(pod = %pod_ref(pod), containerName = %ic.name, error = %e, "failed to remove init container");
+                }
+            }
+        }
+    }
+
+    /// Stops one container with the pod's grace period (`killContainer`).
+    pub async fn kill_container(
+        &self,
+        pod: Option<&Pod>,
+        id: &str,
+        name: &str,
+        grace_override: Option<i64>,
+    ) -> Result<(), SyncError> {
+        let grace = match grace_override {
+            Some(g) => g,
+            None => {
+                let g = pod
+                    .and_then(|p| {
+                        p.metadata
+                            .deletion_grace_period_seconds
+                            .or_else(|| p.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
+                    })
+                    .unwrap_or(30);
+                g.max(MIN_GRACE_PERIOD_SECONDS)
+            }
+        };
+        debug!(containerName = %name, containerID = %id, gracePeriod = grace, "stopping container");
+        match self.runtime.stop_container(id, grace).await {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(SyncError {
+                action: "KillContainer",
+                target: name.to_string(),
+                reason: "KillContainerError".into(),
+                message: e.message(),
+            }),
+        }
+    }
+
+    /// Stops every running container of the pod in parallel, then its sandboxes (`KillPod`). `pod` is None for a
+    /// pod the kubelet only knows from the runtime; the grace period then comes from the container annotations.
+    pub async fn kill_pod(
+        &self,
+        pod: Option<&Pod>,
+        status: &PodStatus,
+        grace_override: Option<i64>,
+    ) -> Result<(), SyncError> {
+        let running: Vec<&ContainerStatus> = status
+            .container_statuses
+            .iter()
+            .filter(|c| matches!(c.state, ContainerState::Running | ContainerState::Unknown | ContainerState::Created))
+            .collect();
+        let kills = running.iter().map(|c| async move {
+            let over =
+                if pod.is_none() && grace_override.is_none() { Some(MIN_GRACE_PERIOD_SECONDS) } else { grace_override };
+            self.kill_container(pod, &c.id, &c.name, over).await
+        });
+        let results = futures_join_all(kills).await;
+        if let Some(e) = results.into_iter().find_map(Result::err) {
+            return Err(e);
+        }
+        for s in status.sandbox_statuses.iter().filter(|s| s.state == SandboxState::Ready) {
+            if let Err(e) = self.runtime.stop_pod_sandbox(&s.id).await
+                && !e.is_not_found()
+            {
+                return Err(SyncError {
+                    action: "KillPodSandbox",
+                    target: format!("{}/{}", status.namespace, status.name),
+                    reason: "KillPodSandboxError".into(),
+                    message: e.message(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every container and sandbox of a pod that no longer runs (`removeContainer`, sandbox GC).
+    pub async fn remove_pod(&self, uid: &PodUid) -> CriResult<()> {
+        let containers = self.runtime.list_containers(Some(uid_filter_container(uid))).await?;
+        for c in containers {
+            match self.runtime.remove_container(&c.id).await {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e),
+            }
+        }
+        let sandboxes = self.runtime.list_pod_sandbox(Some(uid_filter_sandbox(uid))).await?;
+        for s in sandboxes {
+            if s.state == api::PodSandboxState::SandboxReady as i32 {
+                self.runtime.stop_pod_sandbox(&s.id).await.or_else(ignore_not_found)?;
+            }
+            self.runtime.remove_pod_sandbox(&s.id).await.or_else(ignore_not_found)?;
+        }
+        self.reasons.forget_pod(uid);
+        Ok(())
+    }
+
+    /// Removes exited containers of a pod beyond the newest `keep` exited ones per container name (container
+    /// GC, `maxPerPodContainer`), and sandboxes that are not ready and not the newest.
+    pub async fn gc_pod(&self, status: &PodStatus, keep: usize) -> CriResult<()> {
+        let mut count: HashMap<&str, usize> = HashMap::new();
+        for c in status.container_statuses.iter().filter(|c| c.state == ContainerState::Exited) {
+            let n = count.entry(c.name.as_str()).or_default();
+            *n += 1;
+            if *n > keep {
+                self.runtime.remove_container(&c.id).await.or_else(ignore_not_found)?;
+            }
+        }
+        for s in status.sandbox_statuses.iter().skip(1) {
+            if s.state == SandboxState::NotReady {
+                self.runtime.remove_pod_sandbox(&s.id).await.or_else(ignore_not_found)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn ignore_not_found(e: CriError) -> CriResult<()> {
+    if e.is_not_found() { Ok(()) } else { Err(e) }
+}
+
+/// Waits for all futures, in parallel on the current task.
+async fn futures_join_all<F: std::future::Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
+    let futs: Vec<_> = futs.into_iter().map(Box::pin).collect();
+    let mut out = Vec::with_capacity(futs.len());
+    let mut pending: Vec<_> = futs.into_iter().map(Some).collect();
+    let mut results: Vec<Option<F::Output>> = (0..pending.len()).map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut all = true;
+        for (i, f) in pending.iter_mut().enumerate() {
+            if let Some(fut) = f {
+                match fut.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => {
+                        results[i] = Some(v);
+                        *f = None;
+                    }
+                    std::task::Poll::Pending => all = false,
+                }
+            }
+        }
+        if all { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }
+    })
+    .await;
+    out.extend(results.into_iter().flatten());
+    out
+}
+
+/// Go-style duration text (`10s`, `5m0s`).
+pub fn humanize(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 60 { format!("{}m{}s", s / 60, s % 60) } else { format!("{s}s") }
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.finish() as u32
+}

@@ -1,0 +1,246 @@
+//! The generic pod lifecycle event generator (`pkg/kubelet/pleg/generic.go`).
+//!
+//! [`GenericPleg::run`] relists every pod from the runtime each `relist_period` (1 s), compares every
+//! container's and sandbox's state with the previous relist, refreshes the [`PodCache`] of the pods that changed
+//! and sends their events to the sync loop. A relist that fails (runtime down) is logged and retried at the next
+//! period; nothing is lost because the next successful relist compares against the last good one.
+//! [`PlegHealth`] reports unhealthy when no relist has completed for 3 minutes, as upstream.
+//! The task ends when its cancellation token fires.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kubelet_types::{ContainerState, PodLifecycleEvent, PodLifecycleEventType, PodUid, SandboxState};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::{PodCache, RuntimeManager};
+
+/// Relist period (`genericPlegRelistPeriod`).
+pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
+/// A relist older than this makes the PLEG unhealthy (`genericPlegRelistThreshold`).
+pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
+
+/// PLEG's view of one container or sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PlegState {
+    Running,
+    Exited,
+    Unknown,
+}
+
+/// Health of the PLEG, shared with the healthz handler and the node status.
+#[derive(Debug)]
+pub struct PlegHealth {
+    last_relist: Mutex<Instant>,
+    threshold: Duration,
+}
+
+impl PlegHealth {
+    /// Healthy as of now.
+    pub fn new(threshold: Duration) -> Self {
+        Self { last_relist: Mutex::new(Instant::now()), threshold }
+    }
+
+    fn mark(&self) {
+        *self.last_relist.lock().unwrap() = Instant::now();
+    }
+
+    /// `Ok` while the last relist is recent, else upstream's message.
+    pub fn healthy(&self) -> Result<(), String> {
+        let since = self.last_relist.lock().unwrap().elapsed();
+        if since > self.threshold {
+            return Err(format!("pleg was last seen active {since:?} ago; threshold is {:?}", self.threshold));
+        }
+        Ok(())
+    }
+}
+
+/// The generic PLEG.
+pub struct GenericPleg {
+    manager: Arc<RuntimeManager>,
+    cache: Arc<PodCache>,
+    events: mpsc::Sender<PodLifecycleEvent>,
+    health: Arc<PlegHealth>,
+    period: Duration,
+    old: HashMap<PodUid, HashMap<String, PlegState>>,
+    names: HashMap<PodUid, (String, String)>,
+}
+
+impl GenericPleg {
+    /// A PLEG sending to `events` (bounded; a full channel drops that relist's events with a warning, as
+    /// upstream, and the periodic resync repairs it).
+    pub fn new(
+        manager: Arc<RuntimeManager>,
+        cache: Arc<PodCache>,
+        events: mpsc::Sender<PodLifecycleEvent>,
+        health: Arc<PlegHealth>,
+        period: Duration,
+    ) -> Self {
+        Self { manager, cache, events, health, period, old: HashMap::new(), names: HashMap::new() }
+    }
+
+    /// Relists until cancelled.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(self.period);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(e) = self.relist().await {
+                warn!(error = %e, "GenericPLEG: unable to retrieve pods");
+            }
+        }
+    }
+
+    /// One relist: returns the events sent.
+    pub async fn relist(&mut self) -> Result<Vec<PodLifecycleEvent>, kubelet_cri::CriError> {
+        let pods = self.manager.get_pods(true).await?;
+        self.health.mark();
+        let mut new: HashMap<PodUid, HashMap<String, PlegState>> = HashMap::with_capacity(pods.len());
+        for p in &pods {
+            let mut m = HashMap::with_capacity(p.containers.len() + p.sandboxes.len());
+            for c in &p.containers {
+                let st = match c.state {
+                    ContainerState::Running => PlegState::Running,
+                    ContainerState::Exited => PlegState::Exited,
+                    _ => PlegState::Unknown,
+                };
+                m.insert(c.id.clone(), st);
+            }
+            for (id, st) in &p.sandboxes {
+                m.insert(id.clone(), if *st == SandboxState::Ready { PlegState::Running } else { PlegState::Exited });
+            }
+            self.names.insert(p.id.clone(), (p.name.clone(), p.namespace.clone()));
+            new.insert(p.id.clone(), m);
+        }
+        let empty = HashMap::new();
+        let mut all_events = vec![];
+        let uids: Vec<PodUid> =
+            new.keys().chain(self.old.keys()).cloned().collect::<std::collections::HashSet<_>>().into_iter().collect();
+        for uid in uids {
+            let old = self.old.get(&uid).unwrap_or(&empty);
+            let cur = new.get(&uid).unwrap_or(&empty);
+            let mut events = vec![];
+            for id in old.keys().chain(cur.keys().filter(|k| !old.contains_key(*k))) {
+                events.extend(generate_events(&uid, id, old.get(id).copied(), cur.get(id).copied()));
+            }
+            if events.is_empty() {
+                continue;
+            }
+            if cur.is_empty() {
+                self.cache.delete(&uid);
+            } else {
+                let (name, ns) = self.names.get(&uid).cloned().unwrap_or_default();
+                match self.manager.get_pod_status(&uid, &name, &ns).await {
+                    Ok(st) => {
+                        self.cache.set(st);
+                    }
+                    Err(e) => warn!(podUID = %uid, error = %e, "PLEG: failed to inspect pod"),
+                }
+            }
+            all_events.extend(events);
+        }
+        self.names.retain(|u, _| new.contains_key(u));
+        self.old = new;
+        for e in &all_events {
+            debug!(podUID = %e.id, event = ?e.kind, data = %e.data, "PLEG event");
+            if self.events.try_send(e.clone()).is_err() {
+                warn!("event channel is full, discard this relist() cycle event");
+                break;
+            }
+        }
+        Ok(all_events)
+    }
+}
+
+fn generate_events(uid: &PodUid, id: &str, old: Option<PlegState>, new: Option<PlegState>) -> Vec<PodLifecycleEvent> {
+    if old == new {
+        return vec![];
+    }
+    let ev = |kind| PodLifecycleEvent { id: uid.clone(), kind, data: id.to_string() };
+    match new {
+        Some(PlegState::Running) => vec![ev(PodLifecycleEventType::ContainerStarted)],
+        Some(PlegState::Exited) => vec![ev(PodLifecycleEventType::ContainerDied)],
+        // ContainerChanged is not reliable and nobody consumes it: upstream filters it out.
+        Some(PlegState::Unknown) => vec![],
+        None => match old {
+            Some(PlegState::Exited) => vec![ev(PodLifecycleEventType::ContainerRemoved)],
+            _ => vec![ev(PodLifecycleEventType::ContainerDied), ev(PodLifecycleEventType::ContainerRemoved)],
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubelet_cri::{FakeRuntime, RuntimeService, api};
+    use kubelet_types::TestClock;
+
+    #[tokio::test(start_paused = true)]
+    async fn relist_reports_start_death_and_removal() {
+        let fake = Arc::new(FakeRuntime::new(&["busybox"]));
+        let mgr =
+            Arc::new(RuntimeManager::new(fake.clone(), fake.clone(), Default::default(), Arc::new(TestClock::fixed())));
+        let cache = Arc::new(PodCache::default());
+        let (tx, mut rx) = mpsc::channel(16);
+        let health = Arc::new(PlegHealth::new(RELIST_THRESHOLD));
+        let mut pleg = GenericPleg::new(mgr, cache.clone(), tx, health.clone(), RELIST_PERIOD);
+        assert!(pleg.relist().await.unwrap().is_empty());
+
+        let labels: std::collections::HashMap<String, String> = [
+            ("io.kubernetes.pod.uid".to_string(), "u1".to_string()),
+            ("io.kubernetes.container.name".to_string(), "app".to_string()),
+        ]
+        .into();
+        let sb = fake
+            .run_pod_sandbox(
+                api::PodSandboxConfig {
+                    labels: labels.clone(),
+                    metadata: Some(Default::default()),
+                    ..Default::default()
+                },
+                "",
+            )
+            .await
+            .unwrap();
+        let cfg = api::ContainerConfig {
+            metadata: Some(api::ContainerMetadata { name: "app".into(), attempt: 0 }),
+            image: Some(api::ImageSpec { image: "busybox".into(), ..Default::default() }),
+            labels,
+            ..Default::default()
+        };
+        let cid = fake.create_container(&sb, cfg, Default::default()).await.unwrap();
+        fake.start_container(&cid).await.unwrap();
+        let ev = pleg.relist().await.unwrap();
+        assert_eq!(ev.iter().filter(|e| e.kind == PodLifecycleEventType::ContainerStarted).count(), 2);
+        assert_eq!(rx.try_recv().unwrap().id, PodUid::from("u1"));
+        assert_eq!(cache.get(&PodUid::from("u1")).unwrap().container_statuses.len(), 1);
+
+        fake.exit_container(&cid, 1);
+        let ev = pleg.relist().await.unwrap();
+        assert_eq!(
+            ev,
+            vec![PodLifecycleEvent { id: "u1".into(), kind: PodLifecycleEventType::ContainerDied, data: cid.clone() }]
+        );
+
+        fake.remove_container(&cid).await.unwrap();
+        let ev = pleg.relist().await.unwrap();
+        assert_eq!(ev[0].kind, PodLifecycleEventType::ContainerRemoved);
+
+        // A runtime outage fails the relist; three minutes of it make the PLEG unhealthy.
+        fake.inject_error(
+            "ListPodSandbox",
+            kubelet_cri::CriError::Unavailable { op: "ListPodSandbox", message: "down".into() },
+        );
+        assert!(pleg.relist().await.is_err());
+        assert!(health.healthy().is_ok());
+        tokio::time::sleep(RELIST_THRESHOLD + Duration::from_secs(1)).await;
+        assert!(health.healthy().unwrap_err().contains("pleg was last seen active"));
+    }
+}

@@ -1,0 +1,22 @@
+//! Shared vocabulary of rkubelet, with no I/O.
+//!
+//! Mirrors the small type packages of the Go kubelet: `pkg/kubelet/types` (pod sources and operations,
+//! annotation keys), `pkg/kubelet/container` (the runtime's view of pods and containers) and
+//! `pkg/kubelet/pleg` (lifecycle events). Every other crate depends on this one; it depends on nothing of the
+//! project.
+
+pub mod clock;
+pub mod labels;
+pub mod pleg;
+pub mod pod_update;
+pub mod runtime;
+
+pub use clock::{Clock, SystemClock, TestClock};
+pub use pleg::{PodLifecycleEvent, PodLifecycleEventType};
+pub use pod_update::{Operation, PodSource, PodUpdate};
+pub use runtime::{
+    ContainerState, ContainerStatus, PodStatus, PodUid, RuntimeContainer, RuntimePod, SandboxState, SandboxStatus,
+};
+
+/// The API pod type every crate speaks.
+pub type Pod = k8s_openapi::api::core::v1::Pod;

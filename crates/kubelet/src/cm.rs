@@ -1,0 +1,282 @@
+//! Pod and QoS cgroups with the cgroupfs driver (`pkg/kubelet/cm/qos_container_manager_linux.go`,
+//! `pod_container_manager_linux.go`, `cgroup_manager_linux.go`).
+//!
+//! At start the sync loop's owner calls [`PodCgroups::setup_qos`] (creates `kubepods`, `kubepods/burstable`,
+//! `kubepods/besteffort`); pod workers call [`PodCgroups::ensure_pod`] before a pod's sandbox is created and
+//! [`PodCgroups::destroy_pod`] once nothing of the pod runs; housekeeping lists pod cgroups to remove orphans.
+//! Works on cgroup v1 (one folder per controller hierarchy) and v2 (one unified tree). Writing a limit that
+//! the kernel refuses is a warning, not an error.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+
+use kubelet_runtime::qos::{QosClass, parse_quantity, pod_cgroup_parent, pod_qos};
+use kubelet_types::{Pod, PodUid};
+use tracing::{debug, warn};
+
+/// What the pod workers and housekeeping need of cgroups.
+pub trait PodCgroups: Send + Sync + 'static {
+    /// Creates the QoS-level cgroups.
+    fn setup_qos(&self) -> std::io::Result<()>;
+    /// Creates the pod's cgroup with its limits.
+    fn ensure_pod(&self, pod: &Pod) -> std::io::Result<()>;
+    /// Removes the pod's cgroup in every hierarchy (its containers must be gone).
+    fn destroy_pod(&self, uid: &PodUid) -> std::io::Result<()>;
+    /// UIDs of every pod cgroup present.
+    fn list_pods(&self) -> Vec<PodUid>;
+}
+
+/// The cgroupfs driver over a cgroup mount root (`/sys/fs/cgroup`).
+#[derive(Debug, Clone)]
+pub struct CgroupfsManager {
+    root: PathBuf,
+    v2: bool,
+}
+
+/// v1 hierarchies where the kubelet creates the pod cgroup and writes limits; runc creates the others.
+const V1_MANAGED: [&str; 3] = ["cpu", "memory", "pids"];
+
+impl CgroupfsManager {
+    /// A manager of the cgroups under `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
+        let v2 = root.join("cgroup.controllers").exists();
+        Self { root, v2 }
+    }
+
+    /// Every hierarchy root (deduplicated: `cpu` and `cpuacct` are often links to `cpu,cpuacct`).
+    fn hierarchies(&self) -> Vec<PathBuf> {
+        if self.v2 {
+            return vec![self.root.clone()];
+        }
+        let mut seen = HashSet::new();
+        let mut out = vec![];
+        if let Ok(rd) = std::fs::read_dir(&self.root) {
+            for e in rd.flatten() {
+                let p = e.path();
+                let canon = std::fs::canonicalize(&p).unwrap_or(p.clone());
+                if canon.is_dir() && seen.insert(canon.clone()) {
+                    out.push(canon);
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    fn managed(&self) -> Vec<PathBuf> {
+        if self.v2 {
+            return vec![self.root.clone()];
+        }
+        V1_MANAGED
+            .iter()
+            .map(|c| self.root.join(c))
+            .filter(|p| p.exists())
+            .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+            .collect()
+    }
+
+    fn write(dir: &Path, file: &str, value: &str) {
+        if let Err(e) = std::fs::write(dir.join(file), value) {
+            debug!(cgroup = %dir.display(), file, value, error = %e, "cgroup write refused");
+        }
+    }
+
+    fn qos_parents() -> [&'static str; 3] {
+        ["kubepods", "kubepods/burstable", "kubepods/besteffort"]
+    }
+}
+
+fn rel(path: &str) -> &str {
+    path.trim_start_matches('/')
+}
+
+impl PodCgroups for CgroupfsManager {
+    fn setup_qos(&self) -> std::io::Result<()> {
+        for h in self.managed() {
+            for q in Self::qos_parents() {
+                std::fs::create_dir_all(h.join(q))?;
+            }
+            if !self.v2 {
+                Self::write(&h.join("kubepods/besteffort"), "cpu.shares", "2");
+            }
+        }
+        Ok(())
+    }
+
+    fn ensure_pod(&self, pod: &Pod) -> std::io::Result<()> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or("");
+        let qos = pod_qos(pod);
+        let path = pod_cgroup_parent(qos, uid);
+        let spec = pod.spec.as_ref();
+        let containers: Vec<_> = spec.map(|s| s.containers.iter().collect()).unwrap_or_default();
+        let sum = |kind: &str, res: &str| -> Option<f64> {
+            let mut total = 0.0;
+            for c in &containers {
+                let m = c
+                    .resources
+                    .as_ref()
+                    .and_then(|r| if kind == "limits" { r.limits.as_ref() } else { r.requests.as_ref() });
+                total += m.and_then(|m| m.get(res)).and_then(|q| parse_quantity(&q.0))?;
+            }
+            Some(total)
+        };
+        let cpu_req: f64 = containers
+            .iter()
+            .filter_map(|c| {
+                let r = c.resources.as_ref()?;
+                r.requests.as_ref().and_then(|m| m.get("cpu")).or_else(|| r.limits.as_ref().and_then(|m| m.get("cpu")))
+            })
+            .filter_map(|q| parse_quantity(&q.0))
+            .sum();
+        for h in self.managed() {
+            let dir = h.join(rel(&path));
+            std::fs::create_dir_all(&dir)?;
+            if qos == QosClass::BestEffort {
+                continue;
+            }
+            let shares = ((cpu_req * 1024.0).round() as i64).max(2);
+            if self.v2 {
+                // cpu.weight from shares, as upstream's CpuSharesToCpuWeight.
+                let weight = 1 + ((shares - 2) * 9999) / 262142;
+                Self::write(&dir, "cpu.weight", &weight.to_string());
+                if let Some(mem) = sum("limits", "memory") {
+                    Self::write(&dir, "memory.max", &(mem as i64).to_string());
+                }
+            } else {
+                Self::write(&dir, "cpu.shares", &shares.to_string());
+                if let Some(cpu) = sum("limits", "cpu") {
+                    Self::write(&dir, "cpu.cfs_period_us", "100000");
+                    Self::write(&dir, "cpu.cfs_quota_us", &((cpu * 100_000.0) as i64).max(1000).to_string());
+                }
+                if let Some(mem) = sum("limits", "memory") {
+                    Self::write(&dir, "memory.limit_in_bytes", &(mem as i64).to_string());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn destroy_pod(&self, uid: &PodUid) -> std::io::Result<()> {
+        let mut last_err = None;
+        for h in self.hierarchies() {
+            for parent in ["kubepods", "kubepods/burstable", "kubepods/besteffort"] {
+                let dir = h.join(parent).join(format!("pod{}", uid.as_str()));
+                if dir.exists()
+                    && let Err(e) = remove_tree(&dir)
+                {
+                    warn!(cgroup = %dir.display(), error = %e, "failed to remove pod cgroup");
+                    last_err = Some(e);
+                }
+            }
+        }
+        last_err.map_or(Ok(()), Err)
+    }
+
+    fn list_pods(&self) -> Vec<PodUid> {
+        let mut out = HashSet::new();
+        for h in self.managed() {
+            for parent in Self::qos_parents() {
+                if let Ok(rd) = std::fs::read_dir(h.join(parent)) {
+                    for e in rd.flatten() {
+                        let name = e.file_name().to_string_lossy().into_owned();
+                        if let Some(uid) = name.strip_prefix("pod")
+                            && e.path().is_dir()
+                        {
+                            out.insert(PodUid(uid.to_string()));
+                        }
+                    }
+                }
+            }
+        }
+        out.into_iter().collect()
+    }
+}
+
+/// Removes a cgroup folder and its child cgroups, depth first (cgroup folders are removed with rmdir).
+fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten() {
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                remove_tree(&e.path())?;
+            }
+        }
+    }
+    match std::fs::remove_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        // A plain folder (tests) holds files; a real cgroup folder only ever needs rmdir.
+        Err(_) if !dir.join("cgroup.procs").exists() && !dir.join("tasks").exists() => std::fs::remove_dir_all(dir),
+        Err(e) => Err(e),
+    }
+}
+
+/// No cgroups at all (`cgroupsPerQOS: false`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoCgroups;
+
+impl PodCgroups for NoCgroups {
+    fn setup_qos(&self) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn ensure_pod(&self, _pod: &Pod) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn destroy_pod(&self, _uid: &PodUid) -> std::io::Result<()> {
+        Ok(())
+    }
+    fn list_pods(&self) -> Vec<PodUid> {
+        vec![]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    #[test]
+    fn v1_pod_cgroup_lifecycle() {
+        let root = tempfile::tempdir().unwrap();
+        for c in ["cpu,cpuacct", "memory", "pids", "freezer"] {
+            std::fs::create_dir_all(root.path().join(c)).unwrap();
+        }
+        std::os::unix::fs::symlink(root.path().join("cpu,cpuacct"), root.path().join("cpu")).unwrap();
+        let m = CgroupfsManager::new(root.path());
+        m.setup_qos().unwrap();
+        assert!(root.path().join("memory/kubepods/besteffort").is_dir());
+        let lim: std::collections::BTreeMap<String, Quantity> =
+            [("cpu".to_string(), Quantity("500m".into())), ("memory".to_string(), Quantity("64Mi".into()))].into();
+        let pod = Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "a".into(),
+                    resources: Some(ResourceRequirements { limits: Some(lim), ..Default::default() }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        m.ensure_pod(&pod).unwrap();
+        let dir = root.path().join("cpu,cpuacct/kubepods/podu1");
+        assert_eq!(std::fs::read_to_string(dir.join("cpu.shares")).unwrap(), "512");
+        assert_eq!(std::fs::read_to_string(dir.join("cpu.cfs_quota_us")).unwrap(), "50000");
+        assert_eq!(
+            std::fs::read_to_string(root.path().join("memory/kubepods/podu1/memory.limit_in_bytes")).unwrap(),
+            "67108864"
+        );
+        // runc made the pod's cgroup in another hierarchy too: destroy removes it everywhere.
+        std::fs::create_dir_all(root.path().join("freezer/kubepods/podu1/c1")).unwrap();
+        assert_eq!(m.list_pods(), vec![PodUid::from("u1")]);
+        m.destroy_pod(&PodUid::from("u1")).unwrap();
+        assert!(!dir.exists());
+        assert!(!root.path().join("freezer/kubepods/podu1").exists());
+        assert!(m.list_pods().is_empty());
+    }
+}

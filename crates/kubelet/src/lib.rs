@@ -1,0 +1,19 @@
+//! The kubelet core (`pkg/kubelet`): the sync loop and the managers it drives.
+//!
+//! - [`sync_loop`]: one task consuming pod updates, PLEG events and ticks (`kubelet.go` syncLoop).
+//! - [`pod_workers`]: one task per pod, latest update wins (`pod_workers.go`).
+//! - [`syncer`]: what a pod worker does at each step — SyncPod, SyncTerminatingPod, SyncTerminatedPod.
+//! - [`status`]: API pod status from runtime status (`kubelet_pods.go` generateAPIPodStatus) and the status
+//!   manager (`pkg/kubelet/status`).
+//! - [`cm`]: pod and QoS cgroups (`pkg/kubelet/cm`).
+//! - [`server`]: `/healthz` and the read-only API (`pkg/kubelet/server`).
+//! - [`runtime_state`]: whether the container runtime answers (`runtime.go` runtimeState).
+
+pub mod cm;
+pub mod pod_manager;
+pub mod pod_workers;
+pub mod runtime_state;
+pub mod server;
+pub mod status;
+pub mod sync_loop;
+pub mod syncer;

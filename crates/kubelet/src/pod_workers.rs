@@ -1,0 +1,402 @@
+//! Pod workers (`pkg/kubelet/pod_workers.go`): one task per pod UID that runs the pod's life
+//! — syncing → terminating → terminated — one step at a time.
+//!
+//! The sync loop calls [`PodWorkers::update_pod`] for every change; the latest update wins (a pending update
+//! replaces an older one that the worker has not started yet), a kill is never lost, and a pod that started
+//! terminating never runs again. A worker resyncs its pod every `syncFrequency` by itself, retries failed steps
+//! after their delay, and exits once the pod is terminated. Cancellation stops every worker between steps;
+//! pods keep running in the runtime.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kubelet_types::{Pod, PodUid};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{Instrument, debug, info_span};
+
+use crate::syncer::{PodKey, PodSyncer, SyncOutcome};
+
+/// Retry delay of a failed termination step.
+const TERMINATION_RETRY: Duration = Duration::from_secs(1);
+
+/// Why an update is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UpdateType {
+    /// A new pod.
+    Create,
+    /// A changed pod.
+    Update,
+    /// A resync (PLEG event, periodic).
+    Sync,
+    /// Stop the pod.
+    Kill,
+}
+
+/// One update for a pod worker.
+#[derive(Debug, Clone)]
+pub struct UpdatePodOptions {
+    /// The kind of update.
+    pub update_type: UpdateType,
+    /// Identity of the pod.
+    pub key: PodKey,
+    /// The pod spec (None for pods known only from the runtime).
+    pub pod: Option<Arc<Pod>>,
+    /// Grace period override for kills.
+    pub grace_override: Option<i64>,
+    /// The pod was removed from its source: clean up everything once stopped.
+    pub removed: bool,
+}
+
+/// Where a pod is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WorkerPhase {
+    /// Running (syncing to its spec).
+    Syncing,
+    /// Being stopped.
+    Terminating,
+    /// Stopped, cleanup pending.
+    Terminated,
+    /// Done; the worker exited.
+    Finished,
+}
+
+#[derive(Debug)]
+struct PodState {
+    key: PodKey,
+    pod: Option<Arc<Pod>>,
+    phase: WorkerPhase,
+    pending: bool,
+    grace_override: Option<i64>,
+    removed: bool,
+    notify: Arc<Notify>,
+}
+
+/// One step of work taken from a pod's state.
+struct Work {
+    phase: WorkerPhase,
+    key: PodKey,
+    pod: Option<Arc<Pod>>,
+    grace: Option<i64>,
+    removed: bool,
+}
+
+#[derive(Default)]
+struct Shared {
+    pods: Mutex<HashMap<PodUid, PodState>>,
+}
+
+/// The pod workers.
+#[derive(Clone)]
+pub struct PodWorkers {
+    shared: Arc<Shared>,
+    syncer: Arc<dyn PodSyncer>,
+    resync: Duration,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl std::fmt::Debug for PodWorkers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PodWorkers").field("pods", &self.shared.pods.lock().unwrap().len()).finish()
+    }
+}
+
+fn deletion_requested(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
+impl PodWorkers {
+    /// Workers syncing with `syncer`, resyncing each pod every `resync`.
+    pub fn new(syncer: Arc<dyn PodSyncer>, resync: Duration, cancel: CancellationToken, tracker: TaskTracker) -> Self {
+        Self { shared: Arc::new(Shared::default()), syncer, resync, cancel, tracker }
+    }
+
+    /// Hands an update to the pod's worker, starting the worker for a new pod.
+    pub fn update_pod(&self, opts: UpdatePodOptions) {
+        let mut pods = self.shared.pods.lock().unwrap();
+        let uid = opts.key.uid.clone();
+        let kill = opts.update_type == UpdateType::Kill || opts.pod.as_deref().is_some_and(deletion_requested);
+        let st = match pods.get_mut(&uid) {
+            Some(st) => {
+                if st.phase == WorkerPhase::Finished {
+                    debug!(pod = %opts.key, "pod is finished; ignoring update");
+                    return;
+                }
+                st
+            }
+            None => {
+                if opts.update_type == UpdateType::Sync && opts.pod.is_none() {
+                    return;
+                }
+                let notify = Arc::new(Notify::new());
+                pods.insert(
+                    uid.clone(),
+                    PodState {
+                        key: opts.key.clone(),
+                        pod: None,
+                        phase: WorkerPhase::Syncing,
+                        pending: false,
+                        grace_override: None,
+                        removed: false,
+                        notify: notify.clone(),
+                    },
+                );
+                let this = self.clone();
+                let span = info_span!("pod_worker", pod = %opts.key, podUID = %uid);
+                self.tracker.spawn(this.worker(uid.clone(), notify).instrument(span));
+                pods.get_mut(&uid).expect("just inserted")
+            }
+        };
+        if let Some(p) = opts.pod {
+            st.pod = Some(p);
+        }
+        if kill && st.phase == WorkerPhase::Syncing {
+            st.phase = WorkerPhase::Terminating;
+        }
+        if kill {
+            if opts.grace_override.is_some() {
+                // A shorter grace period wins, as upstream.
+                st.grace_override = match st.grace_override {
+                    Some(g) => Some(g.min(opts.grace_override.unwrap_or(g))),
+                    None => opts.grace_override,
+                };
+            }
+            st.removed |= opts.removed;
+        }
+        st.pending = true;
+        st.notify.notify_one();
+    }
+
+    /// The phase of a pod's worker, if any.
+    pub fn phase(&self, uid: &PodUid) -> Option<WorkerPhase> {
+        self.shared.pods.lock().unwrap().get(uid).map(|s| s.phase)
+    }
+
+    /// UIDs of every pod with a worker state (finished ones included until forgotten).
+    pub fn known(&self) -> Vec<PodUid> {
+        self.shared.pods.lock().unwrap().keys().cloned().collect()
+    }
+
+    /// Forgets finished pods that are no longer desired (housekeeping, `SyncKnownPods`).
+    pub fn forget_finished(&self, desired: &dyn Fn(&PodUid) -> bool) {
+        self.shared.pods.lock().unwrap().retain(|uid, st| st.phase != WorkerPhase::Finished || desired(uid));
+    }
+
+    fn take(&self, uid: &PodUid) -> Option<Work> {
+        let mut pods = self.shared.pods.lock().unwrap();
+        let st = pods.get_mut(uid)?;
+        st.pending = false;
+        Some(Work {
+            phase: st.phase,
+            key: st.key.clone(),
+            pod: st.pod.clone(),
+            grace: st.grace_override,
+            removed: st.removed,
+        })
+    }
+
+    fn advance(&self, uid: &PodUid, from: WorkerPhase, to: WorkerPhase) {
+        if let Some(st) = self.shared.pods.lock().unwrap().get_mut(uid)
+            && st.phase == from
+        {
+            st.phase = to;
+        }
+    }
+
+    async fn worker(self, uid: PodUid, notify: Arc<Notify>) {
+        let mut next_at: Option<Instant> = None;
+        let mut run_now = false;
+        loop {
+            if !run_now {
+                let deadline = next_at.unwrap_or_else(|| Instant::now() + self.resync);
+                let woken = tokio::select! {
+                    _ = self.cancel.cancelled() => return,
+                    _ = notify.notified() => true,
+                    _ = tokio::time::sleep_until(deadline) => false,
+                };
+                // A stale wake-up (its update was already taken) does not count as work.
+                let pending = self.shared.pods.lock().unwrap().get(&uid).is_some_and(|s| s.pending);
+                if woken && !pending {
+                    continue;
+                }
+            }
+            if self.cancel.is_cancelled() {
+                return;
+            }
+            run_now = false;
+            next_at = None;
+            let Some(Work { phase, key, pod, grace, removed }) = self.take(&uid) else { return };
+            match phase {
+                WorkerPhase::Syncing => {
+                    let Some(pod) = pod else { continue };
+                    let span = info_span!("sync_pod", pod = %key, podUID = %uid);
+                    match self.syncer.sync_pod(&pod).instrument(span).await {
+                        SyncOutcome::Synced => {}
+                        SyncOutcome::Retry(d) => next_at = Some(Instant::now() + d),
+                        SyncOutcome::Terminal => {
+                            self.advance(&uid, WorkerPhase::Syncing, WorkerPhase::Terminating);
+                            run_now = true;
+                        }
+                    }
+                }
+                WorkerPhase::Terminating => {
+                    let span = info_span!("sync_terminating_pod", pod = %key, podUID = %uid);
+                    match self.syncer.sync_terminating_pod(&key, pod.as_ref(), grace).instrument(span).await {
+                        Ok(()) => {
+                            self.advance(&uid, WorkerPhase::Terminating, WorkerPhase::Terminated);
+                            run_now = true;
+                        }
+                        Err(e) => {
+                            tracing::warn!(pod = %key, podUID = %uid, error = %e, "error terminating pod; will retry");
+                            next_at = Some(Instant::now() + TERMINATION_RETRY);
+                        }
+                    }
+                }
+                WorkerPhase::Terminated => {
+                    let span = info_span!("sync_terminated_pod", pod = %key, podUID = %uid);
+                    match self.syncer.sync_terminated_pod(&key, pod.as_ref(), removed).instrument(span).await {
+                        Ok(()) => {
+                            self.advance(&uid, WorkerPhase::Terminated, WorkerPhase::Finished);
+                            // A removal that arrived while cleaning up a terminal pod still needs its cleanup.
+                            let again =
+                                self.shared.pods.lock().unwrap().get(&uid).is_some_and(|s| s.removed && !removed);
+                            if again {
+                                self.advance(&uid, WorkerPhase::Finished, WorkerPhase::Terminated);
+                                run_now = true;
+                                continue;
+                            }
+                            return;
+                        }
+                        Err(e) => {
+                            tracing::warn!(pod = %key, podUID = %uid, error = %e, "error cleaning up terminated pod; will retry");
+                            next_at = Some(Instant::now() + TERMINATION_RETRY);
+                        }
+                    }
+                }
+                WorkerPhase::Finished => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    struct Recorder {
+        log: Mutex<Vec<String>>,
+        outcome: Mutex<Option<SyncOutcome>>,
+        gate: tokio::sync::Semaphore,
+    }
+
+    #[async_trait]
+    impl PodSyncer for Recorder {
+        async fn sync_pod(&self, pod: &Arc<Pod>) -> SyncOutcome {
+            self.log
+                .lock()
+                .unwrap()
+                .push(format!("sync {}", pod.metadata.resource_version.clone().unwrap_or_default()));
+            let _permit = self.gate.acquire().await.unwrap();
+            self.outcome.lock().unwrap().unwrap_or(SyncOutcome::Synced)
+        }
+        async fn sync_terminating_pod(
+            &self,
+            _k: &PodKey,
+            _p: Option<&Arc<Pod>>,
+            grace: Option<i64>,
+        ) -> Result<(), String> {
+            self.log.lock().unwrap().push(format!("terminating {grace:?}"));
+            Ok(())
+        }
+        async fn sync_terminated_pod(&self, _k: &PodKey, _p: Option<&Arc<Pod>>, removed: bool) -> Result<(), String> {
+            self.log.lock().unwrap().push(format!("terminated removed={removed}"));
+            Ok(())
+        }
+    }
+
+    fn pod(v: &str) -> Arc<Pod> {
+        Arc::new(Pod {
+            metadata: ObjectMeta {
+                uid: Some("u1".into()),
+                name: Some("p".into()),
+                namespace: Some("default".into()),
+                resource_version: Some(v.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        })
+    }
+
+    fn opts(t: UpdateType, p: Arc<Pod>) -> UpdatePodOptions {
+        UpdatePodOptions {
+            update_type: t,
+            key: PodKey::of(&p),
+            pod: Some(p),
+            grace_override: None,
+            removed: t == UpdateType::Kill,
+        }
+    }
+
+    async fn wait_for(rec: &Recorder, n: usize) -> Vec<String> {
+        for _ in 0..10_000 {
+            if rec.log.lock().unwrap().len() >= n {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        rec.log.lock().unwrap().clone()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn latest_update_wins_and_kill_terminates_once() {
+        let rec = Arc::new(Recorder {
+            gate: tokio::sync::Semaphore::new(0),
+            log: Default::default(),
+            outcome: Default::default(),
+        });
+        let w = PodWorkers::new(rec.clone(), Duration::from_secs(60), CancellationToken::new(), TaskTracker::new());
+        w.update_pod(opts(UpdateType::Create, pod("1")));
+        assert_eq!(wait_for(&rec, 1).await, vec!["sync 1"]);
+        // While sync 1 is blocked, two updates arrive: only the latest runs.
+        w.update_pod(opts(UpdateType::Update, pod("2")));
+        w.update_pod(opts(UpdateType::Update, pod("3")));
+        rec.gate.add_permits(100);
+        assert_eq!(wait_for(&rec, 2).await, vec!["sync 1", "sync 3"]);
+        let mut k = opts(UpdateType::Kill, pod("3"));
+        k.grace_override = Some(5);
+        w.update_pod(k);
+        let log = wait_for(&rec, 4).await;
+        assert_eq!(log[2..], ["terminating Some(5)".to_string(), "terminated removed=true".to_string()]);
+        assert_eq!(w.phase(&"u1".into()), Some(WorkerPhase::Finished));
+        // Updates after the end are ignored; forgetting the pod frees its state.
+        w.update_pod(opts(UpdateType::Update, pod("4")));
+        tokio::task::yield_now().await;
+        assert_eq!(rec.log.lock().unwrap().len(), 4);
+        w.forget_finished(&|_| false);
+        assert!(w.known().is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn resyncs_periodically_and_terminal_pods_terminate() {
+        let rec = Arc::new(Recorder {
+            gate: tokio::sync::Semaphore::new(1000),
+            log: Default::default(),
+            outcome: Default::default(),
+        });
+        let w = PodWorkers::new(rec.clone(), Duration::from_secs(60), CancellationToken::new(), TaskTracker::new());
+        w.update_pod(opts(UpdateType::Create, pod("1")));
+        wait_for(&rec, 1).await;
+        tokio::time::sleep(Duration::from_secs(61)).await;
+        assert_eq!(wait_for(&rec, 2).await.len(), 2, "resync after syncFrequency");
+        *rec.outcome.lock().unwrap() = Some(SyncOutcome::Terminal);
+        w.update_pod(opts(UpdateType::Sync, pod("1")));
+        let log = wait_for(&rec, 5).await;
+        assert_eq!(log[3..], ["terminating None".to_string(), "terminated removed=false".to_string()]);
+    }
+}

@@ -1,0 +1,472 @@
+//! The API status of a pod from its runtime status (`generateAPIPodStatus`, `convertToAPIContainerStatuses`,
+//! `getPhase`, `GeneratePodReadyCondition`, ...). Pure: the same inputs give the same status.
+
+use std::collections::HashMap;
+use std::time::{Duration, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::{
+    Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
+    ContainerStatus as ApiContainerStatus, HostIP, PodCondition, PodIP, PodStatus as ApiPodStatus,
+};
+use kubelet_runtime::ReasonCache;
+use kubelet_runtime::actions::should_container_be_restarted;
+use kubelet_runtime::qos::pod_qos;
+use kubelet_types::clock::api_time;
+use kubelet_types::{ContainerState, ContainerStatus, Pod, PodStatus, PodUid, SandboxState};
+
+/// What the status computation needs besides the pod.
+#[derive(Debug, Clone, Copy)]
+pub struct StatusInputs<'a> {
+    /// The runtime's view of the pod.
+    pub runtime: &'a PodStatus,
+    /// Start failures of containers.
+    pub reasons: &'a ReasonCache,
+    /// Runtime name for container IDs (`containerd`).
+    pub runtime_name: &'a str,
+    /// The node's IPs.
+    pub host_ips: &'a [String],
+    /// Whether the pod has finished (no more containers will run).
+    pub pod_is_terminal: bool,
+}
+
+fn time_of(ns: i64) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+    (ns > 0).then(|| api_time(UNIX_EPOCH + Duration::from_nanos(ns as u64)))
+}
+
+fn terminated(cs: &ContainerStatus, runtime_name: &str) -> ContainerStateTerminated {
+    ContainerStateTerminated {
+        exit_code: cs.exit_code,
+        reason: (!cs.reason.is_empty()).then(|| cs.reason.clone()),
+        message: (!cs.message.is_empty()).then(|| cs.message.clone()),
+        started_at: time_of(cs.started_at),
+        finished_at: time_of(cs.finished_at),
+        container_id: Some(format!("{runtime_name}://{}", cs.id)),
+        signal: None,
+    }
+}
+
+fn waiting(reason: &str, message: Option<String>) -> ApiState {
+    ApiState { waiting: Some(ContainerStateWaiting { reason: Some(reason.into()), message }), ..Default::default() }
+}
+
+fn container_statuses(
+    pod: &Pod,
+    containers: &[Container],
+    inputs: &StatusInputs<'_>,
+    is_init: bool,
+    default_waiting: &str,
+) -> Vec<ApiContainerStatus> {
+    let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
+    let mut by_name: HashMap<&str, Vec<&ContainerStatus>> = HashMap::new();
+    for cs in &inputs.runtime.container_statuses {
+        by_name.entry(cs.name.as_str()).or_default().push(cs);
+    }
+    containers
+        .iter()
+        .map(|c| {
+            let instances = by_name.get(c.name.as_str()).cloned().unwrap_or_default();
+            let mut s = ApiContainerStatus {
+                name: c.name.clone(),
+                image: c.image.clone().unwrap_or_default(),
+                image_id: String::new(),
+                ready: false,
+                restart_count: 0,
+                state: Some(waiting(default_waiting, None)),
+                ..Default::default()
+            };
+            if let Some(cur) = instances.first() {
+                s.container_id = Some(format!("{}://{}", inputs.runtime_name, cur.id));
+                s.image_id = cur.image_ref.clone();
+                if !cur.image.is_empty() {
+                    s.image = cur.image.clone();
+                }
+                s.restart_count = cur.restart_count;
+                s.state = Some(match cur.state {
+                    ContainerState::Running => ApiState {
+                        running: Some(ContainerStateRunning { started_at: time_of(cur.started_at) }),
+                        ..Default::default()
+                    },
+                    ContainerState::Exited => {
+                        ApiState { terminated: Some(terminated(cur, inputs.runtime_name)), ..Default::default() }
+                    }
+                    ContainerState::Created => waiting("ContainerCreating", None),
+                    ContainerState::Unknown => ApiState {
+                        terminated: Some(ContainerStateTerminated {
+                            exit_code: 137,
+                            reason: Some("ContainerStatusUnknown".into()),
+                            message: Some("The container could not be located when the pod was terminated".into()),
+                            ..Default::default()
+                        }),
+                        ..Default::default()
+                    },
+                });
+                if let Some(prev) = instances.get(1).filter(|p| p.state == ContainerState::Exited) {
+                    s.last_state = Some(ApiState {
+                        terminated: Some(terminated(prev, inputs.runtime_name)),
+                        ..Default::default()
+                    });
+                }
+                let running = cur.state == ContainerState::Running;
+                s.started = Some(running);
+                s.ready = if is_init { cur.state == ContainerState::Exited && cur.exit_code == 0 } else { running };
+            }
+            // A container that will be started again shows why it waits (CrashLoopBackOff, ErrImagePull, ...).
+            let succeeded_init =
+                is_init && instances.first().is_some_and(|c| c.state == ContainerState::Exited && c.exit_code == 0);
+            if !succeeded_init
+                && !inputs.pod_is_terminal
+                && should_container_be_restarted(c, pod, inputs.runtime)
+                && let Some(r) = inputs.reasons.get(&uid, &c.name)
+            {
+                if s.state.as_ref().is_some_and(|st| st.terminated.is_some()) {
+                    s.last_state = s.state.take();
+                }
+                s.state = Some(waiting(&r.reason, Some(r.message)));
+            }
+            s
+        })
+        .collect()
+}
+
+fn find<'a>(list: &'a [ApiContainerStatus], name: &str) -> Option<&'a ApiContainerStatus> {
+    list.iter().find(|s| s.name == name)
+}
+
+/// The pod phase (`getPhase`).
+pub fn get_phase(pod: &Pod, init: &[ApiContainerStatus], apps: &[ApiContainerStatus], pod_is_terminal: bool) -> String {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let (mut pending_init, mut failed_init) = (0, 0);
+    for c in spec.init_containers.iter().flatten() {
+        let Some(s) = find(init, &c.name) else {
+            pending_init += 1;
+            continue;
+        };
+        let st = s.state.clone().unwrap_or_default();
+        if st.running.is_some() {
+            pending_init += 1;
+        } else if let Some(t) = st.terminated {
+            if t.exit_code != 0 {
+                failed_init += 1;
+            }
+        } else if st.waiting.is_some() {
+            match s.last_state.as_ref().and_then(|l| l.terminated.as_ref()) {
+                Some(t) if t.exit_code != 0 => failed_init += 1,
+                Some(_) => {}
+                None => pending_init += 1,
+            }
+        } else {
+            pending_init += 1;
+        }
+    }
+    let (mut unknown, mut running, mut waiting_n, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    for c in &spec.containers {
+        let Some(s) = find(apps, &c.name) else {
+            unknown += 1;
+            continue;
+        };
+        let st = s.state.clone().unwrap_or_default();
+        if st.running.is_some() {
+            running += 1;
+        } else if let Some(t) = st.terminated {
+            stopped += 1;
+            if t.exit_code == 0 {
+                succeeded += 1;
+            }
+        } else if st.waiting.is_some() {
+            if s.last_state.as_ref().and_then(|l| l.terminated.as_ref()).is_some() {
+                stopped += 1;
+            } else {
+                waiting_n += 1;
+            }
+        } else {
+            unknown += 1;
+        }
+    }
+    if failed_init > 0 && policy == "Never" {
+        return "Failed".into();
+    }
+    let phase = if pending_init > 0 || failed_init > 0 || waiting_n > 0 {
+        "Pending"
+    } else if running > 0 && unknown == 0 {
+        "Running"
+    } else if running == 0 && stopped > 0 && unknown == 0 {
+        if pod_is_terminal {
+            if stopped == succeeded { "Succeeded" } else { "Failed" }
+        } else if policy == "Always" {
+            "Running"
+        } else if stopped == succeeded {
+            "Succeeded"
+        } else if policy == "Never" {
+            "Failed"
+        } else {
+            "Running"
+        }
+    } else {
+        "Pending"
+    };
+    phase.into()
+}
+
+fn condition(kind: &str, ok: bool, reason: Option<&str>, message: Option<String>) -> PodCondition {
+    PodCondition {
+        type_: kind.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.map(str::to_string),
+        message,
+        ..Default::default()
+    }
+}
+
+fn list(names: &[String]) -> String {
+    format!("[{}]", names.join(" "))
+}
+
+/// The API status of a pod (`generateAPIPodStatus`). Times of conditions and `startTime` are filled by the
+/// status manager, which knows the previous status.
+pub fn generate_api_pod_status(pod: &Pod, inputs: &StatusInputs<'_>) -> ApiPodStatus {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let inits = spec.init_containers.clone().unwrap_or_default();
+    let init_statuses = container_statuses(pod, &inits, inputs, true, "PodInitializing");
+    let init_done = inits.iter().all(|c| {
+        find(&init_statuses, &c.name)
+            .and_then(|s| s.state.as_ref())
+            .and_then(|st| st.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0)
+    }) || inputs
+        .runtime
+        .container_statuses
+        .iter()
+        .any(|c| c.state == ContainerState::Running && spec.containers.iter().any(|a| a.name == c.name));
+    let app_default = if init_done { "ContainerCreating" } else { "PodInitializing" };
+    let app_statuses = container_statuses(pod, &spec.containers, inputs, false, app_default);
+    let phase = get_phase(pod, &init_statuses, &app_statuses, inputs.pod_is_terminal);
+
+    let sandbox_ready = inputs
+        .runtime
+        .sandbox_statuses
+        .first()
+        .is_some_and(|s| s.state == SandboxState::Ready && (s.host_network || !s.ips.is_empty()));
+    let completed = phase == "Succeeded" || phase == "Failed";
+    let incomplete_init: Vec<String> = inits
+        .iter()
+        .filter(|c| !find(&init_statuses, &c.name).is_some_and(|s| s.ready))
+        .map(|c| c.name.clone())
+        .collect();
+    let unready: Vec<String> = spec
+        .containers
+        .iter()
+        .filter(|c| !find(&app_statuses, &c.name).is_some_and(|s| s.ready))
+        .map(|c| c.name.clone())
+        .collect();
+    let initialized = if init_done || incomplete_init.is_empty() {
+        condition("Initialized", true, None, None)
+    } else {
+        condition(
+            "Initialized",
+            false,
+            Some("ContainersNotInitialized"),
+            Some(format!("containers with incomplete status: {}", list(&incomplete_init))),
+        )
+    };
+    let containers_ready = if completed {
+        condition("ContainersReady", false, Some("PodCompleted"), None)
+    } else if unready.is_empty() {
+        condition("ContainersReady", true, None, None)
+    } else {
+        condition(
+            "ContainersReady",
+            false,
+            Some("ContainersNotReady"),
+            Some(format!("containers with unready status: {}", list(&unready))),
+        )
+    };
+    let mut ready = containers_ready.clone();
+    ready.type_ = "Ready".into();
+
+    let mut pod_ips: Vec<String> = inputs.runtime.ips.clone();
+    if spec.host_network.unwrap_or(false) {
+        pod_ips = inputs.host_ips.to_vec();
+    }
+    ApiPodStatus {
+        phase: Some(phase),
+        conditions: Some(vec![
+            condition("PodReadyToStartContainers", sandbox_ready, None, None),
+            initialized,
+            ready,
+            containers_ready,
+            condition("PodScheduled", true, None, None),
+        ]),
+        host_ip: inputs.host_ips.first().cloned(),
+        host_ips: (!inputs.host_ips.is_empty())
+            .then(|| inputs.host_ips.iter().map(|ip| HostIP { ip: ip.clone() }).collect()),
+        pod_ip: pod_ips.first().cloned(),
+        pod_ips: (!pod_ips.is_empty()).then(|| pod_ips.iter().map(|ip| PodIP { ip: ip.clone() }).collect()),
+        qos_class: Some(pod_qos(pod).as_str().into()),
+        init_container_statuses: (!inits.is_empty()).then_some(init_statuses),
+        container_statuses: Some(app_statuses),
+        ..Default::default()
+    }
+}
+
+/// Whether a phase is terminal.
+pub fn is_terminal_phase(phase: Option<&str>) -> bool {
+    matches!(phase, Some("Succeeded") | Some("Failed"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kubelet_types::SandboxStatus;
+
+    fn pod(policy: &str) -> Pod {
+        let c = |n: &str| Container { name: n.into(), image: Some("busybox".into()), ..Default::default() };
+        Pod {
+            metadata: ObjectMeta { uid: Some("u1".into()), name: Some("p".into()), ..Default::default() },
+            spec: Some(PodSpec {
+                restart_policy: Some(policy.into()),
+                init_containers: Some(vec![c("init")]),
+                containers: vec![c("a"), c("b")],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn cs(id: &str, name: &str, state: ContainerState, code: i32, restarts: i32) -> ContainerStatus {
+        ContainerStatus {
+            id: id.into(),
+            name: name.into(),
+            state,
+            created_at: 1,
+            started_at: 1_000_000_000,
+            finished_at: if state == ContainerState::Exited { 2_000_000_000 } else { 0 },
+            exit_code: code,
+            image: "localhost/busybox:1".into(),
+            image_ref: "sha256:abc".into(),
+            hash: 0,
+            restart_count: restarts,
+            reason: if state == ContainerState::Exited {
+                if code == 0 { "Completed".into() } else { "Error".into() }
+            } else {
+                String::new()
+            },
+            message: String::new(),
+            log_path: String::new(),
+        }
+    }
+
+    fn rt(containers: Vec<ContainerStatus>) -> PodStatus {
+        PodStatus {
+            ips: vec!["10.88.0.5".into()],
+            sandbox_statuses: vec![SandboxStatus {
+                id: "s".into(),
+                state: SandboxState::Ready,
+                created_at: 1,
+                attempt: 0,
+                ips: vec!["10.88.0.5".into()],
+                host_network: false,
+            }],
+            container_statuses: containers,
+            ..Default::default()
+        }
+    }
+
+    fn status_of(p: &Pod, r: &PodStatus, reasons: &ReasonCache, terminal: bool) -> ApiPodStatus {
+        generate_api_pod_status(
+            p,
+            &StatusInputs {
+                runtime: r,
+                reasons,
+                runtime_name: "containerd",
+                host_ips: &["192.0.2.10".into()],
+                pod_is_terminal: terminal,
+            },
+        )
+    }
+
+    fn cond<'a>(s: &'a ApiPodStatus, t: &str) -> &'a PodCondition {
+        s.conditions.as_ref().unwrap().iter().find(|c| c.type_ == t).unwrap()
+    }
+
+    #[test]
+    fn pending_while_initializing_then_running_and_ready() {
+        let reasons = ReasonCache::default();
+        let p = pod("Always");
+        let s = status_of(&p, &rt(vec![cs("i1", "init", ContainerState::Running, 0, 0)]), &reasons, false);
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        assert_eq!(cond(&s, "Initialized").reason.as_deref(), Some("ContainersNotInitialized"));
+        assert_eq!(
+            s.container_statuses.as_ref().unwrap()[0]
+                .state
+                .as_ref()
+                .unwrap()
+                .waiting
+                .as_ref()
+                .unwrap()
+                .reason
+                .as_deref(),
+            Some("PodInitializing")
+        );
+
+        let r = rt(vec![
+            cs("a1", "a", ContainerState::Running, 0, 0),
+            cs("b1", "b", ContainerState::Running, 0, 0),
+            cs("i1", "init", ContainerState::Exited, 0, 0),
+        ]);
+        let s = status_of(&p, &r, &reasons, false);
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(cond(&s, "Ready").status, "True");
+        assert_eq!(cond(&s, "PodReadyToStartContainers").status, "True");
+        let a = &s.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(a.container_id.as_deref(), Some("containerd://a1"));
+        assert_eq!((a.ready, a.image.as_str(), a.image_id.as_str()), (true, "localhost/busybox:1", "sha256:abc"));
+        assert!(s.init_container_statuses.as_ref().unwrap()[0].ready);
+        assert_eq!(s.pod_ip.as_deref(), Some("10.88.0.5"));
+        assert_eq!(s.host_ip.as_deref(), Some("192.0.2.10"));
+        assert_eq!(s.qos_class.as_deref(), Some("BestEffort"));
+    }
+
+    #[test]
+    fn crash_loop_shows_waiting_with_last_state() {
+        let reasons = ReasonCache::default();
+        let p = pod("Always");
+        reasons.add(&PodUid::from("u1"), "a", "CrashLoopBackOff", "back-off 10s restarting failed container=a".into());
+        let r = rt(vec![
+            cs("a2", "a", ContainerState::Exited, 1, 1),
+            cs("b1", "b", ContainerState::Running, 0, 0),
+            cs("a1", "a", ContainerState::Exited, 1, 0),
+            cs("i1", "init", ContainerState::Exited, 0, 0),
+        ]);
+        let s = status_of(&p, &r, &reasons, false);
+        let a = &s.container_statuses.as_ref().unwrap()[0];
+        assert_eq!(a.state.as_ref().unwrap().waiting.as_ref().unwrap().reason.as_deref(), Some("CrashLoopBackOff"));
+        assert_eq!(a.last_state.as_ref().unwrap().terminated.as_ref().unwrap().exit_code, 1);
+        assert_eq!(a.restart_count, 1);
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+        assert_eq!(cond(&s, "Ready").message.as_deref(), Some("containers with unready status: [a]"));
+    }
+
+    #[test]
+    fn phases_of_finished_pods() {
+        let reasons = ReasonCache::default();
+        let done = |code_a, code_b| {
+            rt(vec![
+                cs("a1", "a", ContainerState::Exited, code_a, 0),
+                cs("b1", "b", ContainerState::Exited, code_b, 0),
+                cs("i1", "init", ContainerState::Exited, 0, 0),
+            ])
+        };
+        assert_eq!(status_of(&pod("Never"), &done(0, 0), &reasons, false).phase.as_deref(), Some("Succeeded"));
+        assert_eq!(status_of(&pod("Never"), &done(0, 1), &reasons, false).phase.as_deref(), Some("Failed"));
+        assert_eq!(status_of(&pod("OnFailure"), &done(0, 1), &reasons, false).phase.as_deref(), Some("Running"));
+        assert_eq!(status_of(&pod("Always"), &done(0, 0), &reasons, false).phase.as_deref(), Some("Running"));
+        let s = status_of(&pod("Never"), &done(0, 0), &reasons, true);
+        assert_eq!(cond(&s, "Ready").reason.as_deref(), Some("PodCompleted"));
+        // A failed init container fails a Never pod.
+        let r = rt(vec![cs("i1", "init", ContainerState::Exited, 2, 0)]);
+        assert_eq!(status_of(&pod("Never"), &r, &reasons, false).phase.as_deref(), Some("Failed"));
+    }
+}

@@ -1,0 +1,128 @@
+//! The status manager (`pkg/kubelet/status/status_manager.go`): the latest API status of every pod, as the
+//! pod workers computed it.
+//!
+//! Pod workers call [`StatusManager::set_pod_status`] after every sync; it keeps `startTime` and the
+//! `lastTransitionTime` of unchanged conditions from the previous status, never moves a pod out of a terminal
+//! phase, and bumps a version that watchers (tests, benchmarks, the apiserver sync of a later issue) follow.
+//! Cheap to read from any task.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::PodStatus as ApiPodStatus;
+use kubelet_types::clock::api_time;
+use kubelet_types::{Clock, Pod, PodUid};
+use tokio::sync::watch;
+use tracing::{debug, warn};
+
+use super::generate::is_terminal_phase;
+
+/// Statuses of all pods.
+pub struct StatusManager {
+    statuses: Mutex<HashMap<PodUid, Arc<ApiPodStatus>>>,
+    version: watch::Sender<u64>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for StatusManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StatusManager").field("pods", &self.statuses.lock().unwrap().len()).finish()
+    }
+}
+
+impl StatusManager {
+    /// An empty manager.
+    pub fn new(clock: Arc<dyn Clock>) -> Self {
+        Self { statuses: Mutex::new(HashMap::new()), version: watch::channel(0).0, clock }
+    }
+
+    /// Stores the status of `pod`; returns whether it changed.
+    pub fn set_pod_status(&self, pod: &Pod, mut status: ApiPodStatus) -> bool {
+        let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
+        let mut map = self.statuses.lock().unwrap();
+        let old = map.get(&uid).cloned().or_else(|| pod.status.clone().map(Arc::new));
+        let now = api_time(self.clock.now());
+        if let Some(old) = old.as_ref() {
+            if is_terminal_phase(old.phase.as_deref()) && !is_terminal_phase(status.phase.as_deref()) {
+                warn!(pod = %kubelet_types::pod_update::pod_ref(pod), podUID = %uid, phase = ?old.phase, "refusing to move a terminal pod back to a non-terminal phase");
+                status.phase = old.phase.clone();
+            }
+            status.start_time = old.start_time.clone();
+        }
+        if status.start_time.is_none() {
+            status.start_time = Some(now.clone());
+        }
+        for c in status.conditions.iter_mut().flatten() {
+            let prev =
+                old.as_ref().and_then(|o| o.conditions.as_ref()).and_then(|cs| cs.iter().find(|p| p.type_ == c.type_));
+            c.last_transition_time = match prev {
+                Some(p) if p.status == c.status => p.last_transition_time.clone().or(Some(now.clone())),
+                _ => Some(now.clone()),
+            };
+        }
+        if old.as_deref() == Some(&status) && map.contains_key(&uid) {
+            return false;
+        }
+        debug!(podUID = %uid, phase = ?status.phase, "pod status changed");
+        map.insert(uid, Arc::new(status));
+        drop(map);
+        self.version.send_modify(|v| *v += 1);
+        true
+    }
+
+    /// The status of a pod.
+    pub fn get(&self, uid: &PodUid) -> Option<Arc<ApiPodStatus>> {
+        self.statuses.lock().unwrap().get(uid).cloned()
+    }
+
+    /// Forgets a pod.
+    pub fn remove(&self, uid: &PodUid) {
+        if self.statuses.lock().unwrap().remove(uid).is_some() {
+            self.version.send_modify(|v| *v += 1);
+        }
+    }
+
+    /// Every status.
+    pub fn snapshot(&self) -> HashMap<PodUid, Arc<ApiPodStatus>> {
+        self.statuses.lock().unwrap().clone()
+    }
+
+    /// A receiver that changes whenever any status changes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.version.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodCondition;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kubelet_types::TestClock;
+    use std::time::Duration;
+
+    #[tokio::test(start_paused = true)]
+    async fn keeps_times_and_terminal_phase() {
+        let m = StatusManager::new(Arc::new(TestClock::fixed()));
+        let pod = Pod { metadata: ObjectMeta { uid: Some("u".into()), ..Default::default() }, ..Default::default() };
+        let st = |phase: &str, ready: &str| ApiPodStatus {
+            phase: Some(phase.into()),
+            conditions: Some(vec![PodCondition { type_: "Ready".into(), status: ready.into(), ..Default::default() }]),
+            ..Default::default()
+        };
+        let rx = m.subscribe();
+        assert!(m.set_pod_status(&pod, st("Running", "False")));
+        assert!(rx.has_changed().unwrap());
+        let t0 = m.get(&"u".into()).unwrap().start_time.clone();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!m.set_pod_status(&pod, st("Running", "False")), "same status is no change");
+        assert!(m.set_pod_status(&pod, st("Running", "True")));
+        let s = m.get(&"u".into()).unwrap();
+        assert_eq!(s.start_time, t0);
+        let ltt = s.conditions.as_ref().unwrap()[0].last_transition_time.clone().unwrap();
+        assert_eq!(ltt.0.as_second(), t0.unwrap().0.as_second() + 5);
+        m.set_pod_status(&pod, st("Succeeded", "False"));
+        m.set_pod_status(&pod, st("Running", "False"));
+        assert_eq!(m.get(&"u".into()).unwrap().phase.as_deref(), Some("Succeeded"));
+    }
+}

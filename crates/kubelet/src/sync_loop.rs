@@ -1,0 +1,219 @@
+//! The sync loop (`pkg/kubelet/kubelet.go` syncLoop, syncLoopIteration, HandlePodAdditions...,
+//! `kubelet_pods.go` HandlePodCleanups).
+//!
+//! One task owns the [`PodManager`]. Each iteration takes, in this priority order: a pod update from the
+//! PodConfig merge, a PLEG event, a housekeeping tick (every 2 s). Updates and events are handed to the pod
+//! workers; housekeeping — only once every source has been seen, so a restarted kubelet never stops pods whose
+//! manifest it has not read yet — stops pods the runtime runs that no source wants, removes their leftovers
+//! (pod directories, cgroups), forgets finished workers, and every minute garbage-collects dead containers.
+//! The loop ends when cancelled or when the update stream closes.
+
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubelet_config::podconfig::SourcesReady;
+use kubelet_runtime::{PodCache, RuntimeManager};
+use kubelet_types::{Operation, Pod, PodLifecycleEvent, PodUid, PodUpdate};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::cm::PodCgroups;
+use crate::pod_manager::PodManager;
+use crate::pod_workers::{PodWorkers, UpdatePodOptions, UpdateType, WorkerPhase};
+use crate::server::SyncLoopHealth;
+use crate::syncer::PodKey;
+
+/// Housekeeping period (`housekeepingPeriod`).
+pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
+/// Dead containers are collected every this many housekeeping ticks (one minute, `ContainerGCPeriod`).
+const CONTAINER_GC_TICKS: u32 = 30;
+/// Exited instances kept per container (`maxPerPodContainer`).
+const MAX_PER_POD_CONTAINER: usize = 1;
+
+/// Everything the sync loop talks to.
+pub struct SyncLoopDeps {
+    /// Merged pod updates.
+    pub updates: mpsc::Receiver<PodUpdate>,
+    /// PLEG events.
+    pub pleg_events: mpsc::Receiver<PodLifecycleEvent>,
+    /// The pod workers.
+    pub workers: PodWorkers,
+    /// The runtime manager (for garbage collection).
+    pub runtime: Arc<RuntimeManager>,
+    /// Runtime pod cache, refreshed by the PLEG.
+    pub cache: Arc<PodCache>,
+    /// Pod cgroups.
+    pub cgroups: Arc<dyn PodCgroups>,
+    /// Which sources have been seen.
+    pub sources_ready: Arc<SourcesReady>,
+    /// Loop health, marked every iteration.
+    pub health: Arc<SyncLoopHealth>,
+    /// Where the desired pods are published for the HTTP server.
+    pub pods_out: watch::Sender<Arc<Vec<Arc<Pod>>>>,
+    /// `<root-dir>/pods`.
+    pub pods_dir: PathBuf,
+}
+
+/// The sync loop.
+pub struct SyncLoop {
+    deps: SyncLoopDeps,
+    pods: PodManager,
+    ticks: u32,
+}
+
+impl SyncLoop {
+    /// A loop over `deps`.
+    pub fn new(deps: SyncLoopDeps) -> Self {
+        Self { deps, pods: PodManager::default(), ticks: 0 }
+    }
+
+    /// Runs until cancelled.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
+        housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            self.deps.health.mark();
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return,
+                u = self.deps.updates.recv() => match u {
+                    Some(u) => self.handle_update(u),
+                    None => return,
+                },
+                Some(e) = self.deps.pleg_events.recv() => self.handle_pleg(e),
+                _ = housekeeping.tick() => self.housekeeping().await,
+            }
+        }
+    }
+
+    fn publish(&self) {
+        let pods: Vec<Arc<Pod>> = self.pods.pods().cloned().collect();
+        self.deps.pods_out.send_replace(Arc::new(pods));
+    }
+
+    fn dispatch(&self, t: UpdateType, pod: &Arc<Pod>, removed: bool) {
+        self.deps.workers.update_pod(UpdatePodOptions {
+            update_type: t,
+            key: PodKey::of(pod),
+            pod: Some(pod.clone()),
+            grace_override: None,
+            removed,
+        });
+    }
+
+    fn handle_update(&mut self, u: PodUpdate) {
+        info!(op = %u.op, source = %u.source, pods = ?u.pods.iter().map(|p| kubelet_types::pod_update::pod_ref(p)).collect::<Vec<_>>(), "SyncLoop");
+        match u.op {
+            Operation::Add => {
+                let mut pods = u.pods;
+                pods.sort_by(|a, b| a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp));
+                for p in pods {
+                    self.pods.add_or_update(p.clone());
+                    self.dispatch(UpdateType::Create, &p, false);
+                }
+            }
+            Operation::Update | Operation::Delete => {
+                for p in u.pods {
+                    self.pods.add_or_update(p.clone());
+                    self.dispatch(UpdateType::Update, &p, false);
+                }
+            }
+            Operation::Remove => {
+                for p in u.pods {
+                    self.pods.remove(&kubelet_types::pod_update::pod_uid(&p));
+                    self.dispatch(UpdateType::Kill, &p, true);
+                }
+            }
+            Operation::Reconcile => {
+                for p in u.pods {
+                    self.pods.add_or_update(p);
+                }
+            }
+        }
+        self.publish();
+    }
+
+    fn handle_pleg(&mut self, e: PodLifecycleEvent) {
+        debug!(podUID = %e.id, event = ?e.kind, "SyncLoop (PLEG)");
+        if let Some(p) = self.pods.get(&e.id).cloned() {
+            self.dispatch(UpdateType::Sync, &p, false);
+        } else if let Some(phase) = self.deps.workers.phase(&e.id)
+            && phase != WorkerPhase::Finished
+        {
+            let key = self
+                .deps
+                .cache
+                .get(&e.id)
+                .map(|s| PodKey { uid: e.id.clone(), name: s.name.clone(), namespace: s.namespace.clone() })
+                .unwrap_or(PodKey { uid: e.id.clone(), name: String::new(), namespace: String::new() });
+            self.deps.workers.update_pod(UpdatePodOptions {
+                update_type: UpdateType::Sync,
+                key,
+                pod: None,
+                grace_override: None,
+                removed: false,
+            });
+        }
+    }
+
+    /// `HandlePodCleanups`.
+    async fn housekeeping(&mut self) {
+        if !self.deps.sources_ready.all_ready() {
+            debug!("skipping housekeeping: not every pod source is ready");
+            return;
+        }
+        self.ticks += 1;
+        let desired: HashSet<PodUid> = self.pods.pods().map(|p| kubelet_types::pod_update::pod_uid(p)).collect();
+        self.deps.workers.forget_finished(&|u| desired.contains(u));
+        let known: HashSet<PodUid> = self.deps.workers.known().into_iter().collect();
+
+        // Pods the runtime has that no source wants and no worker handles: stop and remove them.
+        let runtime_pods = self.deps.cache.statuses();
+        for st in &runtime_pods {
+            if desired.contains(&st.id) || known.contains(&st.id) {
+                continue;
+            }
+            info!(pod = %format!("{}/{}", st.namespace, st.name), podUID = %st.id, "stopping and removing orphaned pod");
+            self.deps.workers.update_pod(UpdatePodOptions {
+                update_type: UpdateType::Kill,
+                key: PodKey { uid: st.id.clone(), name: st.name.clone(), namespace: st.namespace.clone() },
+                pod: None,
+                grace_override: None,
+                removed: true,
+            });
+        }
+        let active: HashSet<PodUid> =
+            desired.iter().chain(known.iter()).chain(runtime_pods.iter().map(|s| &s.id)).cloned().collect();
+
+        // Leftover pod directories and cgroups of pods that are gone entirely.
+        if let Ok(rd) = std::fs::read_dir(&self.deps.pods_dir) {
+            for e in rd.flatten() {
+                let uid = PodUid(e.file_name().to_string_lossy().into_owned());
+                if !active.contains(&uid) {
+                    info!(podUID = %uid, path = %e.path().display(), "removing orphaned pod directory");
+                    if let Err(err) = std::fs::remove_dir_all(e.path()) {
+                        warn!(podUID = %uid, error = %err, "unable to remove orphaned pod directory");
+                    }
+                }
+            }
+        }
+        for uid in self.deps.cgroups.list_pods() {
+            if !active.contains(&uid) {
+                info!(podUID = %uid, "removing orphaned pod cgroup");
+                let _ = self.deps.cgroups.destroy_pod(&uid);
+            }
+        }
+        self.deps.runtime.gc_backoff();
+
+        if self.ticks.is_multiple_of(CONTAINER_GC_TICKS) {
+            for st in runtime_pods.iter().filter(|s| desired.contains(&s.id)) {
+                if let Err(e) = self.deps.runtime.gc_pod(st, MAX_PER_POD_CONTAINER).await {
+                    warn!(podUID = %st.id, error = %e, "container garbage collection failed");
+                }
+            }
+        }
+    }
+}

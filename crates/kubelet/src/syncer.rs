@@ -1,0 +1,209 @@
+//! What a pod worker does at each step of a pod's life (`kubelet.go` SyncPod, SyncTerminatingPod,
+//! SyncTerminatedPod): read the runtime's view, publish the API status, and drive the runtime manager, cgroups
+//! and pod directories. Called by the pod worker of the pod only, one step at a time.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use kubelet_runtime::config_gen::pod_log_dir;
+use kubelet_runtime::{PodCache, RuntimeManager};
+use kubelet_types::pod_update::pod_ref;
+use kubelet_types::{Pod, PodStatus, PodUid};
+use tracing::{info, warn};
+
+use crate::cm::PodCgroups;
+use crate::status::generate::is_terminal_phase;
+use crate::status::{StatusInputs, StatusManager, generate_api_pod_status};
+
+/// Retry delay after a failed step (`workerBackOffPeriod`).
+pub const WORKER_BACKOFF: Duration = Duration::from_secs(10);
+
+/// Identity of a pod, also for pods known only from the runtime.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct PodKey {
+    /// UID.
+    pub uid: PodUid,
+    /// Name.
+    pub name: String,
+    /// Namespace.
+    pub namespace: String,
+}
+
+impl PodKey {
+    /// The key of a pod.
+    pub fn of(pod: &Pod) -> Self {
+        Self {
+            uid: PodUid(pod.metadata.uid.clone().unwrap_or_default()),
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl std::fmt::Display for PodKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Outcome of SyncPod.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncOutcome {
+    /// The pod runs as it should; resync later.
+    Synced,
+    /// The pod reached a terminal phase: terminate it.
+    Terminal,
+    /// Something failed; retry after the delay.
+    Retry(Duration),
+}
+
+/// The three steps of a pod's life, as the pod workers call them.
+#[async_trait]
+pub trait PodSyncer: Send + Sync + 'static {
+    /// Brings a running pod to its spec.
+    async fn sync_pod(&self, pod: &Arc<Pod>) -> SyncOutcome;
+    /// Stops everything of the pod; `Err` is retried.
+    async fn sync_terminating_pod(
+        &self,
+        key: &PodKey,
+        pod: Option<&Arc<Pod>>,
+        grace: Option<i64>,
+    ) -> Result<(), String>;
+    /// Cleans up after a stopped pod; `removed` pods lose their containers, sandbox, directories and status.
+    async fn sync_terminated_pod(&self, key: &PodKey, pod: Option<&Arc<Pod>>, removed: bool) -> Result<(), String>;
+}
+
+/// The real syncer.
+pub struct KubeletSyncer {
+    /// The runtime manager.
+    pub runtime: Arc<RuntimeManager>,
+    /// Runtime pod cache.
+    pub cache: Arc<PodCache>,
+    /// API statuses.
+    pub status: Arc<StatusManager>,
+    /// Pod cgroups.
+    pub cgroups: Arc<dyn PodCgroups>,
+    /// The node's IPs.
+    pub host_ips: Vec<String>,
+}
+
+impl KubeletSyncer {
+    fn pod_dir(&self, uid: &PodUid) -> PathBuf {
+        self.runtime.config().root_dir.join("pods").join(uid.as_str())
+    }
+
+    async fn inspect(&self, key: &PodKey) -> Result<Arc<PodStatus>, String> {
+        let st = self.runtime.get_pod_status(&key.uid, &key.name, &key.namespace).await.map_err(|e| e.to_string())?;
+        Ok(self.cache.set(st))
+    }
+
+    async fn publish(&self, pod: &Pod, rt: &PodStatus, terminal: bool) -> Option<String> {
+        let name = self.runtime.runtime_name().await.unwrap_or_else(|_| "containerd".into());
+        let inputs = StatusInputs {
+            runtime: rt,
+            reasons: self.runtime.reasons(),
+            runtime_name: &name,
+            host_ips: &self.host_ips,
+            pod_is_terminal: terminal,
+        };
+        let status = generate_api_pod_status(pod, &inputs);
+        let phase = status.phase.clone();
+        self.status.set_pod_status(pod, status);
+        phase
+    }
+}
+
+#[async_trait]
+impl PodSyncer for KubeletSyncer {
+    async fn sync_pod(&self, pod: &Arc<Pod>) -> SyncOutcome {
+        let key = PodKey::of(pod);
+        let rt = match self.inspect(&key).await {
+            Ok(rt) => rt,
+            Err(e) => {
+                warn!(pod = %key, podUID = %key.uid, error = %e, "unable to get pod status from the runtime; will retry");
+                return SyncOutcome::Retry(WORKER_BACKOFF);
+            }
+        };
+        let phase = self.publish(pod, &rt, false).await;
+        if is_terminal_phase(phase.as_deref()) {
+            info!(pod = %key, podUID = %key.uid, phase = ?phase, "pod is terminal");
+            return SyncOutcome::Terminal;
+        }
+        for sub in ["volumes", "plugins", "containers"] {
+            if let Err(e) = std::fs::create_dir_all(self.pod_dir(&key.uid).join(sub)) {
+                warn!(pod = %key, error = %e, "unable to create pod directories");
+                return SyncOutcome::Retry(WORKER_BACKOFF);
+            }
+        }
+        if let Err(e) = self.cgroups.ensure_pod(pod) {
+            warn!(pod = %key, podUID = %key.uid, error = %e, "unable to ensure the pod cgroup");
+        }
+        let result = self.runtime.sync_pod(pod, &rt).await;
+        for e in &result.errors {
+            if result.only_backoff() {
+                info!(pod = %key, podUID = %key.uid, containerName = %e.target, reason = %e.reason, message = %e.message, "back-off");
+            } else {
+                warn!(pod = %key, podUID = %key.uid, action = e.action, target = %e.target, reason = %e.reason, message = %e.message, "error syncing pod");
+            }
+        }
+        // Publish what the sync did right away rather than at the next relist.
+        if let Ok(rt) = self.inspect(&key).await {
+            let phase = self.publish(pod, &rt, false).await;
+            if is_terminal_phase(phase.as_deref()) {
+                return SyncOutcome::Terminal;
+            }
+        }
+        if result.ok() { SyncOutcome::Synced } else { SyncOutcome::Retry(WORKER_BACKOFF) }
+    }
+
+    async fn sync_terminating_pod(
+        &self,
+        key: &PodKey,
+        pod: Option<&Arc<Pod>>,
+        grace: Option<i64>,
+    ) -> Result<(), String> {
+        let rt = self.inspect(key).await?;
+        info!(pod = %key, podUID = %key.uid, gracePeriod = ?grace, "killing pod");
+        self.runtime.kill_pod(pod.map(|p| p.as_ref()), &rt, grace).await.map_err(|e| e.to_string())?;
+        let rt = self.inspect(key).await?;
+        if rt.container_statuses.iter().any(|c| c.state == kubelet_types::ContainerState::Running) {
+            return Err(format!("pod {key} still has running containers"));
+        }
+        if let Some(pod) = pod {
+            self.publish(pod, &rt, true).await;
+        }
+        Ok(())
+    }
+
+    async fn sync_terminated_pod(&self, key: &PodKey, pod: Option<&Arc<Pod>>, removed: bool) -> Result<(), String> {
+        if removed {
+            self.runtime.remove_pod(&key.uid).await.map_err(|e| e.to_string())?;
+            self.cache.delete(&key.uid);
+            self.status.remove(&key.uid);
+            let log_dir = match pod {
+                Some(p) => pod_log_dir(&self.runtime.config().pod_logs_dir, p),
+                None => self.runtime.config().pod_logs_dir.join(format!("{}_{}_{}", key.namespace, key.name, key.uid)),
+            };
+            remove_dir(&log_dir);
+            remove_dir(&self.pod_dir(&key.uid));
+            info!(pod = %key, podUID = %key.uid, "pod removed: containers, sandbox, cgroup and directories cleaned up");
+        }
+        if let Err(e) = self.cgroups.destroy_pod(&key.uid) {
+            return Err(format!("remove cgroup of pod {key}: {e}"));
+        }
+        if let Some(p) = pod {
+            tracing::debug!(pod = %pod_ref(p), "pod terminated");
+        }
+        Ok(())
+    }
+}
+
+fn remove_dir(p: &std::path::Path) {
+    match std::fs::remove_dir_all(p) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => warn!(path = %p.display(), error = %e, "unable to remove directory"),
+    }
+}

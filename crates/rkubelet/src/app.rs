@@ -1,0 +1,242 @@
+//! Wiring of the node agent (`cmd/kubelet/app/server.go` RunKubelet, `pkg/kubelet/kubelet.go` Run): builds every
+//! manager, spawns them into one task tracker, and on SIGTERM/SIGINT cancels them and waits a bounded time.
+//! Pods keep running across a restart of rkubelet, as with the Go kubelet. A second signal exits at once.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use kubelet::cm::{CgroupfsManager, NoCgroups, PodCgroups};
+use kubelet::pod_workers::PodWorkers;
+use kubelet::runtime_state::RuntimeState;
+use kubelet::server::{ServerState, SyncLoopHealth, healthz_router, read_only_router, serve};
+use kubelet::status::StatusManager;
+use kubelet::sync_loop::{SyncLoop, SyncLoopDeps};
+use kubelet::syncer::KubeletSyncer;
+use kubelet_config::kubelet_config::KubeletConfiguration;
+use kubelet_config::podconfig::{PodConfig, SourcesReady};
+use kubelet_config::sources::file::FileSource;
+use kubelet_config::sources::http::HttpSource;
+use kubelet_cri::{RemoteRuntime, RuntimeService};
+use kubelet_runtime::pleg::{RELIST_PERIOD, RELIST_THRESHOLD};
+use kubelet_runtime::{GenericPleg, PlegHealth, PodCache, RuntimeManager, RuntimeManagerConfig};
+use kubelet_types::{Clock, PodSource, SystemClock};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use crate::cli::Cli;
+use crate::node;
+
+/// Bound of the PLEG event channel (`plegChannelCapacity`): a full channel drops one relist's events.
+const PLEG_CHANNEL_CAPACITY: usize = 1000;
+/// Bound of the source → merge channel: sources block (back-pressure) when the merge lags.
+const SOURCE_CHANNEL_CAPACITY: usize = 50;
+/// Bound of the merge → sync loop channel (upstream's updates channel has 50).
+const UPDATE_CHANNEL_CAPACITY: usize = 50;
+/// How long shutdown waits for managers before naming the laggards.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Waits for the runtime to answer `Version`, with back-off (1 s doubling to 30 s), logging each failure.
+async fn wait_for_runtime(runtime: &RemoteRuntime, cancel: &CancellationToken) -> Option<String> {
+    let mut delay = Duration::from_secs(1);
+    loop {
+        match runtime.version().await {
+            Ok(v) => {
+                info!(runtimeName = %v.runtime_name, runtimeVersion = %v.runtime_version, apiVersion = %v.runtime_api_version, "container runtime is ready");
+                return Some(v.runtime_name);
+            }
+            Err(e) => {
+                warn!(endpoint = %runtime.socket().display(), error = %e, retryIn = ?delay, "container runtime is not reachable yet")
+            }
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return None,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(Duration::from_secs(30));
+    }
+}
+
+fn signals(cancel: CancellationToken) -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
+    let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+    tokio::spawn(async move {
+        tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+        info!("shutting down on signal; pods keep running");
+        cancel.cancel();
+        tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
+        warn!("second signal: exiting now");
+        std::process::exit(1);
+    });
+    Ok(())
+}
+
+/// Runs the node agent until a signal.
+pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
+    let cancel = CancellationToken::new();
+    signals(cancel.clone())?;
+    let tracker = TaskTracker::new();
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+
+    let node_name = node::node_name(cli.hostname_override.as_deref())?;
+    let host_ips = node::node_ips(cli.node_ip.as_deref())?;
+    if cli.kubeconfig.is_some() || cli.bootstrap_kubeconfig.is_some() {
+        warn!("--kubeconfig/--bootstrap-kubeconfig given: joining a cluster is not built yet; running standalone");
+    }
+    info!(nodeName = %node_name, nodeIPs = ?host_ips, version = crate::KUBERNETES_VERSION, "starting rkubelet");
+
+    let root_dir = cli.root_dir.clone();
+    let pods_dir = root_dir.join("pods");
+    std::fs::create_dir_all(&pods_dir).with_context(|| format!("create {}", pods_dir.display()))?;
+    let pod_logs_dir =
+        PathBuf::from(if cfg.pod_logs_dir.is_empty() { "/var/log/pods" } else { cfg.pod_logs_dir.as_str() });
+    std::fs::create_dir_all(&pod_logs_dir).with_context(|| format!("create {}", pod_logs_dir.display()))?;
+
+    // Health endpoints come up first, so a runtime that is not there yet is visible.
+    let syncloop_health = Arc::new(SyncLoopHealth::new(cfg.sync_frequency.0));
+    let pleg_health = Arc::new(PlegHealth::new(RELIST_THRESHOLD));
+    let status = Arc::new(StatusManager::new(clock.clone()));
+    let (pods_tx, pods_rx) = watch::channel(Arc::new(Vec::new()));
+    let server_state = ServerState {
+        syncloop: syncloop_health.clone(),
+        pleg: pleg_health.clone(),
+        pods: pods_rx,
+        status: status.clone(),
+    };
+    let healthz_port = cfg.healthz_port.unwrap_or(10248);
+    if healthz_port > 0 {
+        let addr: SocketAddr = format!("{}:{}", cfg.healthz_bind_address, healthz_port)
+            .parse()
+            .with_context(|| format!("healthzBindAddress {:?}", cfg.healthz_bind_address))?;
+        let listener_cancel = cancel.clone();
+        let router = healthz_router(server_state.clone());
+        // Bind now so a taken port fails start-up.
+        let listener =
+            tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listen for healthz on {addr}"))?;
+        tracker.spawn(async move {
+            let _ = axum::serve(listener, router)
+                .with_graceful_shutdown(async move { listener_cancel.cancelled().await })
+                .await;
+        });
+        info!(address = %addr, "healthz server listening");
+    }
+    if cfg.read_only_port > 0 {
+        let addr: SocketAddr = format!("{}:{}", cfg.address, cfg.read_only_port)
+            .parse()
+            .with_context(|| format!("address {:?}", cfg.address))?;
+        let router = read_only_router(server_state.clone());
+        let c = cancel.clone();
+        tracker.spawn(async move {
+            if let Err(e) = serve(addr, router, c).await {
+                warn!(address = %addr, error = %e, "read-only server failed");
+            }
+        });
+        info!(address = %addr, "read-only server listening");
+    }
+
+    let remote = RemoteRuntime::new(&cfg.container_runtime_endpoint, cfg.runtime_request_timeout.0)?;
+    if wait_for_runtime(&remote, &cancel).await.is_none() {
+        tracker.close();
+        tracker.wait().await;
+        return Ok(());
+    }
+    let remote = Arc::new(remote);
+
+    let cgroups: Arc<dyn PodCgroups> = if cfg.cgroups_per_qos.unwrap_or(true) {
+        let root = PathBuf::from("/sys/fs/cgroup");
+        let m = CgroupfsManager::new(root.join(cfg.cgroup_root.trim_start_matches('/')));
+        m.setup_qos().context("create the kubepods QoS cgroups (is /sys/fs/cgroup writable?)")?;
+        Arc::new(m)
+    } else {
+        Arc::new(NoCgroups)
+    };
+
+    let rm_cfg = RuntimeManagerConfig {
+        pod_logs_dir,
+        container_logs_dir: "/var/log/containers".into(),
+        root_dir: root_dir.clone(),
+        cluster_dns: cfg.cluster_dns.clone(),
+        cluster_domain: cfg.cluster_domain.clone(),
+        resolv_conf: cfg.resolver_config.clone().filter(|s| !s.is_empty()).map(PathBuf::from),
+        cgroups_per_qos: cfg.cgroups_per_qos.unwrap_or(true),
+        cpu_cfs_quota: cfg.cpu_cfs_quota.unwrap_or(true),
+        cpu_cfs_quota_period_us: cfg.cpu_cfs_quota_period.map(|d| d.0.as_micros() as i64).unwrap_or(100_000),
+        memory_capacity: node::memory_capacity(),
+    };
+    let runtime = Arc::new(RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone()));
+    let cache = Arc::new(PodCache::default());
+
+    let runtime_state = Arc::new(RuntimeState::default());
+    tracker.spawn(runtime_state.clone().run(remote.clone() as Arc<dyn RuntimeService>, cancel.clone()));
+
+    let (pleg_tx, pleg_rx) = mpsc::channel(PLEG_CHANNEL_CAPACITY);
+    let pleg = GenericPleg::new(runtime.clone(), cache.clone(), pleg_tx, pleg_health.clone(), RELIST_PERIOD);
+    tracker.spawn(pleg.run(cancel.clone()));
+
+    // Pod sources and their merge.
+    let mut expected = vec![];
+    let (src_tx, src_rx) = mpsc::channel(SOURCE_CHANNEL_CAPACITY);
+    if !cfg.static_pod_path.is_empty() {
+        expected.push(PodSource::File);
+        let fs = FileSource::new(
+            cfg.static_pod_path.clone().into(),
+            node_name.clone(),
+            cfg.file_check_frequency.0,
+            src_tx.clone(),
+        );
+        tracker.spawn(fs.run(cancel.clone()));
+        info!(path = %cfg.static_pod_path, "watching static pod path");
+    }
+    if !cfg.static_pod_url.is_empty() {
+        expected.push(PodSource::Http);
+        let hs = HttpSource::new(
+            cfg.static_pod_url.clone(),
+            cfg.static_pod_url_header.clone(),
+            node_name.clone(),
+            cfg.http_check_frequency.0,
+            src_tx.clone(),
+        );
+        tracker.spawn(hs.run(cancel.clone()));
+        info!(url = %cfg.static_pod_url, "reading static pods from URL");
+    }
+    drop(src_tx);
+    let sources_ready = SourcesReady::new(expected);
+    let (upd_tx, upd_rx) = mpsc::channel(UPDATE_CHANNEL_CAPACITY);
+    tracker.spawn(PodConfig::new(sources_ready.clone(), clock.clone()).run(src_rx, upd_tx, cancel.clone()));
+
+    let syncer = Arc::new(KubeletSyncer {
+        runtime: runtime.clone(),
+        cache: cache.clone(),
+        status: status.clone(),
+        cgroups: cgroups.clone(),
+        host_ips,
+    });
+    let workers = PodWorkers::new(syncer, cfg.sync_frequency.0, cancel.clone(), tracker.clone());
+    let sync_loop = SyncLoop::new(SyncLoopDeps {
+        updates: upd_rx,
+        pleg_events: pleg_rx,
+        workers,
+        runtime,
+        cache,
+        cgroups,
+        sources_ready,
+        health: syncloop_health,
+        pods_out: pods_tx,
+        pods_dir,
+    });
+    tracker.spawn(sync_loop.run(cancel.clone()));
+    info!("started kubelet");
+
+    cancel.cancelled().await;
+    tracker.close();
+    if tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait()).await.is_err() {
+        warn!(tasks = tracker.len(), "some tasks did not stop within {SHUTDOWN_GRACE:?}; exiting anyway");
+    }
+    info!("rkubelet stopped");
+    Ok(())
+}

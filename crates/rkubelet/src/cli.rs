@@ -1,0 +1,73 @@
+//! Command-line flags with upstream's names (`cmd/kubelet/app/options/options.go`). Flags given on the command
+//! line override the configuration file, as upstream.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+/// rkubelet: the Kubernetes node agent.
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "rkubelet",
+    disable_version_flag = true,
+    about = "The Kubernetes node agent, in Rust: a drop-in kubelet."
+)]
+pub struct Cli {
+    /// The kubelet reads its configuration (KubeletConfiguration, kubelet.config.k8s.io/v1beta1) from this file.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+    /// Path to a kubeconfig file for connecting to the apiserver. Omit it to run standalone.
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Path to a kubeconfig file used to request a client certificate when --kubeconfig does not exist.
+    #[arg(long = "bootstrap-kubeconfig", value_name = "PATH")]
+    pub bootstrap_kubeconfig: Option<PathBuf>,
+    /// Use this name instead of the hostname as the node name.
+    #[arg(long = "hostname-override", value_name = "NAME")]
+    pub hostname_override: Option<String>,
+    /// IP address(es) of the node (comma-separated, at most one per family).
+    #[arg(long = "node-ip", value_name = "IP")]
+    pub node_ip: Option<String>,
+    /// The endpoint of the container runtime service (unix:///path); overrides containerRuntimeEndpoint.
+    #[arg(long = "container-runtime-endpoint", value_name = "ENDPOINT")]
+    pub container_runtime_endpoint: Option<String>,
+    /// Directory for the kubelet's files (volume mounts, pod directories).
+    #[arg(long = "root-dir", value_name = "DIR", default_value = "/var/lib/kubelet")]
+    pub root_dir: PathBuf,
+    /// Directory of the TLS certificates.
+    #[arg(long = "cert-dir", value_name = "DIR", default_value = "/var/lib/kubelet/pki")]
+    pub cert_dir: PathBuf,
+    /// Path to the static pod manifests (a folder or a file); overrides staticPodPath.
+    #[arg(long = "pod-manifest-path", value_name = "PATH")]
+    pub pod_manifest_path: Option<String>,
+    /// Log verbosity (0-10), as klog's -v.
+    #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
+    pub v: u8,
+    /// Print version information and quit.
+    #[arg(long)]
+    pub version: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upstream_flag_spellings() {
+        let c = Cli::try_parse_from([
+            "rkubelet",
+            "--config=/etc/kubernetes/kubelet.yaml",
+            "--pod-manifest-path",
+            "/etc/kubernetes/manifests",
+            "--hostname-override=node-a",
+            "--v=4",
+            "--container-runtime-endpoint=unix:///run/containerd/containerd.sock",
+        ])
+        .unwrap();
+        assert_eq!(c.config.unwrap(), PathBuf::from("/etc/kubernetes/kubelet.yaml"));
+        assert_eq!(c.pod_manifest_path.as_deref(), Some("/etc/kubernetes/manifests"));
+        assert_eq!(c.v, 4);
+        assert_eq!(Cli::try_parse_from(["rkubelet", "-v", "2"]).unwrap().v, 2);
+        assert!(Cli::try_parse_from(["rkubelet", "--no-such-flag"]).is_err());
+    }
+}

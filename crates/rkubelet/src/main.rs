@@ -1,0 +1,98 @@
+//! rkubelet: the kubelet binary (`cmd/kubelet`). Parses flags, loads and validates the
+//! `KubeletConfiguration`, sets up logging, and runs the node agent until SIGTERM/SIGINT. An invalid
+//! configuration stops start-up with a message naming the field, and exit code 1.
+
+mod app;
+mod cli;
+mod node;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use kubelet_config::kubelet_config::{KubeletConfiguration, load_file};
+
+use crate::cli::Cli;
+
+/// The Kubernetes version whose kubelet rkubelet mirrors.
+pub const KUBERNETES_VERSION: &str = "v1.34.0";
+
+fn load_config(cli: &Cli) -> anyhow::Result<KubeletConfiguration> {
+    let mut cfg = match &cli.config {
+        Some(path) => load_file(path)?,
+        None => {
+            let mut c = KubeletConfiguration::new();
+            c.set_defaults();
+            c.apply_default_eviction_hard();
+            c
+        }
+    };
+    if let Some(e) = &cli.container_runtime_endpoint {
+        cfg.container_runtime_endpoint = e.clone();
+    }
+    if let Some(p) = &cli.pod_manifest_path {
+        cfg.static_pod_path = p.clone();
+    }
+    cfg.validate()?;
+    if cfg.cgroup_driver == "systemd" {
+        anyhow::bail!(
+            "invalid configuration: cgroupDriver (--cgroup-driver) \"systemd\" is not supported by rkubelet yet; \
+             use cgroupDriver: cgroupfs (and SystemdCgroup = false for runc in containerd)"
+        );
+    }
+    if !cfg.container_runtime_endpoint.starts_with("unix://") && !cfg.container_runtime_endpoint.starts_with('/') {
+        anyhow::bail!(
+            "invalid configuration: containerRuntimeEndpoint (--container-runtime-endpoint) {:?}: only unix sockets (unix:///path) are supported",
+            cfg.container_runtime_endpoint
+        );
+    }
+    Ok(cfg)
+}
+
+fn init_tracing(v: u8) {
+    use tracing_subscriber::EnvFilter;
+    let level = match v {
+        0..=2 => "info",
+        3..=5 => "debug",
+        _ => "trace",
+    };
+    let filter = EnvFilter::try_from_env("RKUBELET_LOG")
+        .unwrap_or_else(|_| EnvFilter::new(format!("{level},h2=info,hyper=info,tower=info,tonic=info,notify=info")));
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_target(false)
+        .init();
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if cli.version {
+        println!("Kubernetes {KUBERNETES_VERSION} (rkubelet {})", env!("CARGO_PKG_VERSION"));
+        return ExitCode::SUCCESS;
+    }
+    let cfg = match load_config(&cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("rkubelet: {e:#}");
+            return ExitCode::from(1);
+        }
+    };
+    init_tracing(cli.v);
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rkubelet: start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match rt.block_on(app::run(cli, cfg)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("rkubelet: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! Facts of this node the kubelet needs at start: its name (`pkg/util/node` GetHostname) and IPs
+//! (`--node-ip`, else the first global address of an interface that is up), memory capacity.
+
+use std::net::IpAddr;
+
+use anyhow::{Context, bail};
+
+/// The node name: `--hostname-override`, else the host name; lower case, as upstream.
+pub fn node_name(override_: Option<&str>) -> anyhow::Result<String> {
+    let name = match override_ {
+        Some(n) if !n.trim().is_empty() => n.trim().to_string(),
+        _ => nix::unistd::gethostname().context("read host name")?.to_string_lossy().trim().to_string(),
+    };
+    if name.is_empty() {
+        bail!("empty node name: set --hostname-override");
+    }
+    Ok(name.to_lowercase())
+}
+
+/// The node IPs: from `--node-ip`, else detected.
+pub fn node_ips(flag: Option<&str>) -> anyhow::Result<Vec<String>> {
+    if let Some(f) = flag {
+        let ips: Vec<String> = f.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect();
+        for ip in &ips {
+            ip.parse::<IpAddr>().with_context(|| format!("--node-ip: {ip:?} is not an IP address"))?;
+        }
+        return Ok(ips);
+    }
+    let mut found = vec![];
+    if let Ok(addrs) = nix::ifaddrs::getifaddrs() {
+        for a in addrs {
+            let up = a.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP);
+            let lo = a.flags.contains(nix::net::if_::InterfaceFlags::IFF_LOOPBACK);
+            // The pod bridge and virtual links are not the node's address.
+            if !up || lo || a.interface_name == "cni0" || a.interface_name.starts_with("veth") {
+                continue;
+            }
+            if let Some(v4) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
+                found.push(v4.ip().to_string());
+            }
+        }
+    }
+    found.truncate(1);
+    Ok(found)
+}
+
+/// Total memory in bytes, from /proc/meminfo.
+pub fn memory_capacity() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(8 << 30)
+}

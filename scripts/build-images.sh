@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# build-images.sh SOCKET [OUTDIR]
+#
+# Builds the two local images the development node needs and imports them
+# into containerd's `k8s.io` namespace (the namespace the CRI plugin uses):
+#
+#   localhost/pause:1                          static `pause` from scripts/images/pause.c
+#   localhost/busybox:1, localhost/busybox:latest   Debian's busybox-static + applet links
+#
+# Why this exists: no container registry is reachable from these machines
+# (see /work/shared/notes/runtime-on-this-machine.md), and there is no docker.
+# So each image is assembled by hand as an OCI image layout
+# (oci-layout, index.json, blobs/sha256/*), tarred, and imported with
+# `ctr images import`.
+#
+# Naming: ctr 1.6 names an imported OCI image after the index entry's
+# `org.opencontainers.image.ref.name` annotation. When that annotation holds a
+# full reference ("localhost/busybox:1") the image gets exactly that name, so
+# no --base-name is needed (with only a tag, ctr would need --base-name).
+# The script checks the resulting names with `ctr images ls -q` at the end.
+#
+# Layers are built reproducibly (sorted, mtime 0, numeric owner 0), so
+# rebuilding yields the same digests and re-importing is a no-op.
+#
+# OUTDIR (or env RKUBELET_IMAGES_DIR) keeps the build outputs; without it a
+# temporary directory is used and removed afterwards. Never the repository.
+set -euo pipefail
+
+export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:${PATH:-}"
+
+log() { printf '[build-images] %s\n' "$*" >&2; }
+die() { printf '[build-images] ERROR: %s\n' "$*" >&2; exit 1; }
+
+SOCKET="${1:-}"
+[[ -n "$SOCKET" ]] || die "usage: $0 SOCKET [OUTDIR]"
+[[ -S "$SOCKET" ]] || die "containerd socket $SOCKET does not exist (run scripts/node-setup.sh)"
+
+SCRIPT_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+PAUSE_SRC="$SCRIPT_DIR/images/pause.c"
+[[ -f "$PAUSE_SRC" ]] || die "missing $PAUSE_SRC"
+
+for tool in gcc tar sha256sum ctr; do
+    command -v "$tool" >/dev/null || die "'$tool' not found (scripts/node-setup.sh installs it)"
+done
+BUSYBOX="/bin/busybox"
+[[ -x "$BUSYBOX" ]] || die "$BUSYBOX missing: install Debian package busybox-static"
+"$BUSYBOX" --list >/dev/null 2>&1 || die "$BUSYBOX does not look like busybox"
+# Debian's dynamically linked `busybox` package would not run inside the image
+# (no libc there): it must be busybox-static. ldd says "not a dynamic
+# executable" (and exits non-zero) for static binaries.
+if ldd "$BUSYBOX" >/dev/null 2>&1; then
+    die "$BUSYBOX is dynamically linked: install busybox-static, not busybox"
+fi
+
+OUTDIR="${2:-${RKUBELET_IMAGES_DIR:-}}"
+if [[ -z "$OUTDIR" ]]; then
+    OUTDIR="$(mktemp -d /tmp/rkubelet-images.XXXXXX)"
+    trap 'rm -rf "$OUTDIR"' EXIT
+fi
+mkdir -p "$OUTDIR"
+OUTDIR="$(cd "$OUTDIR" && pwd)"
+
+# OCI platform of this machine (dpkg names match GOARCH for the usual ones).
+case "$(dpkg --print-architecture 2>/dev/null || uname -m)" in
+    amd64 | x86_64) ARCH=amd64 ;;
+    arm64 | aarch64) ARCH=arm64 ;;
+    *) die "unsupported architecture $(uname -m)" ;;
+esac
+
+CTR=(ctr -a "$SOCKET" -n k8s.io)
+EPOCH="1970-01-01T00:00:00Z" # fixed, so configs (and digests) are reproducible
+
+sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
+size_of() { stat -c %s "$1"; }
+
+# json_array a b c  ->  ["a","b","c"]   (values here never contain " or \)
+json_array() {
+    local out="" v
+    for v in "$@"; do out+="${out:+,}\"$v\""; done
+    printf '[%s]' "$out"
+}
+
+# put_blob LAYOUT FILE -> moves FILE into LAYOUT/blobs/sha256/<digest>, prints digest
+put_blob() {
+    local layout="$1" file="$2" digest
+    digest="$(sha256_of "$file")"
+    mkdir -p "$layout/blobs/sha256"
+    mv -f "$file" "$layout/blobs/sha256/$digest"
+    printf '%s' "$digest"
+}
+
+# build_image NAME ROOTFS CONFIG_FRAGMENT REF...
+#   NAME             short name used for file names
+#   ROOTFS           directory that becomes the single layer
+#   CONFIG_FRAGMENT  JSON members for the image config's "config" object
+#   REF...           full image references to put in index.json
+# Writes $OUTDIR/NAME.oci.tar
+build_image() {
+    local name="$1" rootfs="$2" cfg="$3"
+    shift 3
+    local layout="$OUTDIR/$name.layout"
+    rm -rf "$layout"
+    mkdir -p "$layout/blobs/sha256"
+
+    # Layer: uncompressed tar, so its digest is also its diff_id.
+    local layer_tmp="$layout/layer.tar"
+    tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
+        --format=gnu -C "$rootfs" -cf "$layer_tmp" .
+    local layer_size layer_digest
+    layer_size="$(size_of "$layer_tmp")"
+    layer_digest="$(put_blob "$layout" "$layer_tmp")"
+
+    local config_tmp="$layout/config.json"
+    printf '{"created":"%s","architecture":"%s","os":"linux","config":{%s},"rootfs":{"type":"layers","diff_ids":["sha256:%s"]},"history":[{"created":"%s","created_by":"rkubelet scripts/build-images.sh"}]}' \
+        "$EPOCH" "$ARCH" "$cfg" "$layer_digest" "$EPOCH" >"$config_tmp"
+    local config_size config_digest
+    config_size="$(size_of "$config_tmp")"
+    config_digest="$(put_blob "$layout" "$config_tmp")"
+
+    local manifest_tmp="$layout/manifest.json"
+    printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"sha256:%s","size":%s}]}' \
+        "$config_digest" "$config_size" "$layer_digest" "$layer_size" >"$manifest_tmp"
+    local manifest_size manifest_digest
+    manifest_size="$(size_of "$manifest_tmp")"
+    manifest_digest="$(put_blob "$layout" "$manifest_tmp")"
+
+    # One index entry per reference, all pointing at the same manifest. The
+    # ref.name annotation is the FULL reference (see the naming note above).
+    local entries="" ref
+    for ref in "$@"; do
+        entries+="${entries:+,}$(printf '{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"sha256:%s","size":%s,"platform":{"architecture":"%s","os":"linux"},"annotations":{"org.opencontainers.image.ref.name":"%s"}}' \
+            "$manifest_digest" "$manifest_size" "$ARCH" "$ref")"
+    done
+    printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[%s]}' "$entries" >"$layout/index.json"
+    printf '{"imageLayoutVersion":"1.0.0"}' >"$layout/oci-layout"
+
+    tar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner \
+        --format=gnu -C "$layout" -cf "$OUTDIR/$name.oci.tar" oci-layout index.json blobs
+    log "built $name: manifest sha256:${manifest_digest:0:12} layer $((layer_size / 1024)) KiB -> $OUTDIR/$name.oci.tar"
+}
+
+import_image() {
+    local tarball="$1"
+    log "importing $(basename "$tarball") into namespace k8s.io"
+    # Unpack (the default) into the CRI plugin's snapshotter (overlayfs unless
+    # node-setup chose otherwise): CRI 1.6 does not unpack an image itself when
+    # creating a container.
+    timeout 120 "${CTR[@]}" images import --snapshotter "${RKUBELET_SNAPSHOTTER:-overlayfs}" "$tarball" >/dev/null ||
+        die "ctr images import $tarball failed"
+}
+
+# ---------------------------------------------------------------- pause ----
+build_pause() {
+    local rootfs="$OUTDIR/pause.rootfs"
+    rm -rf "$rootfs"
+    mkdir -p "$rootfs"
+    log "compiling $PAUSE_SRC (gcc -static -O2)"
+    gcc -static -O2 -Wall -Wextra -o "$rootfs/pause" "$PAUSE_SRC"
+    strip "$rootfs/pause" 2>/dev/null || true
+    chmod 0755 "$rootfs/pause"
+    # Same user as upstream's pause image: it needs no file access at all.
+    build_image pause "$rootfs" \
+        "\"User\":\"65535:65535\",\"Entrypoint\":$(json_array /pause),\"WorkingDir\":\"/\"" \
+        localhost/pause:1
+}
+
+# -------------------------------------------------------------- busybox ----
+build_busybox() {
+    local rootfs="$OUTDIR/busybox.rootfs"
+    rm -rf "$rootfs"
+    mkdir -p "$rootfs"/{bin,etc,tmp,root,proc,sys,dev,var,home}
+    chmod 1777 "$rootfs/tmp"
+    chmod 0700 "$rootfs/root"
+    cp "$BUSYBOX" "$rootfs/bin/busybox"
+    chmod 0755 "$rootfs/bin/busybox"
+    # Every applet as a relative symlink in /bin (that is what PATH points at).
+    local applet n=0
+    while IFS= read -r applet; do
+        [[ -z "$applet" || "$applet" == busybox || "$applet" == */* ]] && continue
+        ln -sf busybox "$rootfs/bin/$applet"
+        n=$((n + 1))
+    done < <("$BUSYBOX" --list)
+    # Scripts with `#!/usr/bin/env` or `/usr/bin/...` paths keep working.
+    mkdir -p "$rootfs/usr"
+    ln -s ../bin "$rootfs/usr/bin"
+    ln -s bin "$rootfs/sbin"
+    cat >"$rootfs/etc/passwd" <<'PASSWD'
+root:x:0:0:root:/root:/bin/sh
+nobody:x:65534:65534:nobody:/nonexistent:/bin/false
+PASSWD
+    cat >"$rootfs/etc/group" <<'GROUP'
+root:x:0:
+nobody:x:65534:
+GROUP
+    chmod 0644 "$rootfs/etc/passwd" "$rootfs/etc/group"
+    log "busybox rootfs: $n applet links in /bin"
+    build_image busybox "$rootfs" \
+        "\"Env\":$(json_array PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin),\"Cmd\":$(json_array sh),\"WorkingDir\":\"/\"" \
+        localhost/busybox:1 localhost/busybox:latest
+}
+
+build_pause
+build_busybox
+import_image "$OUTDIR/pause.oci.tar"
+import_image "$OUTDIR/busybox.oci.tar"
+
+# Verify the names ctr actually gave the images (guards against ctr naming
+# them "import-<date>" or by tag only).
+present="$("${CTR[@]}" images ls -q)"
+for ref in localhost/pause:1 localhost/busybox:1 localhost/busybox:latest; do
+    grep -qxF "$ref" <<<"$present" || die "after import, image $ref is not listed by 'ctr -n k8s.io images ls -q' (got: $(tr '\n' ' ' <<<"$present"))"
+done
+log "images ready: localhost/pause:1 localhost/busybox:1 localhost/busybox:latest"

@@ -1,0 +1,130 @@
+# shellcheck shell=bash
+# shellcheck disable=SC2034  # variables here are used by the scripts that source this file
+# Shared helpers for scripts/node-setup.sh and scripts/node-teardown.sh.
+# Sourced, not executed. Facts referenced below come from
+# /work/shared/notes/runtime-on-this-machine.md.
+
+# Debian puts runc, iptables and ip in /usr/sbin; make sure they are found even
+# when the caller has a narrow PATH (containerd inherits this PATH to find runc).
+export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:${PATH:-}"
+
+RK_DEFAULT_WORKDIR="/var/lib/rkubelet-dev"
+# Names shared by setup and teardown.
+RK_CNI_NETWORK="rkubelet"     # CNI network name (IPAM leases, result cache, portmap comments)
+RK_BRIDGE="cni0"              # bridge created by the CNI bridge plugin
+RK_POD_CIDR="10.88.0.0/16"
+RK_FWD_COMMENT="rkubelet: keep pod traffic on this machine"
+
+rk_log() { printf '[%s] %s\n' "${RK_PROG:-rkubelet}" "$*" >&2; }
+rk_warn() { printf '[%s] WARNING: %s\n' "${RK_PROG:-rkubelet}" "$*" >&2; }
+rk_die() { printf '[%s] ERROR: %s\n' "${RK_PROG:-rkubelet}" "$*" >&2; exit 1; }
+
+rk_require_root() {
+    [[ ${EUID:-$(id -u)} -eq 0 ]] || rk_die "must run as root (containerd, iptables and cgroups need it)"
+}
+
+# rk_resolve_workdir [ARG] -> sets WORKDIR and derived paths.
+# Precedence: argument, then $RKUBELET_WORKDIR, then the default.
+rk_resolve_workdir() {
+    WORKDIR="${1:-${RKUBELET_WORKDIR:-$RK_DEFAULT_WORKDIR}}"
+    [[ "$WORKDIR" == /* ]] || WORKDIR="$PWD/$WORKDIR"
+    WORKDIR="${WORKDIR%/}"
+    [[ -n "$WORKDIR" && "$WORKDIR" != "/" ]] || rk_die "refusing to use / as WORKDIR"
+    SOCK="$WORKDIR/containerd.sock"
+    CONFIG="$WORKDIR/containerd.toml"
+    PIDFILE="$WORKDIR/containerd.pid"
+    CLOG="$WORKDIR/containerd.log"
+    CNI_CONF_DIR="$WORKDIR/cni/net.d"
+    LOCKFILE="$WORKDIR/.node.lock"
+}
+
+# Serialise setup/teardown runs on the same WORKDIR (parallel test runners may
+# call setup at the same time; two of them must not each start a containerd).
+# fd 9 holds the lock: anything started in the background must close it (9>&-).
+rk_lock() {
+    mkdir -p "$WORKDIR"
+    exec 9>"$LOCKFILE"
+    if ! flock -n 9; then
+        rk_log "another node-setup/teardown holds $LOCKFILE; waiting up to 300s"
+        flock -w 300 9 || rk_die "timed out waiting for $LOCKFILE"
+    fi
+}
+
+# True when containerd answers on $SOCK (bounded: ctr would otherwise retry).
+rk_socket_answers() {
+    [[ -S "$SOCK" ]] && timeout 5 ctr -a "$SOCK" version >/dev/null 2>&1
+}
+
+# rk_our_containerd_pid: prints the pid of the containerd started with our
+# config, from the pid file, or by an exact match of "--config $CONFIG" in
+# /proc/*/cmdline (pid file lost). Never matches other containerd instances.
+rk_our_containerd_pid() {
+    local pid cmd d
+    if [[ -f "$PIDFILE" ]]; then
+        pid="$(tr -dc 0-9 <"$PIDFILE")"
+        if [[ -n "$pid" && -r /proc/$pid/cmdline ]]; then
+            cmd="$(tr '\0' ' ' 2>/dev/null </proc/"$pid"/cmdline || true)"
+            if [[ "$cmd" == *containerd*"--config $CONFIG"* ]]; then
+                echo "$pid"
+                return 0
+            fi
+        fi
+    fi
+    for d in /proc/[0-9]*; do
+        cmd="$(tr '\0' ' ' 2>/dev/null <"$d/cmdline" || true)"
+        if [[ "$cmd" == "containerd --config $CONFIG "* || "$cmd" == */containerd\ --config\ "$CONFIG "* ]]; then
+            echo "${d#/proc/}"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# rk_start_containerd TIMEOUT_SECONDS: start containerd with $CONFIG in the
+# background and wait (bounded) until it answers on $SOCK. There is no systemd
+# (PID 1 is not systemd here): setsid + nohup detach it from the calling
+# shell/session so it outlives us. Returns 1 (after printing the log tail) when
+# it dies or does not answer in time; writes $PIDFILE.
+rk_start_containerd() {
+    local timeout="$1" pid deadline
+    rm -f "$SOCK" "$SOCK.ttrpc" "$PIDFILE"
+    printf '\n===== %s %s starting containerd =====\n' "$(date -Is)" "$RK_PROG" >>"$CLOG"
+    # 9>&-: do not leak the lock's fd into the daemon (it would hold the lock
+    # forever). $! is containerd's own pid: setsid execs in place because a
+    # background job of a non-interactive shell is not a process-group leader.
+    setsid nohup containerd --config "$CONFIG" </dev/null >>"$CLOG" 2>&1 9>&- &
+    pid=$!
+    echo "$pid" >"$PIDFILE"
+    deadline=$(($(date +%s) + timeout))
+    until rk_socket_answers; do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            rm -f "$PIDFILE"
+            tail -n 20 "$CLOG" >&2 || true
+            rk_warn "containerd exited during startup (see $CLOG, last lines above)"
+            return 1
+        fi
+        if (($(date +%s) >= deadline)); then
+            tail -n 20 "$CLOG" >&2 || true
+            rk_warn "containerd (pid $pid) did not answer on $SOCK within ${timeout}s (see $CLOG); stopping it"
+            rk_stop_containerd "$pid"
+            rm -f "$PIDFILE"
+            return 1
+        fi
+        sleep 0.1
+    done
+    RK_STARTED_PID="$pid"
+}
+
+# rk_stop_containerd PID: SIGTERM, bounded wait (10 s), then SIGKILL.
+# Running containers survive it: their shims stay.
+rk_stop_containerd() {
+    local pid="$1" i
+    kill -TERM "$pid" 2>/dev/null || return 0
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$pid" 2>/dev/null || return 0
+        sleep 0.1
+    done
+    rk_warn "containerd pid $pid ignored SIGTERM for 10 s; sending SIGKILL"
+    kill -KILL "$pid" 2>/dev/null || true
+    sleep 0.3
+}
