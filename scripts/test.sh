@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# scripts/test.sh — the whole test suite (README command 2; .ci/run calls exactly this).
+#
+# 1. sets up and starts the project's containerd (scripts/node-setup.sh: packages, config, images),
+# 2. checks formatting and lints (cargo fmt --check, cargo clippy -D warnings),
+# 3. runs every test of the workspace: unit tests (fake runtime, paused clock) and the end-to-end tests
+#    (tests/e2e: the real rkubelet binary against that containerd),
+# 4. stops containerd and removes what the tests left (scripts/node-teardown.sh), even on failure.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+export RKUBELET_WORKDIR="${RKUBELET_WORKDIR:-/var/lib/rkubelet-dev}"
+teardown() { bash scripts/node-teardown.sh "$RKUBELET_WORKDIR" >/dev/null 2>&1 || true; }
+trap teardown EXIT
+
+SOCK="$(bash scripts/node-setup.sh "$RKUBELET_WORKDIR")"
+export RKUBELET_E2E_ENDPOINT="unix://$SOCK"
+echo "test.sh: containerd at $RKUBELET_E2E_ENDPOINT" >&2
+
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace --no-fail-fast

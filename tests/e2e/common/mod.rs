@@ -1,0 +1,326 @@
+//! The end-to-end harness: the real `rkubelet` binary against the real containerd started by
+//! `scripts/node-setup.sh`, observed through CRI (the project's own client) and rkubelet's read-only API.
+//!
+//! Every test takes [`serial`] first: one rkubelet owns the runtime at a time, as on a real node, and each test
+//! starts from a runtime with no pods.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kubelet_cri::{RemoteRuntime, RuntimeService, api};
+use serde_json::Value;
+
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Runs tests one at a time.
+pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().await
+}
+
+/// The CRI endpoint of the test containerd.
+pub fn endpoint() -> String {
+    std::env::var("RKUBELET_E2E_ENDPOINT").unwrap_or_else(|_| "unix:///var/lib/rkubelet-dev/containerd.sock".into())
+}
+
+/// A CRI client of the test containerd; fails the test with a hint when containerd is not running.
+pub async fn runtime() -> RemoteRuntime {
+    let rt = RemoteRuntime::new(&endpoint(), Duration::from_secs(30)).expect("endpoint");
+    if let Err(e) = rt.version().await {
+        panic!("containerd at {} does not answer ({e}); run scripts/node-setup.sh first", endpoint());
+    }
+    rt
+}
+
+/// Stops and removes every pod sandbox and container of the runtime.
+pub async fn clean_runtime(rt: &RemoteRuntime) {
+    for s in rt.list_pod_sandbox(None).await.unwrap() {
+        let _ = rt.stop_pod_sandbox(&s.id).await;
+        rt.remove_pod_sandbox(&s.id).await.unwrap();
+    }
+    for c in rt.list_containers(None).await.unwrap() {
+        let _ = rt.remove_container(&c.id).await;
+    }
+}
+
+/// Ports of the test node (apart from a developer's rkubelet on the defaults).
+pub const HEALTHZ_PORT: u16 = 20248;
+/// Read-only API port.
+pub const READ_ONLY_PORT: u16 = 20255;
+/// Node name of the test node.
+pub const NODE: &str = "e2e-node";
+
+/// A running rkubelet with its folders.
+pub struct Node {
+    pub dir: PathBuf,
+    pub manifests: PathBuf,
+    pub root: PathBuf,
+    pub logs: PathBuf,
+    pub config: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+fn config_yaml(manifests: &Path, logs: &Path) -> String {
+    format!(
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+         containerRuntimeEndpoint: {}\nstaticPodPath: {}\npodLogsDir: {}\nfileCheckFrequency: 20s\n\
+         healthzBindAddress: 127.0.0.1\nhealthzPort: {HEALTHZ_PORT}\naddress: 127.0.0.1\nreadOnlyPort: {READ_ONLY_PORT}\n\
+         failSwapOn: false\nresolvConf: /etc/resolv.conf\nauthentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n\
+         authorization:\n  mode: AlwaysAllow\n",
+        endpoint(),
+        manifests.display(),
+        logs.display()
+    )
+}
+
+impl Node {
+    /// A node with `manifests` (file name, content) in its static pod folder, started.
+    pub fn start(manifests: &[(&str, &str)]) -> Node {
+        Self::start_with(manifests, |n| std::fs::read_to_string(&n.config).unwrap())
+    }
+
+    /// As [`Node::start`], with the config file rewritten by `edit` before start.
+    pub fn start_with(manifests: &[(&str, &str)], edit: impl FnOnce(&Node) -> String) -> Node {
+        let tmp = tempfile::Builder::new().prefix("rkubelet-e2e-").tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let mut n = Node {
+            manifests: dir.join("manifests"),
+            root: dir.join("root"),
+            logs: dir.join("pod-logs"),
+            config: dir.join("config.yaml"),
+            log: dir.join("rkubelet.log"),
+            dir,
+            child: None,
+            _tmp: Some(tmp),
+        };
+        std::fs::create_dir_all(&n.manifests).unwrap();
+        std::fs::write(&n.config, config_yaml(&n.manifests, &n.logs)).unwrap();
+        for (f, c) in manifests {
+            n.write_manifest(f, c);
+        }
+        let cfg = edit(&n);
+        std::fs::write(&n.config, cfg).unwrap();
+        n.spawn();
+        n
+    }
+
+    /// Starts the binary (again).
+    pub fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
+            .arg(format!("--config={}", self.config.display()))
+            .arg(format!("--root-dir={}", self.root.display()))
+            .arg(format!("--hostname-override={NODE}"))
+            .arg("--v=3")
+            .env("RKUBELET_LOG", "debug,h2=info,hyper=info,tower=info,tonic=info")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("start rkubelet");
+        self.child = Some(child);
+    }
+
+    /// Writes (or replaces) a manifest atomically.
+    pub fn write_manifest(&self, name: &str, content: &str) {
+        let tmp = self.dir.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, content).unwrap();
+        std::fs::rename(&tmp, self.manifests.join(name)).unwrap();
+    }
+
+    /// Removes a manifest.
+    pub fn remove_manifest(&self, name: &str) {
+        std::fs::remove_file(self.manifests.join(name)).unwrap();
+    }
+
+    /// Where rkubelet logs.
+    pub fn log_path(&self) -> PathBuf {
+        self.log.clone()
+    }
+
+    /// rkubelet's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The pid of the running binary.
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().expect("running").id() as i32
+    }
+
+    /// Kills the binary with SIGKILL.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn sigterm(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(c.id() as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(st) = c.try_wait().unwrap() {
+                return st;
+            }
+            assert!(Instant::now() < deadline, "rkubelet did not exit within 20s of SIGTERM");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Fails with the log when the binary has exited.
+    pub fn assert_alive(&mut self) {
+        if let Some(c) = self.child.as_mut()
+            && let Some(st) = c.try_wait().unwrap()
+        {
+            panic!("rkubelet exited with {st}; log:\n{}", tail(&self.log(), 60));
+        }
+    }
+
+    /// Waits for `f` to return `Some`, polling every 100 ms, up to `timeout`; fails with `what` and the log tail.
+    pub async fn wait_for<T, F, Fut>(&mut self, what: &str, timeout: Duration, mut f: F) -> T
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Option<T>>,
+    {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(v) = f().await {
+                return v;
+            }
+            self.assert_alive();
+            if Instant::now() > deadline {
+                panic!("timed out after {timeout:?} waiting for {what}; rkubelet log:\n{}", tail(&self.log(), 80));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits until `/healthz` answers ok.
+    pub async fn wait_healthy(&mut self) {
+        self.wait_for("healthz ok", Duration::from_secs(30), || async {
+            http_get(HEALTHZ_PORT, "/healthz").await.filter(|(code, body)| *code == 200 && body == "ok").map(|_| ())
+        })
+        .await
+    }
+
+    /// Stops rkubelet and removes every pod from the runtime.
+    pub async fn stop_and_clean(mut self, rt: &RemoteRuntime) {
+        self.kill9();
+        clean_runtime(rt).await;
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill9();
+        if std::thread::panicking() {
+            eprintln!("rkubelet log ({}):\n{}", self.log.display(), tail(&self.log(), 120));
+        }
+    }
+}
+
+/// The last `n` lines of `s`.
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// A plain HTTP GET on loopback: (status, body).
+pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.ok()?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").as_bytes()).await.ok()?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut buf)).await.ok()?.ok()?;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
+/// The pods rkubelet reports on its read-only API.
+pub async fn pods() -> Vec<Value> {
+    let Some((200, body)) = http_get(READ_ONLY_PORT, "/pods").await else { return vec![] };
+    let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+    v["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// The pod named `name` (full static pod name, e.g. `web-e2e-node`).
+pub async fn pod(name: &str) -> Option<Value> {
+    pods().await.into_iter().find(|p| p["metadata"]["name"] == name)
+}
+
+/// The status of container `c` of a pod.
+pub fn container_status<'a>(pod: &'a Value, c: &str) -> Option<&'a Value> {
+    pod["status"]["containerStatuses"].as_array()?.iter().find(|s| s["name"] == c)
+}
+
+/// Whether the pod is Running with every container running and ready.
+pub fn all_running(pod: &Value) -> bool {
+    pod["status"]["phase"] == "Running"
+        && pod["status"]["containerStatuses"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().all(|c| c["ready"] == true && c["state"]["running"].is_object()))
+}
+
+/// Containers of the runtime whose pod name label is `pod`, newest first.
+pub async fn containers_of(rt: &RemoteRuntime, pod: &str) -> Vec<api::Container> {
+    let filter = api::ContainerFilter {
+        label_selector: [("io.kubernetes.pod.name".to_string(), pod.to_string())].into(),
+        ..Default::default()
+    };
+    let mut v = rt.list_containers(Some(filter)).await.unwrap();
+    v.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+    v
+}
+
+/// Sandboxes of the runtime whose pod name label is `pod`.
+pub async fn sandboxes_of(rt: &RemoteRuntime, pod: &str) -> Vec<api::PodSandbox> {
+    let filter = api::PodSandboxFilter {
+        label_selector: [("io.kubernetes.pod.name".to_string(), pod.to_string())].into(),
+        ..Default::default()
+    };
+    rt.list_pod_sandbox(Some(filter)).await.unwrap()
+}
+
+/// Whether any cgroup folder of the pod is left in any hierarchy.
+pub fn pod_cgroup_exists(uid: &str) -> bool {
+    let Ok(rd) = std::fs::read_dir("/sys/fs/cgroup") else { return false };
+    rd.flatten().any(|h| {
+        ["kubepods", "kubepods/burstable", "kubepods/besteffort"]
+            .iter()
+            .any(|q| h.path().join(q).join(format!("pod{uid}")).exists())
+    })
+}
+
+/// A static pod manifest with busybox containers: `(name, shell script)` pairs, init containers first.
+pub fn manifest(name: &str, inits: &[(&str, &str)], apps: &[(&str, &str)], extra_spec: &str) -> String {
+    let c = |list: &[(&str, &str)]| {
+        list.iter()
+            .map(|(n, script)| {
+                format!(
+                    "  - name: {n}\n    image: localhost/busybox:1\n    command: [\"sh\", \"-c\", {}]\n",
+                    serde_json::to_string(script).unwrap()
+                )
+            })
+            .collect::<String>()
+    };
+    let mut s =
+        format!("apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  labels:\n    test: e2e\nspec:\n{extra_spec}");
+    if !inits.is_empty() {
+        s.push_str("  initContainers:\n");
+        s.push_str(&c(inits));
+    }
+    s.push_str("  containers:\n");
+    s.push_str(&c(apps));
+    s
+}
+
+/// A container script that runs until SIGTERM and exits 0 on it.
+pub const SERVE: &str = "trap 'exit 0' TERM; while true; do sleep 0.2; done";

@@ -1,0 +1,254 @@
+//! End to end: static pods on the real containerd through the real rkubelet binary (issue: the foundation).
+//! Needs the containerd of `scripts/node-setup.sh` (the test command starts it).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+
+const START: Duration = Duration::from_secs(60);
+
+#[tokio::test]
+async fn init_container_and_two_containers_come_up_with_upstream_labels_and_logs() {
+    let _g = serial().await;
+    let rt = runtime().await;
+    clean_runtime(&rt).await;
+    let m = manifest(
+        "web",
+        &[("init", "echo initialized")],
+        &[("app", &format!("echo app-started; {SERVE}")), ("side", SERVE)],
+        "  terminationGracePeriodSeconds: 5\n",
+    );
+    let mut node = Node::start(&[("web.yaml", &m)]);
+    node.wait_healthy().await;
+    let p = node
+        .wait_for("pod web-e2e-node Running", START, || async { pod("web-e2e-node").await.filter(all_running) })
+        .await;
+
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    assert_eq!(uid.len(), 32, "static pod UID is an md5 hex");
+    assert_eq!(p["metadata"]["annotations"]["kubernetes.io/config.source"], "file");
+    assert_eq!(p["metadata"]["annotations"]["kubernetes.io/config.hash"], uid.as_str());
+    assert_eq!(p["status"]["initContainerStatuses"][0]["state"]["terminated"]["reason"], "Completed");
+    let conds: Vec<(String, String)> = p["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["type"].as_str().unwrap().to_string(), c["status"].as_str().unwrap().to_string()))
+        .collect();
+    for t in ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled"] {
+        assert!(conds.contains(&(t.to_string(), "True".to_string())), "condition {t} not True: {conds:?}");
+    }
+    let ip = p["status"]["podIP"].as_str().unwrap();
+    assert!(ip.starts_with("10.88."), "pod IP from the CNI bridge, got {ip}");
+
+    // What crictl would see: upstream's labels and annotations.
+    let cs = containers_of(&rt, "web-e2e-node").await;
+    assert_eq!(cs.len(), 3, "init + two app containers");
+    let app = cs.iter().find(|c| c.labels["io.kubernetes.container.name"] == "app").unwrap();
+    assert_eq!(app.labels["io.kubernetes.pod.namespace"], "default");
+    assert_eq!(app.labels["io.kubernetes.pod.uid"], uid);
+    assert_eq!(app.annotations["io.kubernetes.container.restartCount"], "0");
+    assert_eq!(app.annotations["io.kubernetes.container.terminationMessagePath"], "/dev/termination-log");
+    assert_eq!(app.annotations["io.kubernetes.pod.terminationGracePeriod"], "5");
+    assert!(u64::from_str_radix(&app.annotations["io.kubernetes.container.hash"], 16).is_ok());
+    let sb = sandboxes_of(&rt, "web-e2e-node").await;
+    assert_eq!(sb.len(), 1);
+    assert_eq!(sb[0].labels["test"], "e2e", "pod labels are on the sandbox");
+    assert_eq!(sb[0].metadata.as_ref().unwrap().uid, uid);
+
+    // Logs at <podLogsDir>/<ns>_<name>_<uid>/<container>/<restart>.log in CRI format, linked from /var/log/containers.
+    let log = node.logs.join(format!("default_web-e2e-node_{uid}/app/0.log"));
+    let text = node
+        .wait_for("app log line", Duration::from_secs(10), || async {
+            std::fs::read_to_string(&log).ok().filter(|t| t.contains("app-started"))
+        })
+        .await;
+    assert!(text.contains(" stdout F app-started"), "CRI log format: {text}");
+    let link = std::path::PathBuf::from(format!("/var/log/containers/web-e2e-node_default_app-{}.log", app.id));
+    assert_eq!(std::fs::read_link(&link).unwrap(), log);
+
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test]
+async fn crashing_container_restarts_with_growing_backoff() {
+    let _g = serial().await;
+    let rt = runtime().await;
+    clean_runtime(&rt).await;
+    let m = manifest("crash", &[], &[("boom", "echo dying; exit 3")], "");
+    let mut node = Node::start(&[("crash.yaml", &m)]);
+    // As upstream, the first crash is restarted at once and arms a 10 s back-off that doubles after each
+    // further crash: four runs are spaced by ~0, >= 10 s and >= 20 s.
+    let cs = node
+        .wait_for("four runs of the crashing container", Duration::from_secs(120), || async {
+            let cs = containers_of(&rt, "crash-e2e-node").await;
+            (cs.len() >= 4).then_some(cs)
+        })
+        .await;
+    let mut starts: Vec<i64> = cs.iter().map(|c| c.created_at).collect();
+    starts.sort();
+    let gap = |i: usize| Duration::from_nanos((starts[i + 1] - starts[i]) as u64);
+    assert!(gap(0) < Duration::from_secs(10), "first restart is immediate, was {:?}", gap(0));
+    assert!(gap(1) >= Duration::from_secs(10), "second restart after the 10 s back-off, was {:?}", gap(1));
+    assert!(gap(2) >= Duration::from_secs(20), "third restart after the 20 s back-off, was {:?}", gap(2));
+    assert!(gap(2) < Duration::from_secs(40), "but not much later: {:?}", gap(2));
+    // The restart count is on the container, and the status shows the crash loop with the last exit code.
+    let restart_counts: Vec<&str> =
+        cs.iter().map(|c| c.annotations["io.kubernetes.container.restartCount"].as_str()).collect();
+    assert!(restart_counts.contains(&"3"), "{restart_counts:?}");
+    let p = node
+        .wait_for("CrashLoopBackOff in status", Duration::from_secs(30), || async {
+            pod("crash-e2e-node").await.filter(|p| {
+                container_status(p, "boom").is_some_and(|s| {
+                    s["state"]["waiting"]["reason"] == "CrashLoopBackOff" && s["restartCount"].as_i64() >= Some(3)
+                })
+            })
+        })
+        .await;
+    let s = container_status(&p, "boom").unwrap();
+    assert!(s["restartCount"].as_i64().unwrap() >= 3);
+    assert_eq!(s["lastState"]["terminated"]["exitCode"], 3);
+    assert!(s["state"]["waiting"]["message"].as_str().unwrap().contains("back-off"));
+    assert_eq!(p["status"]["phase"], "Running", "restartPolicy Always keeps the pod Running");
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test]
+async fn edited_manifest_replaces_the_pod_and_removed_manifest_leaves_nothing() {
+    let _g = serial().await;
+    let rt = runtime().await;
+    clean_runtime(&rt).await;
+    let v1 = manifest("edit", &[], &[("app", &format!("echo v1; {SERVE}"))], "  terminationGracePeriodSeconds: 5\n");
+    let mut node = Node::start(&[("edit.yaml", &v1)]);
+    let p1 = node.wait_for("v1 Running", START, || async { pod("edit-e2e-node").await.filter(all_running) }).await;
+    let uid1 = p1["metadata"]["uid"].as_str().unwrap().to_string();
+    let c1 = container_status(&p1, "app").unwrap()["containerID"].as_str().unwrap().to_string();
+
+    let v2 = manifest("edit", &[], &[("app", &format!("echo v2; {SERVE}"))], "  terminationGracePeriodSeconds: 5\n");
+    node.write_manifest("edit.yaml", &v2);
+    let p2 = node
+        .wait_for("v2 Running under a new UID", START, || async {
+            pod("edit-e2e-node").await.filter(|p| p["metadata"]["uid"] != uid1.as_str() && all_running(p))
+        })
+        .await;
+    let c2 = container_status(&p2, "app").unwrap()["containerID"].as_str().unwrap().to_string();
+    assert_ne!(c1, c2, "the container was replaced");
+    node.wait_for("the old pod's sandbox removed", Duration::from_secs(30), || async {
+        let sbs = sandboxes_of(&rt, "edit-e2e-node").await;
+        (sbs.len() == 1 && sbs[0].metadata.as_ref().unwrap().uid != uid1).then_some(())
+    })
+    .await;
+    assert!(!pod_cgroup_exists(&uid1), "old pod cgroup removed");
+
+    let uid2 = p2["metadata"]["uid"].as_str().unwrap().to_string();
+    node.remove_manifest("edit.yaml");
+    node.wait_for("no sandbox or container of the removed pod", Duration::from_secs(30), || async {
+        (sandboxes_of(&rt, "edit-e2e-node").await.is_empty() && containers_of(&rt, "edit-e2e-node").await.is_empty())
+            .then_some(())
+    })
+    .await;
+    node.wait_for("pod gone from the read-only API", Duration::from_secs(10), || async {
+        pod("edit-e2e-node").await.is_none().then_some(())
+    })
+    .await;
+    assert!(!pod_cgroup_exists(&uid2), "pod cgroup removed");
+    assert!(!node.root.join("pods").join(&uid2).exists(), "pod directory removed");
+    assert!(!node.logs.join(format!("default_edit-e2e-node_{uid2}")).exists(), "pod log directory removed");
+    assert!(node.log().contains("pod removed"), "cleanup logged");
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test]
+async fn kill9_and_restart_restarts_nothing_and_removes_what_lost_its_manifest() {
+    let _g = serial().await;
+    let rt = runtime().await;
+    clean_runtime(&rt).await;
+    let keep = manifest("keep", &[("init", "true")], &[("app", SERVE)], "  terminationGracePeriodSeconds: 5\n");
+    let gone = manifest("gone", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 5\n");
+    let mut node = Node::start(&[("keep.yaml", &keep), ("gone.yaml", &gone)]);
+    let before =
+        node.wait_for("keep Running", START, || async { pod("keep-e2e-node").await.filter(all_running) }).await;
+    node.wait_for("gone Running", START, || async { pod("gone-e2e-node").await.filter(all_running) }).await;
+    let ids_before: Vec<String> = containers_of(&rt, "keep-e2e-node").await.into_iter().map(|c| c.id).collect();
+
+    node.kill9();
+    node.remove_manifest("gone.yaml");
+    node.spawn();
+    node.wait_healthy().await;
+    node.wait_for("the pod without a manifest removed", Duration::from_secs(30), || async {
+        sandboxes_of(&rt, "gone-e2e-node").await.is_empty().then_some(())
+    })
+    .await;
+    let after = node
+        .wait_for("keep reported Running after restart", Duration::from_secs(30), || async {
+            pod("keep-e2e-node").await.filter(all_running)
+        })
+        .await;
+    assert_eq!(after["metadata"]["uid"], before["metadata"]["uid"]);
+    assert_eq!(container_status(&after, "app"), container_status(&before, "app"), "same container, same restart count");
+    let ids_after: Vec<String> = containers_of(&rt, "keep-e2e-node").await.into_iter().map(|c| c.id).collect();
+    assert_eq!(ids_after, ids_before, "no container was created or removed");
+    assert_eq!(sandboxes_of(&rt, "keep-e2e-node").await.len(), 1);
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test]
+async fn bad_manifest_is_refused_while_a_good_one_runs() {
+    let _g = serial().await;
+    let rt = runtime().await;
+    clean_runtime(&rt).await;
+    let good = manifest("good", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 5\n");
+    let bad = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad\nspec:\n  containers:\n  - name: app\n    image: localhost/busybox:1\n    ports:\n    - containerPort: not-a-number\n";
+    let mut node = Node::start(&[("good.yaml", &good), ("bad.yaml", bad)]);
+    node.wait_for("good Running", START, || async { pod("good-e2e-node").await.filter(all_running) }).await;
+    let log = node.log();
+    let line = log.lines().find(|l| l.contains("manifest refused")).expect("a log line refusing the manifest");
+    assert!(line.contains("bad.yaml"), "names the file: {line}");
+    assert!(line.contains("spec.containers[0].ports[0].containerPort"), "names the field: {line}");
+    assert!(pod("bad-e2e-node").await.is_none());
+    assert!(sandboxes_of(&rt, "bad-e2e-node").await.is_empty());
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test]
+async fn sigterm_stops_rkubelet_and_leaves_pods_running() {
+    let _g = serial().await;
+    let rt = runtime().await;
+    clean_runtime(&rt).await;
+    let m = manifest("stay", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 5\n");
+    let mut node = Node::start(&[("stay.yaml", &m)]);
+    node.wait_for("stay Running", START, || async { pod("stay-e2e-node").await.filter(all_running) }).await;
+    let st = node.sigterm();
+    assert!(st.success(), "clean exit on SIGTERM, got {st}");
+    let cs = containers_of(&rt, "stay-e2e-node").await;
+    assert_eq!(cs.len(), 1);
+    assert_eq!(cs[0].state, kubelet_cri::api::ContainerState::ContainerRunning as i32, "the pod keeps running");
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test]
+async fn invalid_config_stops_startup_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("bad.yaml");
+    std::fs::write(
+        &cfg,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nsyncFrequency: soon\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rkubelet")).arg("--config").arg(&cfg).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("syncFrequency") && err.contains("soon"), "{err}");
+
+    std::fs::write(
+        &cfg,
+        "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nnodeLeaseDurationSeconds: -3\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rkubelet")).arg("--config").arg(&cfg).output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("nodeLeaseDurationSeconds") && err.contains("-3"), "{err}");
+}
