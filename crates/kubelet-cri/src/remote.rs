@@ -87,6 +87,7 @@ impl RemoteRuntime {
     where
         F: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
+        let start = tokio::time::Instant::now();
         let res = match timeout {
             // The deadline is also enforced locally: a hung connection attempt must not outlive it.
             Some(t) => match tokio::time::timeout(t + Duration::from_millis(100), fut).await {
@@ -95,6 +96,7 @@ impl RemoteRuntime {
             },
             None => fut.await,
         };
+        tracing::debug!(op, elapsed_us = start.elapsed().as_micros() as u64, ok = res.is_ok(), "cri call");
         match res {
             Ok(r) => Ok(r.into_inner()),
             Err(s) if s.code() == tonic::Code::DeadlineExceeded || s.code() == tonic::Code::Cancelled => {
