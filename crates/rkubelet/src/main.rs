@@ -96,3 +96,47 @@ fn main() -> ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::{Path, PathBuf};
+
+    use super::*;
+
+    fn config_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config")
+    }
+
+    fn load(path: &Path) -> anyhow::Result<KubeletConfiguration> {
+        let cli = Cli::try_parse_from(["rkubelet".as_ref(), "--config".as_ref(), path.as_os_str()]).unwrap();
+        load_config(&cli)
+    }
+
+    #[test]
+    fn example_configs_load() {
+        let mut checked = Vec::new();
+        for entry in std::fs::read_dir(config_dir()).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                if let Err(e) = load(&path) {
+                    panic!("{}: {e:#}", path.display());
+                }
+                checked.push(path.file_name().unwrap().to_string_lossy().into_owned());
+            }
+        }
+        checked.sort();
+        assert!(checked.contains(&"kubelet-standalone.yaml".to_string()), "{checked:?}");
+        assert!(checked.contains(&"kubelet-cluster.yaml".to_string()), "{checked:?}");
+    }
+
+    #[test]
+    fn cluster_config_refuses_systemd_cgroup_driver() {
+        let original = std::fs::read_to_string(config_dir().join("kubelet-cluster.yaml")).unwrap();
+        assert!(original.contains("\ncgroupDriver: cgroupfs\n"));
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.yaml");
+        std::fs::write(&path, original.replace("\ncgroupDriver: cgroupfs\n", "\ncgroupDriver: systemd\n")).unwrap();
+        let err = load(&path).expect_err("cgroupDriver: systemd must be refused");
+        assert!(format!("{err:#}").contains("cgroupDriver"), "{err:#}");
+    }
+}

@@ -21,7 +21,7 @@ use super::manifest::static_pod_from_file;
 use super::{RefusedManifest, SourceUpdate};
 
 /// File-system events are coalesced for this long before a re-read (editors write in several steps).
-const EVENT_DEBOUNCE: Duration = Duration::from_millis(100);
+const EVENT_DEBOUNCE: Duration = Duration::from_millis(10);
 
 /// The static pod folder source.
 #[derive(Debug)]
