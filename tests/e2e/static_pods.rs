@@ -252,3 +252,51 @@ async fn invalid_config_stops_startup_naming_the_field() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("nodeLeaseDurationSeconds") && err.contains("-3"), "{err}");
 }
+
+#[tokio::test]
+async fn run_to_completion_pods_reach_their_terminal_phase_with_the_termination_message() {
+    let _g = serial().await;
+    let rt = runtime().await;
+    clean_runtime(&rt).await;
+    let ok = manifest("done", &[], &[("job", "echo finished")], "  restartPolicy: Never\n");
+    let failing = manifest(
+        "failed",
+        &[],
+        &[("job", "echo -n 'disk full' > /dev/termination-log; exit 2")],
+        "  restartPolicy: Never\n",
+    );
+    let onfailure = manifest("onfailure", &[], &[("job", "exit 0")], "  restartPolicy: OnFailure\n");
+    let mut node = Node::start(&[("done.yaml", &ok), ("failed.yaml", &failing), ("onfailure.yaml", &onfailure)]);
+    let done = node
+        .wait_for("done Succeeded", START, || async {
+            pod("done-e2e-node").await.filter(|p| p["status"]["phase"] == "Succeeded")
+        })
+        .await;
+    assert_eq!(container_status(&done, "job").unwrap()["state"]["terminated"]["reason"], "Completed");
+    let failed = node
+        .wait_for("failed Failed", START, || async {
+            pod("failed-e2e-node").await.filter(|p| p["status"]["phase"] == "Failed")
+        })
+        .await;
+    let t = &container_status(&failed, "job").unwrap()["state"]["terminated"];
+    assert_eq!(t["exitCode"], 2);
+    assert_eq!(t["reason"], "Error");
+    assert_eq!(t["message"], "disk full", "the termination message file is read back");
+    node.wait_for("onfailure Succeeded (a success is not restarted)", START, || async {
+        pod("onfailure-e2e-node").await.filter(|p| p["status"]["phase"] == "Succeeded")
+    })
+    .await;
+    // Finished pods are not restarted and their sandboxes are stopped, as upstream.
+    node.wait_for("sandboxes of finished pods stopped", Duration::from_secs(30), || async {
+        let mut all = vec![];
+        for p in ["done-e2e-node", "failed-e2e-node", "onfailure-e2e-node"] {
+            all.extend(sandboxes_of(&rt, p).await);
+        }
+        all.iter().all(|s| s.state == kubelet_cri::api::PodSandboxState::SandboxNotready as i32).then_some(())
+    })
+    .await;
+    for p in ["done-e2e-node", "failed-e2e-node", "onfailure-e2e-node"] {
+        assert_eq!(containers_of(&rt, p).await.len(), 1, "{p} ran exactly once");
+    }
+    node.stop_and_clean(&rt).await;
+}

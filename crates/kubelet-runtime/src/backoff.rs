@@ -69,6 +69,14 @@ impl Backoff {
         self.clock.now().duration_since(event).unwrap_or_default() < e.backoff
     }
 
+    /// Whether `key` is still backing off, counted from its last failure (`IsInBackOffSinceUpdate`, used for
+    /// image pulls, whose failures have no runtime event time).
+    pub fn is_in_backoff_since_update(&self, key: &str) -> bool {
+        let m = self.entries.lock().unwrap();
+        let Some(e) = m.get(key) else { return false };
+        self.clock.now().duration_since(e.last_update).unwrap_or_default() < e.backoff
+    }
+
     /// Forgets `key`.
     pub fn reset(&self, key: &str) {
         self.entries.lock().unwrap().remove(key);
@@ -105,5 +113,19 @@ mod tests {
         tokio::time::sleep(Duration::from_secs(601)).await;
         b.next("k", clock.now());
         assert_eq!(b.get("k"), Duration::from_secs(10));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn image_backoff_counts_from_the_last_failure() {
+        let clock = Arc::new(TestClock::fixed());
+        let b = Backoff::new(Duration::from_secs(10), Duration::from_secs(300), clock.clone());
+        assert!(!b.is_in_backoff_since_update("img"));
+        b.next("img", clock.now());
+        assert!(b.is_in_backoff_since_update("img"));
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(!b.is_in_backoff_since_update("img"), "a pull is retried after 10 s, not 10 minutes");
+        b.next("img", clock.now());
+        tokio::time::sleep(Duration::from_secs(15)).await;
+        assert!(b.is_in_backoff_since_update("img"), "then after 20 s");
     }
 }

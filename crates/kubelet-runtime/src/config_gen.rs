@@ -70,17 +70,28 @@ pub fn network_mode(pod: &Pod) -> i32 {
     namespace_options(pod).network
 }
 
-/// Parses a resolv.conf into nameservers, searches and options.
+/// Parses a resolv.conf as upstream's `parseResolvConf`: comment lines start with `#` or `;`, the last `search`
+/// line wins (without `.` and trailing dots), options merge with the last value of each winning.
 pub fn parse_resolv_conf(text: &str) -> (Vec<String>, Vec<String>, Vec<String>) {
-    let (mut ns, mut search, mut opts) = (vec![], vec![], vec![]);
+    let (mut ns, mut search, mut opts): (Vec<String>, Vec<String>, Vec<String>) = (vec![], vec![], vec![]);
     for line in text.lines() {
-        let line = line.split(['#', ';']).next().unwrap_or("");
+        let line = line.trim_start();
+        if line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
         let mut f = line.split_whitespace();
         match f.next() {
             Some("nameserver") => ns.extend(f.next().map(str::to_string)),
-            Some("search") => search = f.map(str::to_string).collect(),
-            Some("domain") => search = f.next().map(|d| vec![d.to_string()]).unwrap_or_default(),
-            Some("options") => opts.extend(f.map(str::to_string)),
+            Some("search") => {
+                search = f.map(|d| d.trim_end_matches('.').to_string()).filter(|d| !d.is_empty()).collect();
+            }
+            Some("options") => {
+                for o in f {
+                    let name = o.split(':').next().unwrap_or(o);
+                    opts.retain(|x| x.split(':').next() != Some(name));
+                    opts.push(o.to_string());
+                }
+            }
             _ => {}
         }
     }
@@ -195,8 +206,12 @@ pub fn sandbox_config(cfg: &RuntimeManagerConfig, pod: &Pod, attempt: u32) -> ap
         .iter()
         .chain(s.init_containers.iter().flatten())
         .any(|c| c.security_context.as_ref().and_then(|sc| sc.privileged).unwrap_or(false));
-    let sysctls: HashMap<String, String> =
-        psc.and_then(|p| p.sysctls.as_ref()).into_iter().flatten().map(|s| (s.name.clone(), s.value.clone())).collect();
+    let sysctls: HashMap<String, String> = psc
+        .and_then(|p| p.sysctls.as_ref())
+        .into_iter()
+        .flatten()
+        .map(|s| (sysctl_dots(&s.name), s.value.clone()))
+        .collect();
     api::PodSandboxConfig {
         metadata: Some(api::PodSandboxMetadata {
             name: pod.metadata.name.clone().unwrap_or_default(),
@@ -284,6 +299,53 @@ pub fn container_env(c: &Container) -> Vec<api::KeyValue> {
     out
 }
 
+/// `MilliCPUToShares`: 1024 shares per CPU, integer arithmetic, within [2, 262144].
+pub fn milli_cpu_to_shares(milli: i64) -> i64 {
+    if milli <= 0 {
+        return 2;
+    }
+    (milli * 1024 / 1000).clamp(2, 262_144)
+}
+
+/// `MilliCPUToQuota`: the CFS quota of a limit, at least 1 ms.
+pub fn milli_cpu_to_quota(milli: i64, period: i64) -> i64 {
+    if milli <= 0 {
+        return 0;
+    }
+    (milli * period / 1000).max(1000)
+}
+
+/// Whether the pod is a static (or mirror) pod of priority class `system-node-critical` (`IsNodeCriticalPod`).
+pub fn is_node_critical_pod(pod: &Pod) -> bool {
+    let ann = pod.metadata.annotations.as_ref();
+    let is_static = ann.is_some_and(|a| {
+        a.contains_key(kubelet_types::labels::CONFIG_MIRROR)
+            || a.get(kubelet_types::labels::CONFIG_SOURCE).is_some_and(|s| s != "api")
+    });
+    let critical_priority = spec(pod).priority.is_some_and(|p| p >= 2_000_000_000);
+    (is_static || critical_priority) && spec(pod).priority_class_name.as_deref() == Some("system-node-critical")
+}
+
+/// A sysctl name in dot form (`ConvertPodSysctlsVariableToDotsSeparator`): when the first separator is a slash,
+/// slashes and dots are swapped.
+pub fn sysctl_dots(name: &str) -> String {
+    match name.find(['.', '/']) {
+        Some(i) if name.as_bytes()[i] == b'/' => name
+            .chars()
+            .map(|c| {
+                if c == '/' {
+                    '.'
+                } else if c == '.' {
+                    '/'
+                } else {
+                    c
+                }
+            })
+            .collect(),
+        _ => name.to_string(),
+    }
+}
+
 fn linux_resources(cfg: &RuntimeManagerConfig, pod: &Pod, c: &Container) -> api::LinuxContainerResources {
     let req = c.resources.as_ref().and_then(|r| r.requests.as_ref());
     let lim = c.resources.as_ref().and_then(|r| r.limits.as_ref());
@@ -293,29 +355,30 @@ fn linux_resources(cfg: &RuntimeManagerConfig, pod: &Pod, c: &Container) -> api:
     let cpu_req = get(req, "cpu").or_else(|| get(lim, "cpu"));
     let cpu_lim = get(lim, "cpu");
     let mem_lim = get(lim, "memory");
-    // cpu.shares: 1024 per cpu, minimum 2 (`MilliCPUToShares`).
-    let cpu_shares = match cpu_req {
-        Some(c) if c > 0.0 => ((c * 1024.0).round() as i64).max(2),
-        _ => 2,
-    };
+    let cpu_shares = milli_cpu_to_shares(cpu_req.map(|c| (c * 1000.0).round() as i64).unwrap_or(0));
     let period = cfg.cpu_cfs_quota_period_us;
-    let (cpu_quota, cpu_period) = match cpu_lim {
-        Some(l) if cfg.cpu_cfs_quota && l > 0.0 => {
-            ((((l * 1000.0) * period as f64) / 1000.0).round().max(1000.0) as i64, period)
-        }
-        _ => (0, 0),
+    // With CFS quota enforced the period is always sent; the quota only with a limit (`calculateLinuxResources`).
+    let cpu_period = if cfg.cpu_cfs_quota { period } else { 0 };
+    let cpu_quota = match cpu_lim {
+        Some(l) if cfg.cpu_cfs_quota && l > 0.0 => milli_cpu_to_quota((l * 1000.0).round() as i64, period),
+        _ => 0,
     };
     let qos = qos::pod_qos(pod);
     // OOM score: -997 for Guaranteed, 1000 for BestEffort, scaled by memory request for Burstable
     // (`pkg/kubelet/qos/policy.go`); the runtime may refuse negative values (restrict_oom_score_adj).
-    let oom_score_adj = match qos {
-        QosClass::Guaranteed => -997,
-        QosClass::BestEffort => 1000,
-        QosClass::Burstable => {
-            let mem_req = get(req, "memory").unwrap_or(0.0);
-            let cap = cfg.memory_capacity.max(1) as f64;
-            let adj = 1000 - ((1000.0 * mem_req) / cap) as i64;
-            adj.clamp(3, 999)
+    // Static pods of priority class system-node-critical are protected like Guaranteed ones.
+    let oom_score_adj = if is_node_critical_pod(pod) {
+        -997
+    } else {
+        match qos {
+            QosClass::Guaranteed => -997,
+            QosClass::BestEffort => 1000,
+            QosClass::Burstable => {
+                let mem_req = get(req, "memory").unwrap_or(0.0);
+                let cap = cfg.memory_capacity.max(1) as f64;
+                let adj = 1000 - ((1000.0 * mem_req) / cap) as i64;
+                adj.clamp(3, 999)
+            }
         }
     };
     api::LinuxContainerResources {
@@ -404,10 +467,24 @@ mod tests {
 
     #[test]
     fn resolv_conf_parsing() {
-        let (ns, s, o) =
-            parse_resolv_conf("# c\nnameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch a b\noptions ndots:2 edns0\n");
+        let (ns, s, o) = parse_resolv_conf(
+            "# c\nnameserver 1.1.1.1\nnameserver 8.8.8.8\nsearch a. b .\noptions ndots:2 edns0\noptions ndots:3\n",
+        );
         assert_eq!(ns, vec!["1.1.1.1", "8.8.8.8"]);
         assert_eq!(s, vec!["a", "b"]);
-        assert_eq!(o, vec!["ndots:2", "edns0"]);
+        assert_eq!(o, vec!["edns0", "ndots:3"]);
+    }
+
+    #[test]
+    fn resource_arithmetic_as_upstream() {
+        assert_eq!(milli_cpu_to_shares(150), 153);
+        assert_eq!(milli_cpu_to_shares(0), 2);
+        assert_eq!(milli_cpu_to_shares(1), 2);
+        assert_eq!(milli_cpu_to_shares(1_000_000), 262_144);
+        assert_eq!(milli_cpu_to_quota(500, 100_000), 50_000);
+        assert_eq!(milli_cpu_to_quota(5, 100_000), 1000);
+        assert_eq!(sysctl_dots("net/ipv4/ip_forward"), "net.ipv4.ip_forward");
+        assert_eq!(sysctl_dots("net.ipv4.conf.eth0/1.rp_filter"), "net.ipv4.conf.eth0/1.rp_filter");
+        assert_eq!(sysctl_dots("net/ipv4/conf/eth0.1/rp_filter"), "net.ipv4.conf.eth0/1.rp_filter");
     }
 }

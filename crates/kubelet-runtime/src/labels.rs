@@ -82,6 +82,8 @@ pub struct ContainerInfo {
     pub termination_grace_period: Option<i64>,
     /// Termination message path.
     pub termination_message_path: String,
+    /// Termination message policy (`File` or `FallbackToLogsOnError`).
+    pub termination_message_policy: String,
 }
 
 /// Reads back what [`container_labels`] and [`container_annotations`] wrote.
@@ -97,6 +99,10 @@ pub fn container_info(labels: &HashMap<String, String>, annotations: &HashMap<St
         termination_grace_period: annotations.get(keys::POD_TERMINATION_GRACE_PERIOD).and_then(|g| g.parse().ok()),
         termination_message_path: annotations
             .get(keys::CONTAINER_TERMINATION_MESSAGE_PATH)
+            .cloned()
+            .unwrap_or_default(),
+        termination_message_policy: annotations
+            .get(keys::CONTAINER_TERMINATION_MESSAGE_POLICY)
             .cloned()
             .unwrap_or_default(),
     }

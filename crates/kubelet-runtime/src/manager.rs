@@ -328,6 +328,19 @@ impl RuntimeManager {
                 Err(e) => return Err(e),
             };
             let info = container_info(&st.labels, &st.annotations);
+            let mut message = st.message.clone();
+            if st.state == api::ContainerState::ContainerExited as i32 {
+                let fallback = info.termination_message_policy == "FallbackToLogsOnError"
+                    && st.exit_code != 0
+                    && st.reason != "ContainerCannotRun";
+                let t = termination_message(&st, &info.termination_message_path, fallback);
+                if !t.is_empty() {
+                    if !message.is_empty() {
+                        message.push_str(": ");
+                    }
+                    message.push_str(&t);
+                }
+            }
             status.container_statuses.push(ContainerStatus {
                 id: st.id,
                 name: info.name,
@@ -341,7 +354,7 @@ impl RuntimeManager {
                 hash: info.hash,
                 restart_count: info.restart_count,
                 reason: st.reason,
-                message: st.message,
+                message,
                 log_path: st.log_path,
             });
         }
@@ -513,7 +526,7 @@ impl RuntimeManager {
             .images
             .image_status(spec.clone())
             .await
-            .map_err(|e| err("ErrImageInspect", format!("failed to inspect image {image:?}: {e}")))?;
+            .map_err(|e| err("ImageInspectError", format!("Failed to inspect image {image:?}: {}", e.message())))?;
         match (policy.as_str(), present) {
             ("Never", None) => {
                 return Err(err(
@@ -526,7 +539,7 @@ impl RuntimeManager {
         }
         let key = format!("{}_{}", image, pod.metadata.uid.as_deref().unwrap_or(""));
         let now = self.clock.now();
-        if self.image_backoff.is_in_backoff_since(&key, now) {
+        if self.image_backoff.is_in_backoff_since_update(&key) {
             return Err(err("ImagePullBackOff", format!("Back-off pulling image {image:?}")));
         }
         info!(pod = %pod_ref(pod), containerName = %c.name, image = %image, "pulling image");
@@ -537,7 +550,7 @@ impl RuntimeManager {
             }
             Err(e) => {
                 self.image_backoff.next(&key, now);
-                Err(err("ErrImagePull", format!("failed to pull image {image:?}: {}", e.message())))
+                Err(err("ErrImagePull", e.message()))
             }
         }
     }
@@ -573,6 +586,8 @@ impl RuntimeManager {
             std::fs::create_dir_all(&cdir)?;
             let file = cdir.join(format!("{:08x}", rand_u32()));
             std::fs::write(&file, b"")?;
+            // Any user of the container must be able to write its termination message.
+            std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o666))?;
             mounts.push(api::Mount {
                 container_path: path,
                 host_path: file.to_string_lossy().into_owned(),
@@ -620,9 +635,13 @@ impl RuntimeManager {
             message,
         };
         self.ensure_image(pod, c, sandbox_config).await?;
-        let restart_count = status.find_container(&c.name).map(|s| s.restart_count + 1).unwrap_or(0);
-        // A log file left by an earlier instance with the same count (e.g. after a crash) would be appended to.
         let log_dir = PathBuf::from(&sandbox_config.log_directory).join(&c.name);
+        // Without a previous instance, the count continues from the log files left behind
+        // (`calcRestartCountByLogDir`), so an earlier instance's log is never appended to.
+        let restart_count = match status.find_container(&c.name) {
+            Some(s) => s.restart_count + 1,
+            None => restart_count_from_log_dir(&log_dir),
+        };
         std::fs::create_dir_all(&log_dir)
             .map_err(|e| err("CreateContainerConfigError", format!("create {}: {e}", log_dir.display())))?;
         let mounts = self
@@ -648,27 +667,49 @@ impl RuntimeManager {
         Ok(())
     }
 
-    /// Removes init containers of the pod: all of them, or (`keep_latest`) all but the newest of each name,
-    /// never a running one.
+    /// Removes init containers of the pod: every instance (`purgeInitContainers`, after the sandbox was killed
+    /// for re-creation), or (`keep_latest`) all but the newest exited or unknown instance of each, never a running
+    /// one (`pruneInitContainersBeforeStart`).
     async fn remove_init_containers(&self, pod: &Pod, status: &PodStatus, keep_latest: bool) {
         let Some(inits) = pod.spec.as_ref().and_then(|s| s.init_containers.as_ref()) else { return };
         for ic in inits {
-            let mut seen = false;
+            let mut kept = false;
             for s in status.container_statuses.iter().filter(|s| s.name == ic.name) {
-                if keep_latest && !seen {
-                    seen = true;
-                    continue;
+                if keep_latest {
+                    if s.state == ContainerState::Running || s.state == ContainerState::Created {
+                        continue;
+                    }
+                    if !kept {
+                        kept = true;
+                        continue;
+                    }
                 }
-                if s.state == ContainerState::Running {
-                    continue;
-                }
-                if let Err(e) = self.runtime.remove_container(&s.id).await
-                    && !e.is_not_found()
-                {
+                if let Err(e) = self.remove_container(&s.id).await {
                     warn!(pod = %pod_ref(pod), containerName = %ic.name, error = %e, "failed to remove init container");
                 }
             }
         }
+    }
+
+    /// Removes a container and its `/var/log/containers` link (`removeContainer`, `removeContainerLog`).
+    pub async fn remove_container(&self, id: &str) -> CriResult<()> {
+        let link = match self.runtime.container_status(id).await {
+            Ok(st) => {
+                let info = container_info(&st.labels, &st.annotations);
+                Some(
+                    self.cfg
+                        .container_logs_dir
+                        .join(format!("{}_{}_{}-{}.log", info.pod_name, info.pod_namespace, info.name, id)),
+                )
+            }
+            Err(e) if e.is_not_found() => None,
+            Err(e) => return Err(e),
+        };
+        self.runtime.remove_container(id).await.or_else(ignore_not_found)?;
+        if let Some(l) = link {
+            let _ = std::fs::remove_file(l);
+        }
+        Ok(())
     }
 
     /// Stops one container with the pod's grace period (`killContainer`).
@@ -727,7 +768,8 @@ impl RuntimeManager {
         if let Some(e) = results.into_iter().find_map(Result::err) {
             return Err(e);
         }
-        for s in status.sandbox_statuses.iter().filter(|s| s.state == SandboxState::Ready) {
+        // Every sandbox is stopped, ready or not, so the network of a dead sandbox is released too.
+        for s in &status.sandbox_statuses {
             if let Err(e) = self.runtime.stop_pod_sandbox(&s.id).await
                 && !e.is_not_found()
             {
@@ -746,17 +788,11 @@ impl RuntimeManager {
     pub async fn remove_pod(&self, uid: &PodUid) -> CriResult<()> {
         let containers = self.runtime.list_containers(Some(uid_filter_container(uid))).await?;
         for c in containers {
-            match self.runtime.remove_container(&c.id).await {
-                Ok(()) => {}
-                Err(e) if e.is_not_found() => {}
-                Err(e) => return Err(e),
-            }
+            self.remove_container(&c.id).await?;
         }
         let sandboxes = self.runtime.list_pod_sandbox(Some(uid_filter_sandbox(uid))).await?;
         for s in sandboxes {
-            if s.state == api::PodSandboxState::SandboxReady as i32 {
-                self.runtime.stop_pod_sandbox(&s.id).await.or_else(ignore_not_found)?;
-            }
+            self.runtime.stop_pod_sandbox(&s.id).await.or_else(ignore_not_found)?;
             self.runtime.remove_pod_sandbox(&s.id).await.or_else(ignore_not_found)?;
         }
         self.reasons.forget_pod(uid);
@@ -771,16 +807,77 @@ impl RuntimeManager {
             let n = count.entry(c.name.as_str()).or_default();
             *n += 1;
             if *n > keep {
-                self.runtime.remove_container(&c.id).await.or_else(ignore_not_found)?;
+                self.remove_container(&c.id).await?;
             }
         }
+        // A dead sandbox that still holds containers stays: its logs are still wanted (`evictSandboxes`).
         for s in status.sandbox_statuses.iter().skip(1) {
-            if s.state == SandboxState::NotReady {
+            let filter = api::ContainerFilter { pod_sandbox_id: s.id.clone(), ..Default::default() };
+            let holds_containers = !self.runtime.list_containers(Some(filter)).await?.is_empty();
+            if s.state == SandboxState::NotReady && !holds_containers {
                 self.runtime.remove_pod_sandbox(&s.id).await.or_else(ignore_not_found)?;
             }
         }
         Ok(())
     }
+}
+
+/// The restart count implied by the `<n>.log` files of a container's log folder: one more than the highest.
+pub fn restart_count_from_log_dir(dir: &std::path::Path) -> i32 {
+    let Ok(rd) = std::fs::read_dir(dir) else { return 0 };
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str()?.strip_suffix(".log")?.parse::<i32>().ok())
+        .max()
+        .map_or(0, |n| n + 1)
+}
+
+/// Largest termination message read from the file (`MaxContainerTerminationMessageLength`, 4 KiB).
+const MAX_TERMINATION_MESSAGE: usize = 4096;
+/// Lines and bytes of the log tail used as message by `FallbackToLogsOnError`.
+const FALLBACK_LOG_LINES: usize = 80;
+const FALLBACK_LOG_BYTES: usize = 2048;
+
+/// The termination message of an exited container (`getTerminationMessage`): the file mounted at its
+/// `terminationMessagePath`, or with `fallback` and no file content, the tail of its log.
+fn termination_message(st: &api::ContainerStatus, path: &str, fallback: bool) -> String {
+    let from_file = st
+        .mounts
+        .iter()
+        .find(|m| !path.is_empty() && m.container_path == path)
+        .and_then(|m| std::fs::read(&m.host_path).ok())
+        .map(|mut b| {
+            b.truncate(MAX_TERMINATION_MESSAGE);
+            String::from_utf8_lossy(&b).into_owned()
+        })
+        .unwrap_or_default();
+    if !from_file.is_empty() || !fallback {
+        return from_file;
+    }
+    let Ok(log) = std::fs::read_to_string(&st.log_path) else { return String::new() };
+    tail_of_cri_log(&log, FALLBACK_LOG_LINES, FALLBACK_LOG_BYTES)
+}
+
+/// The message text of the last `lines` lines of a CRI-format log, at most `bytes` bytes from the end.
+pub fn tail_of_cri_log(log: &str, lines: usize, bytes: usize) -> String {
+    let all: Vec<&str> = log.lines().collect();
+    let mut out = String::new();
+    for l in &all[all.len().saturating_sub(lines)..] {
+        // `<timestamp> <stream> <P|F> <text>`: a partial (P) line continues on the next one.
+        let mut f = l.splitn(4, ' ');
+        let (_, _, tag, text) = (f.next(), f.next(), f.next(), f.next().unwrap_or(""));
+        out.push_str(text);
+        if tag != Some("P") {
+            out.push('\n');
+        }
+    }
+    if out.len() > bytes {
+        let mut cut = out.len() - bytes;
+        while !out.is_char_boundary(cut) {
+            cut += 1;
+        }
+        out = out[cut..].to_string();
+    }
+    out
 }
 
 fn ignore_not_found(e: CriError) -> CriResult<()> {
@@ -824,4 +921,36 @@ fn rand_u32() -> u32 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos());
     h.finish() as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn restart_count_continues_after_existing_logs() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(restart_count_from_log_dir(&d.path().join("missing")), 0);
+        for f in ["0.log", "1.log", "4.log", "x.log", "3.log.gz"] {
+            std::fs::write(d.path().join(f), "").unwrap();
+        }
+        assert_eq!(restart_count_from_log_dir(d.path()), 5);
+    }
+
+    #[test]
+    fn log_tail_joins_partial_lines() {
+        let log = "2026-01-01T00:00:00Z stdout F first\n2026-01-01T00:00:01Z stderr P par\n2026-01-01T00:00:01Z stderr F tial\n";
+        assert_eq!(tail_of_cri_log(log, 80, 2048), "first\npartial\n");
+        assert_eq!(tail_of_cri_log(log, 2, 2048), "partial\n");
+        assert_eq!(tail_of_cri_log(log, 80, 4), "ial\n");
+    }
+
+    #[test]
+    fn pull_policy_defaults() {
+        assert_eq!(default_pull_policy("busybox"), "Always");
+        assert_eq!(default_pull_policy("busybox:latest"), "Always");
+        assert_eq!(default_pull_policy("localhost:5000/busybox"), "Always");
+        assert_eq!(default_pull_policy("localhost:5000/busybox:1"), "IfNotPresent");
+        assert_eq!(default_pull_policy("busybox@sha256:abc"), "IfNotPresent");
+    }
 }

@@ -89,16 +89,11 @@ fn container_statuses(
                     ContainerState::Exited => {
                         ApiState { terminated: Some(terminated(cur, inputs.runtime_name)), ..Default::default() }
                     }
-                    ContainerState::Created => waiting("ContainerCreating", None),
-                    ContainerState::Unknown => ApiState {
-                        terminated: Some(ContainerStateTerminated {
-                            exit_code: 137,
-                            reason: Some("ContainerStatusUnknown".into()),
-                            message: Some("The container could not be located when the pod was terminated".into()),
-                            ..Default::default()
-                        }),
-                        ..Default::default()
-                    },
+                    // Created, or a state the runtime cannot tell: waiting, without a reason (as upstream, an
+                    // unknown state never counts as a failure of the pod).
+                    ContainerState::Created | ContainerState::Unknown => {
+                        ApiState { waiting: Some(ContainerStateWaiting::default()), ..Default::default() }
+                    }
                 });
                 if let Some(prev) = instances.get(1).filter(|p| p.state == ContainerState::Exited) {
                     s.last_state = Some(ApiState {
@@ -227,7 +222,13 @@ fn list(names: &[String]) -> String {
 pub fn generate_api_pod_status(pod: &Pod, inputs: &StatusInputs<'_>) -> ApiPodStatus {
     let spec = pod.spec.clone().unwrap_or_default();
     let inits = spec.init_containers.clone().unwrap_or_default();
-    let init_statuses = container_statuses(pod, &inits, inputs, true, "PodInitializing");
+    let init_statuses = container_statuses(
+        pod,
+        &inits,
+        inputs,
+        true,
+        if inits.is_empty() { "ContainerCreating" } else { "PodInitializing" },
+    );
     let init_done = inits.iter().all(|c| {
         find(&init_statuses, &c.name)
             .and_then(|s| s.state.as_ref())
@@ -238,8 +239,11 @@ pub fn generate_api_pod_status(pod: &Pod, inputs: &StatusInputs<'_>) -> ApiPodSt
         .container_statuses
         .iter()
         .any(|c| c.state == ContainerState::Running && spec.containers.iter().any(|a| a.name == c.name));
-    let app_default = if init_done { "ContainerCreating" } else { "PodInitializing" };
-    let app_statuses = container_statuses(pod, &spec.containers, inputs, false, app_default);
+    // As upstream, the waiting reason of a container not created yet is PodInitializing in a pod with init
+    // containers, ContainerCreating otherwise.
+    let default_reason = if inits.is_empty() { "ContainerCreating" } else { "PodInitializing" };
+    let mut app_statuses = container_statuses(pod, &spec.containers, inputs, false, default_reason);
+    app_statuses.sort_by(|a, b| a.name.cmp(&b.name));
     let phase = get_phase(pod, &init_statuses, &app_statuses, inputs.pod_is_terminal);
 
     let sandbox_ready = inputs
