@@ -98,6 +98,19 @@ pub fn read_manifests(path: &Path, node_name: &str) -> ReadResult {
     res
 }
 
+/// Whether a file-system event can change the manifests (`file_linux.go` watches create, delete, modify, move
+/// and attribute changes). Reads are not changes: the source's own reading must not trigger a re-read.
+fn is_change(kind: &notify::EventKind) -> bool {
+    use notify::EventKind;
+    use notify::event::{MetadataKind, ModifyKind};
+    match kind {
+        EventKind::Create(_) | EventKind::Remove(_) => true,
+        EventKind::Modify(ModifyKind::Metadata(MetadataKind::AccessTime)) => false,
+        EventKind::Modify(_) => true,
+        EventKind::Access(_) | EventKind::Any | EventKind::Other => false,
+    }
+}
+
 impl FileSource {
     /// A source reading `path` every `period`, for node `node_name`.
     pub fn new(path: PathBuf, node_name: String, period: Duration, out: mpsc::Sender<SourceUpdate>) -> Self {
@@ -125,7 +138,7 @@ impl FileSource {
             self.path.parent().map(Path::to_path_buf).unwrap_or_default()
         };
         let mut watcher = notify::recommended_watcher(move |res: notify::Result<notify::Event>| {
-            if res.is_ok() {
+            if res.is_ok_and(|e| is_change(&e.kind)) {
                 let _ = ev_tx.try_send(());
             }
         })
@@ -200,6 +213,9 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(u.source, PodSource::File);
+        // Reading the folder is not a change: no re-read follows until the next event or period.
+        let quiet = tokio::time::timeout(Duration::from_millis(500), rx.recv()).await;
+        assert!(quiet.is_err(), "the source re-read the folder without a change");
         cancel.cancel();
         task.await.unwrap();
     }
