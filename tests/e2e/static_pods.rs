@@ -300,3 +300,44 @@ async fn run_to_completion_pods_reach_their_terminal_phase_with_the_termination_
     }
     node.stop_and_clean(&rt).await;
 }
+
+#[tokio::test]
+async fn removal_sends_sigterm_then_sigkill_after_the_grace_period() {
+    let _g = serial().await;
+    let rt = runtime().await;
+    clean_runtime(&rt).await;
+    // `sleep` as PID 1 ignores SIGTERM: only SIGKILL at the end of the 3 s grace period stops it.
+    let stubborn = manifest("stubborn", &[], &[("app", "exec sleep 3600")], "  terminationGracePeriodSeconds: 3\n");
+    // This one exits on SIGTERM, long before its 30 s grace period.
+    let polite = manifest("polite", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 30\n");
+    let mut node = Node::start(&[("stubborn.yaml", &stubborn), ("polite.yaml", &polite)]);
+    let p =
+        node.wait_for("stubborn Running", START, || async { pod("stubborn-e2e-node").await.filter(all_running) }).await;
+    node.wait_for("polite Running", START, || async { pod("polite-e2e-node").await.filter(all_running) }).await;
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    assert!(
+        std::path::Path::new("/sys/fs/cgroup/memory/kubepods/besteffort").join(format!("pod{uid}")).is_dir()
+            || std::path::Path::new("/sys/fs/cgroup/kubepods/besteffort").join(format!("pod{uid}")).is_dir(),
+        "a BestEffort pod's cgroup is under kubepods/besteffort"
+    );
+
+    let t0 = tokio::time::Instant::now();
+    node.remove_manifest("polite.yaml");
+    node.wait_for("polite gone", Duration::from_secs(30), || async {
+        containers_of(&rt, "polite-e2e-node").await.is_empty().then_some(())
+    })
+    .await;
+    let polite_took = t0.elapsed();
+    assert!(polite_took < Duration::from_secs(3), "SIGTERM stops a container that honours it at once: {polite_took:?}");
+
+    let t0 = tokio::time::Instant::now();
+    node.remove_manifest("stubborn.yaml");
+    node.wait_for("stubborn gone", Duration::from_secs(30), || async {
+        containers_of(&rt, "stubborn-e2e-node").await.is_empty().then_some(())
+    })
+    .await;
+    let stubborn_took = t0.elapsed();
+    assert!(stubborn_took >= Duration::from_secs(3), "the grace period is waited for: {stubborn_took:?}");
+    assert!(stubborn_took < Duration::from_secs(8), "then SIGKILL: {stubborn_took:?}");
+    node.stop_and_clean(&rt).await;
+}
