@@ -36,16 +36,10 @@ fn start_containerd() {
 
 #[tokio::test]
 async fn containerd_restart_under_running_pods_is_survived() {
-    let _g = serial().await;
-    let rt = runtime().await;
-    clean_runtime(&rt).await;
+    let (_g, _rt_before_restart) = fresh_runtime().await;
     let m = manifest("survivor", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 5\n");
     let mut node = Node::start(&[("survivor.yaml", &m)]);
-    let before = node
-        .wait_for("survivor Running", Duration::from_secs(60), || async {
-            pod("survivor-e2e-node").await.filter(all_running)
-        })
-        .await;
+    let before = node.wait_running("survivor-e2e-node").await;
 
     stop_containerd();
     let log = node.log_path();
@@ -82,9 +76,7 @@ async fn containerd_restart_under_running_pods_is_survived() {
 
 #[tokio::test]
 async fn missing_runtime_socket_at_start_is_waited_for() {
-    let _g = serial().await;
-    let rt = runtime().await;
-    clean_runtime(&rt).await;
+    let (_g, rt) = fresh_runtime().await;
     let m = manifest("patient", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 5\n");
     let mut node = Node::start_with(&[("patient.yaml", &m)], |n| {
         // The endpoint points at a socket that does not exist yet.

@@ -11,9 +11,7 @@ const START: Duration = Duration::from_secs(60);
 
 #[tokio::test]
 async fn init_container_and_two_containers_come_up_with_upstream_labels_and_logs() {
-    let _g = serial().await;
-    let rt = runtime().await;
-    clean_runtime(&rt).await;
+    let (_g, rt) = fresh_runtime().await;
     let m = manifest(
         "web",
         &[("init", "echo initialized")],
@@ -22,9 +20,7 @@ async fn init_container_and_two_containers_come_up_with_upstream_labels_and_logs
     );
     let mut node = Node::start(&[("web.yaml", &m)]);
     node.wait_healthy().await;
-    let p = node
-        .wait_for("pod web-e2e-node Running", START, || async { pod("web-e2e-node").await.filter(all_running) })
-        .await;
+    let p = node.wait_running("web-e2e-node").await;
 
     let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
     assert_eq!(uid.len(), 32, "static pod UID is an md5 hex");
@@ -74,9 +70,7 @@ async fn init_container_and_two_containers_come_up_with_upstream_labels_and_logs
 
 #[tokio::test]
 async fn crashing_container_restarts_with_growing_backoff() {
-    let _g = serial().await;
-    let rt = runtime().await;
-    clean_runtime(&rt).await;
+    let (_g, rt) = fresh_runtime().await;
     let m = manifest("crash", &[], &[("boom", "echo dying; exit 3")], "");
     let mut node = Node::start(&[("crash.yaml", &m)]);
     // As upstream, the first crash is restarted at once and arms a 10 s back-off that doubles after each
@@ -117,12 +111,10 @@ async fn crashing_container_restarts_with_growing_backoff() {
 
 #[tokio::test]
 async fn edited_manifest_replaces_the_pod_and_removed_manifest_leaves_nothing() {
-    let _g = serial().await;
-    let rt = runtime().await;
-    clean_runtime(&rt).await;
+    let (_g, rt) = fresh_runtime().await;
     let v1 = manifest("edit", &[], &[("app", &format!("echo v1; {SERVE}"))], "  terminationGracePeriodSeconds: 5\n");
     let mut node = Node::start(&[("edit.yaml", &v1)]);
-    let p1 = node.wait_for("v1 Running", START, || async { pod("edit-e2e-node").await.filter(all_running) }).await;
+    let p1 = node.wait_running("edit-e2e-node").await;
     let uid1 = p1["metadata"]["uid"].as_str().unwrap().to_string();
     let c1 = container_status(&p1, "app").unwrap()["containerID"].as_str().unwrap().to_string();
 
@@ -162,15 +154,12 @@ async fn edited_manifest_replaces_the_pod_and_removed_manifest_leaves_nothing() 
 
 #[tokio::test]
 async fn kill9_and_restart_restarts_nothing_and_removes_what_lost_its_manifest() {
-    let _g = serial().await;
-    let rt = runtime().await;
-    clean_runtime(&rt).await;
+    let (_g, rt) = fresh_runtime().await;
     let keep = manifest("keep", &[("init", "true")], &[("app", SERVE)], "  terminationGracePeriodSeconds: 5\n");
     let gone = manifest("gone", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 5\n");
     let mut node = Node::start(&[("keep.yaml", &keep), ("gone.yaml", &gone)]);
-    let before =
-        node.wait_for("keep Running", START, || async { pod("keep-e2e-node").await.filter(all_running) }).await;
-    node.wait_for("gone Running", START, || async { pod("gone-e2e-node").await.filter(all_running) }).await;
+    let before = node.wait_running("keep-e2e-node").await;
+    node.wait_running("gone-e2e-node").await;
     let ids_before: Vec<String> = containers_of(&rt, "keep-e2e-node").await.into_iter().map(|c| c.id).collect();
 
     node.kill9();
@@ -196,13 +185,11 @@ async fn kill9_and_restart_restarts_nothing_and_removes_what_lost_its_manifest()
 
 #[tokio::test]
 async fn bad_manifest_is_refused_while_a_good_one_runs() {
-    let _g = serial().await;
-    let rt = runtime().await;
-    clean_runtime(&rt).await;
+    let (_g, rt) = fresh_runtime().await;
     let good = manifest("good", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 5\n");
     let bad = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bad\nspec:\n  containers:\n  - name: app\n    image: localhost/busybox:1\n    ports:\n    - containerPort: not-a-number\n";
     let mut node = Node::start(&[("good.yaml", &good), ("bad.yaml", bad)]);
-    node.wait_for("good Running", START, || async { pod("good-e2e-node").await.filter(all_running) }).await;
+    node.wait_running("good-e2e-node").await;
     let log = node.log();
     let line = log.lines().find(|l| l.contains("manifest refused")).expect("a log line refusing the manifest");
     assert!(line.contains("bad.yaml"), "names the file: {line}");
@@ -214,12 +201,10 @@ async fn bad_manifest_is_refused_while_a_good_one_runs() {
 
 #[tokio::test]
 async fn sigterm_stops_rkubelet_and_leaves_pods_running() {
-    let _g = serial().await;
-    let rt = runtime().await;
-    clean_runtime(&rt).await;
+    let (_g, rt) = fresh_runtime().await;
     let m = manifest("stay", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 5\n");
     let mut node = Node::start(&[("stay.yaml", &m)]);
-    node.wait_for("stay Running", START, || async { pod("stay-e2e-node").await.filter(all_running) }).await;
+    node.wait_running("stay-e2e-node").await;
     let st = node.sigterm();
     assert!(st.success(), "clean exit on SIGTERM, got {st}");
     let cs = containers_of(&rt, "stay-e2e-node").await;
@@ -255,9 +240,7 @@ async fn invalid_config_stops_startup_naming_the_field() {
 
 #[tokio::test]
 async fn run_to_completion_pods_reach_their_terminal_phase_with_the_termination_message() {
-    let _g = serial().await;
-    let rt = runtime().await;
-    clean_runtime(&rt).await;
+    let (_g, rt) = fresh_runtime().await;
     let ok = manifest("done", &[], &[("job", "echo finished")], "  restartPolicy: Never\n");
     let failing = manifest(
         "failed",
@@ -303,17 +286,14 @@ async fn run_to_completion_pods_reach_their_terminal_phase_with_the_termination_
 
 #[tokio::test]
 async fn removal_sends_sigterm_then_sigkill_after_the_grace_period() {
-    let _g = serial().await;
-    let rt = runtime().await;
-    clean_runtime(&rt).await;
+    let (_g, rt) = fresh_runtime().await;
     // `sleep` as PID 1 ignores SIGTERM: only SIGKILL at the end of the 3 s grace period stops it.
     let stubborn = manifest("stubborn", &[], &[("app", "exec sleep 3600")], "  terminationGracePeriodSeconds: 3\n");
     // This one exits on SIGTERM, long before its 30 s grace period.
     let polite = manifest("polite", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 30\n");
     let mut node = Node::start(&[("stubborn.yaml", &stubborn), ("polite.yaml", &polite)]);
-    let p =
-        node.wait_for("stubborn Running", START, || async { pod("stubborn-e2e-node").await.filter(all_running) }).await;
-    node.wait_for("polite Running", START, || async { pod("polite-e2e-node").await.filter(all_running) }).await;
+    let p = node.wait_running("stubborn-e2e-node").await;
+    node.wait_running("polite-e2e-node").await;
     let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
     assert!(
         std::path::Path::new("/sys/fs/cgroup/memory/kubepods/besteffort").join(format!("pod{uid}")).is_dir()

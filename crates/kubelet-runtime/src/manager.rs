@@ -916,10 +916,13 @@ pub fn humanize(d: Duration) -> String {
     if s >= 60 { format!("{}m{}s", s / 60, s % 60) } else { format!("{s}s") }
 }
 
+/// A random number for file names (each `RandomState` is seeded at random; a counter keeps values apart).
 fn rand_u32() -> u32 {
     use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
     h.finish() as u32
 }
 

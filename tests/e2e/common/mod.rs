@@ -8,7 +8,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use kubelet_cri::{RemoteRuntime, RuntimeService, api};
 use serde_json::Value;
@@ -32,6 +34,14 @@ pub async fn runtime() -> RemoteRuntime {
         panic!("containerd at {} does not answer ({e}); run scripts/node-setup.sh first", endpoint());
     }
     rt
+}
+
+/// The start of every runtime test: the serial lock, a CRI client, and a runtime without pods.
+pub async fn fresh_runtime() -> (tokio::sync::MutexGuard<'static, ()>, RemoteRuntime) {
+    let guard = serial().await;
+    let rt = runtime().await;
+    clean_runtime(&rt).await;
+    (guard, rt)
 }
 
 /// Stops and removes every pod sandbox and container of the runtime.
@@ -199,6 +209,14 @@ impl Node {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// Waits until the static pod `name` (e.g. `web-e2e-node`) runs with every container ready.
+    pub async fn wait_running(&mut self, name: &str) -> Value {
+        self.wait_for(&format!("pod {name} Running"), Duration::from_secs(60), || async {
+            pod(name).await.filter(all_running)
+        })
+        .await
     }
 
     /// Waits until `/healthz` answers ok.
