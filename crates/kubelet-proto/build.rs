@@ -19,7 +19,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::env::set_var("PROTOC", protoc_bin_vendored::protoc_bin_path()?);
     }
 
-    tonic_prost_build::configure().build_client(true).build_server(true).compile_protos(&[cri_proto], &[proto_root])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        // Server methods the fake does not serve answer UNIMPLEMENTED, as an older runtime would.
+        .generate_default_stubs(true)
+        .compile_protos(&[cri_proto], &[proto_root])?;
 
     Ok(())
 }

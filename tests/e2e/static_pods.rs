@@ -321,3 +321,68 @@ async fn removal_sends_sigterm_then_sigkill_after_the_grace_period() {
     assert!(stubborn_took < Duration::from_secs(8), "then SIGKILL: {stubborn_took:?}");
     node.stop_and_clean(&rt).await;
 }
+
+#[tokio::test]
+async fn image_pull_policies_and_pull_errors_show_in_the_status() {
+    let (_g, rt) = fresh_runtime().await;
+    // Never with a missing image: ErrImageNeverPull. A registry that refuses connections (nothing listens on
+    // port 1 of loopback): ErrImagePull, then ImagePullBackOff. A present image with Never: runs.
+    let never = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: never\nspec:\n  containers:\n  - name: app\n    image: localhost/absent:1\n    imagePullPolicy: Never\n";
+    let unreachable = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: unreachable\nspec:\n  containers:\n  - name: app\n    image: 127.0.0.1:1/absent:1\n";
+    let present = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: present\nspec:\n  terminationGracePeriodSeconds: 2\n  containers:\n  - name: app\n    image: localhost/busybox:1\n    imagePullPolicy: Never\n    command: [\"sleep\", \"3600\"]\n";
+    let mut node = Node::start(&[("never.yaml", never), ("unreachable.yaml", unreachable), ("present.yaml", present)]);
+    let waiting_reason = |p: &serde_json::Value| {
+        container_status(p, "app").and_then(|s| s["state"]["waiting"]["reason"].as_str().map(str::to_string))
+    };
+    let p = node
+        .wait_for("ErrImageNeverPull", START, || async {
+            pod("never-e2e-node").await.filter(|p| waiting_reason(p).as_deref() == Some("ErrImageNeverPull"))
+        })
+        .await;
+    let msg = container_status(&p, "app").unwrap()["state"]["waiting"]["message"].as_str().unwrap().to_string();
+    assert_eq!(msg, "Container image \"localhost/absent:1\" is not present with pull policy of Never");
+    assert_eq!(p["status"]["phase"], "Pending");
+    node.wait_for("ErrImagePull", START, || async {
+        pod("unreachable-e2e-node").await.filter(|p| waiting_reason(p).as_deref() == Some("ErrImagePull"))
+    })
+    .await;
+    node.wait_for("ImagePullBackOff", START, || async {
+        pod("unreachable-e2e-node").await.filter(|p| waiting_reason(p).as_deref() == Some("ImagePullBackOff"))
+    })
+    .await;
+    node.wait_running("present-e2e-node").await;
+    assert!(containers_of(&rt, "never-e2e-node").await.is_empty());
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test]
+async fn a_dead_sandbox_is_recreated_with_its_containers() {
+    let (_g, rt) = fresh_runtime().await;
+    let m = manifest("phoenix", &[("init", "true")], &[("app", SERVE)], "  terminationGracePeriodSeconds: 2\n");
+    let mut node = Node::start(&[("phoenix.yaml", &m)]);
+    let before = node.wait_running("phoenix-e2e-node").await;
+    let sb = sandboxes_of(&rt, "phoenix-e2e-node").await.remove(0);
+    // Kill the sandbox's pause process behind the kubelet's back.
+    let sock = endpoint().trim_start_matches("unix://").to_string();
+    let out = std::process::Command::new("ctr")
+        .args(["-a", &sock, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", &sb.id])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ctr tasks kill: {}", String::from_utf8_lossy(&out.stderr));
+    let after = node
+        .wait_for("the pod running again in a new sandbox", START, || async {
+            pod("phoenix-e2e-node").await.filter(|p| {
+                all_running(p)
+                    && container_status(p, "app").unwrap()["containerID"]
+                        != container_status(&before, "app").unwrap()["containerID"]
+            })
+        })
+        .await;
+    let sbs = sandboxes_of(&rt, "phoenix-e2e-node").await;
+    let newest = sbs.iter().max_by_key(|s| s.created_at).unwrap();
+    assert_eq!(newest.metadata.as_ref().unwrap().attempt, 1, "the new sandbox is attempt 1");
+    assert_eq!(newest.state, kubelet_cri::api::PodSandboxState::SandboxReady as i32);
+    assert_eq!(container_status(&after, "app").unwrap()["restartCount"], 1);
+    assert_eq!(after["status"]["initContainerStatuses"][0]["state"]["terminated"]["exitCode"], 0, "init ran again");
+    node.stop_and_clean(&rt).await;
+}

@@ -11,6 +11,7 @@
 
 mod error;
 pub mod fake;
+pub mod grpc;
 mod remote;
 mod service;
 
