@@ -44,14 +44,26 @@ struct State {
     exit_on_start: HashMap<String, i32>,
 }
 
+/// A source of Unix-nanosecond timestamps for the fake's created/started/finished times.
+pub type TimeSource = Box<dyn Fn() -> i64 + Send + Sync>;
+
 /// The in-memory runtime.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct FakeRuntime {
     state: Mutex<State>,
     next_id: AtomicU64,
     clock: AtomicI64,
     /// Whether every call records its name (off in benchmarks).
     record_calls: std::sync::atomic::AtomicBool,
+    /// Where times come from (default: a counter).
+    time: Option<TimeSource>,
+}
+
+impl std::fmt::Debug for FakeRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (s, c) = self.object_counts();
+        f.debug_struct("FakeRuntime").field("sandboxes", &s).field("containers", &c).finish()
+    }
 }
 
 const READY: i32 = api::PodSandboxState::SandboxReady as i32;
@@ -76,6 +88,13 @@ impl FakeRuntime {
         f
     }
 
+    /// An empty runtime whose timestamps come from `time` (e.g. a test clock moving with tokio's paused clock).
+    pub fn with_time(images: &[&str], time: TimeSource) -> Self {
+        let mut f = Self::new(images);
+        f.time = Some(time);
+        f
+    }
+
     /// Stops recording calls (benchmarks).
     pub fn set_record_calls(&self, on: bool) {
         self.record_calls.store(on, Ordering::Relaxed);
@@ -92,8 +111,23 @@ impl FakeRuntime {
         self.state.lock().unwrap().images.insert(image.to_string(), img);
     }
 
+    /// Strictly increasing timestamps, as a real runtime's nanosecond clock gives.
     fn now(&self) -> i64 {
-        self.clock.fetch_add(1_000, Ordering::Relaxed) + 1_000
+        match &self.time {
+            Some(t) => {
+                // Two events at the same instant still get distinct, ordered times.
+                let want = t();
+                let mut cur = self.clock.load(Ordering::Relaxed);
+                loop {
+                    let next = want.max(cur + 1);
+                    match self.clock.compare_exchange(cur, next, Ordering::Relaxed, Ordering::Relaxed) {
+                        Ok(_) => return next,
+                        Err(v) => cur = v,
+                    }
+                }
+            }
+            None => self.clock.fetch_add(1_000, Ordering::Relaxed) + 1_000,
+        }
     }
 
     fn id(&self, prefix: &str) -> String {

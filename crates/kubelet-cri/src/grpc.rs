@@ -25,7 +25,6 @@ fn st(e: CriError) -> Status {
 
 #[tonic::async_trait]
 impl RuntimeServer for FakeCriServer {
-
     async fn version(&self, _r: Request<api::VersionRequest>) -> Result<Response<api::VersionResponse>, Status> {
         self.0.version().await.map(Response::new).map_err(st)
     }

@@ -1,0 +1,261 @@
+//! Starting one container (`kuberuntime_container.go` startContainer, `kuberuntime_image.go` EnsureImageExists,
+//! `kubelet_pods.go` makeMounts for the kubelet-managed files): crash-loop back-off, the image by pull policy with
+//! pull back-off, `/etc/hosts` and the termination-message file, CreateContainer, StartContainer, and the
+//! `/var/log/containers` link. Called by [`RuntimeManager::sync_pod`] only.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kubelet_cri::api;
+use kubelet_types::pod_update::pod_ref;
+use kubelet_types::{ContainerState, PodStatus, PodUid};
+use tracing::{info, warn};
+
+use crate::config_gen;
+use crate::logs::restart_count_from_log_dir;
+use crate::manager::{RuntimeManager, SyncError, ns_to_system_time};
+
+/// Default pull policy of an image (`Always` for `:latest` or no tag, else `IfNotPresent`).
+pub fn default_pull_policy(image: &str) -> &'static str {
+    let name = image.rsplit('/').next().unwrap_or(image);
+    if image.contains('@') {
+        return "IfNotPresent";
+    }
+    match name.split_once(':') {
+        Some((_, "latest")) | None => "Always",
+        Some(_) => "IfNotPresent",
+    }
+}
+
+impl RuntimeManager {
+    fn backoff_key(pod: &Pod, c: &Container) -> String {
+        format!(
+            "{}_{}_{}_{}_{:x}",
+            pod.metadata.name.as_deref().unwrap_or(""),
+            pod.metadata.namespace.as_deref().unwrap_or(""),
+            pod.metadata.uid.as_deref().unwrap_or(""),
+            c.name,
+            crate::hash::hash_container(c)
+        )
+    }
+
+    /// Crash-loop back-off check (`doBackOff`): whether the container must wait before starting again.
+    fn do_backoff(&self, pod: &Pod, c: &Container, status: &PodStatus) -> Option<SyncError> {
+        let exited =
+            status.container_statuses.iter().find(|s| s.name == c.name && s.state == ContainerState::Exited)?;
+        let ts = ns_to_system_time(exited.finished_at);
+        let key = Self::backoff_key(pod, c);
+        if self.crash_backoff.is_in_backoff_since(&key, ts) {
+            let message = format!(
+                "back-off {} restarting failed container={} pod={}_{}({})",
+                humanize(self.crash_backoff.get(&key)),
+                c.name,
+                pod.metadata.name.as_deref().unwrap_or(""),
+                pod.metadata.namespace.as_deref().unwrap_or(""),
+                pod.metadata.uid.as_deref().unwrap_or("")
+            );
+            return Some(SyncError {
+                action: "StartContainer",
+                target: c.name.clone(),
+                reason: "CrashLoopBackOff".into(),
+                message,
+            });
+        }
+        self.crash_backoff.next(&key, ts);
+        None
+    }
+
+    async fn ensure_image(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        sandbox_config: &api::PodSandboxConfig,
+    ) -> Result<String, SyncError> {
+        let image = c.image.clone().unwrap_or_default();
+        let err = |reason: &str, message: String| SyncError {
+            action: "StartContainer",
+            target: c.name.clone(),
+            reason: reason.into(),
+            message,
+        };
+        if image.is_empty() {
+            return Err(err("InvalidImageName", format!("container {} has no image", c.name)));
+        }
+        let policy = c.image_pull_policy.clone().unwrap_or_else(|| default_pull_policy(&image).to_string());
+        let spec = api::ImageSpec { image: image.clone(), user_specified_image: image.clone(), ..Default::default() };
+        let present = self
+            .images
+            .image_status(spec.clone())
+            .await
+            .map_err(|e| err("ImageInspectError", format!("Failed to inspect image {image:?}: {}", e.message())))?;
+        match (policy.as_str(), present) {
+            ("Never", None) => {
+                return Err(err(
+                    "ErrImageNeverPull",
+                    format!("Container image {image:?} is not present with pull policy of Never"),
+                ));
+            }
+            ("Never" | "IfNotPresent", Some(img)) => return Ok(img.id),
+            _ => {}
+        }
+        let key = format!("{}_{}", image, pod.metadata.uid.as_deref().unwrap_or(""));
+        let now = self.clock.now();
+        if self.image_backoff.is_in_backoff_since_update(&key) {
+            return Err(err("ImagePullBackOff", format!("Back-off pulling image {image:?}")));
+        }
+        info!(pod = %pod_ref(pod), containerName = %c.name, image = %image, "pulling image");
+        match self.images.pull_image(spec, None, Some(sandbox_config.clone())).await {
+            Ok(r) => {
+                self.image_backoff.reset(&key);
+                Ok(r)
+            }
+            Err(e) => {
+                self.image_backoff.next(&key, now);
+                Err(err("ErrImagePull", e.message()))
+            }
+        }
+    }
+
+    fn pod_dir(&self, pod: &Pod) -> PathBuf {
+        self.cfg.root_dir.join("pods").join(pod.metadata.uid.as_deref().unwrap_or("_"))
+    }
+
+    /// The kubelet-managed mounts: the termination message file and, for pod-network pods, /etc/hosts.
+    fn managed_mounts(&self, pod: &Pod, c: &Container, pod_ips: &[String]) -> std::io::Result<Vec<api::Mount>> {
+        let dir = self.pod_dir(pod);
+        let mut mounts = vec![];
+        if !config_gen::host_network(pod)
+            && let Some(ip) = pod_ips.first()
+        {
+            let hosts = dir.join("etc-hosts");
+            let hostname = config_gen::pod_hostname(pod);
+            let text = format!(
+                "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n\
+                 fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n{ip}\t{hostname}\n"
+            );
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(&hosts, text)?;
+            mounts.push(api::Mount {
+                container_path: "/etc/hosts".into(),
+                host_path: hosts.to_string_lossy().into_owned(),
+                ..Default::default()
+            });
+        }
+        let path = c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
+        if !path.is_empty() {
+            let cdir = dir.join("containers").join(&c.name);
+            std::fs::create_dir_all(&cdir)?;
+            let file = cdir.join(format!("{:08x}", rand_u32()));
+            std::fs::write(&file, b"")?;
+            // Any user of the container must be able to write its termination message.
+            std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o666))?;
+            mounts.push(api::Mount {
+                container_path: path,
+                host_path: file.to_string_lossy().into_owned(),
+                selinux_relabel: false,
+                ..Default::default()
+            });
+        }
+        Ok(mounts)
+    }
+
+    pub(crate) async fn start_container(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        status: &PodStatus,
+        sandbox_id: &str,
+        sandbox_config: &api::PodSandboxConfig,
+        pod_ips: &[String],
+    ) -> Result<(), SyncError> {
+        let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
+        let res = self.start_container_inner(pod, c, status, sandbox_id, sandbox_config, pod_ips).await;
+        match &res {
+            Ok(()) => self.reasons.remove(&uid, &c.name),
+            Err(e) => self.reasons.add(&uid, &c.name, &e.reason, e.message.clone()),
+        }
+        res
+    }
+
+    async fn start_container_inner(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        status: &PodStatus,
+        sandbox_id: &str,
+        sandbox_config: &api::PodSandboxConfig,
+        pod_ips: &[String],
+    ) -> Result<(), SyncError> {
+        if let Some(e) = self.do_backoff(pod, c, status) {
+            return Err(e);
+        }
+        let err = |reason: &str, message: String| SyncError {
+            action: "StartContainer",
+            target: c.name.clone(),
+            reason: reason.into(),
+            message,
+        };
+        self.ensure_image(pod, c, sandbox_config).await?;
+        let log_dir = PathBuf::from(&sandbox_config.log_directory).join(&c.name);
+        // Without a previous instance, the count continues from the log files left behind
+        // (`calcRestartCountByLogDir`), so an earlier instance's log is never appended to.
+        let restart_count = match status.find_container(&c.name) {
+            Some(s) => s.restart_count + 1,
+            None => restart_count_from_log_dir(&log_dir),
+        };
+        std::fs::create_dir_all(&log_dir)
+            .map_err(|e| err("CreateContainerConfigError", format!("create {}: {e}", log_dir.display())))?;
+        let mounts = self
+            .managed_mounts(pod, c, pod_ips)
+            .map_err(|e| err("CreateContainerConfigError", format!("prepare kubelet-managed files: {e}")))?;
+        let config = config_gen::container_config(&self.cfg, pod, c, restart_count, mounts);
+        let id = self
+            .runtime
+            .create_container(sandbox_id, config, sandbox_config.clone())
+            .await
+            .map_err(|e| err("CreateContainerError", e.message()))?;
+        self.runtime.start_container(&id).await.map_err(|e| err("RunContainerError", e.message()))?;
+        info!(pod = %pod_ref(pod), containerName = %c.name, containerID = %id, restartCount = restart_count, "started container");
+        // The /var/log/containers link, as upstream: `<pod>_<ns>_<container>-<id>.log` -> the CRI log file.
+        let link = config_gen::container_log_link(&self.cfg.container_logs_dir, pod, &c.name, &id);
+        let target = log_dir.join(format!("{restart_count}.log"));
+        if std::fs::create_dir_all(&self.cfg.container_logs_dir).is_ok() {
+            let _ = std::fs::remove_file(&link);
+            if let Err(e) = std::os::unix::fs::symlink(&target, &link) {
+                warn!(pod = %pod_ref(pod), containerName = %c.name, error = %e, "failed to create container log symlink");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Go-style duration text (`10s`, `5m0s`).
+pub fn humanize(d: Duration) -> String {
+    let s = d.as_secs();
+    if s >= 60 { format!("{}m{}s", s / 60, s % 60) } else { format!("{s}s") }
+}
+
+/// A random number for file names (each `RandomState` is seeded at random; a counter keeps values apart).
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.finish() as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pull_policy_defaults() {
+        assert_eq!(default_pull_policy("busybox"), "Always");
+        assert_eq!(default_pull_policy("busybox:latest"), "Always");
+        assert_eq!(default_pull_policy("localhost:5000/busybox"), "Always");
+        assert_eq!(default_pull_policy("localhost:5000/busybox:1"), "IfNotPresent");
+        assert_eq!(default_pull_policy("busybox@sha256:abc"), "IfNotPresent");
+    }
+}
