@@ -1,0 +1,446 @@
+//! An in-memory apiserver for unit tests and benchmarks: real state (nodes, leases, pods, events) with
+//! resourceVersions, strategic-merge patches for the lists the kubelet patches, a pod watch, recorded calls, and
+//! an outage switch ([`FakeApi::set_down`]) that makes every call fail as unavailable.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use serde_json::Value;
+use tokio::sync::broadcast;
+
+use crate::{ApiError, ApiResult, EventApi, LeaseApi, NodeApi, PodApi, PodWatchApi, WatchEvent};
+
+/// Lists merged by key in strategic-merge patches, as the API types declare (`patchMergeKey`).
+const MERGE_KEYS: [(&str, &str); 6] = [
+    ("conditions", "type"),
+    ("addresses", "type"),
+    ("containerStatuses", "name"),
+    ("initContainerStatuses", "name"),
+    ("podIPs", "ip"),
+    ("ownerReferences", "uid"),
+];
+
+/// Applies a strategic-merge patch (the subset the kubelet sends): maps merge, `null` deletes, lists with a
+/// merge key merge element by element, other lists are replaced.
+pub fn strategic_merge(target: &mut Value, patch: &Value) {
+    strategic_merge_at(target, patch, "")
+}
+
+fn strategic_merge_at(target: &mut Value, patch: &Value, key: &str) {
+    match (target, patch) {
+        (Value::Object(t), Value::Object(p)) => {
+            for (k, v) in p {
+                if k.starts_with("$setElementOrder") || k == "$retainKeys" {
+                    continue;
+                }
+                if v.is_null() {
+                    t.remove(k);
+                } else {
+                    strategic_merge_at(t.entry(k.clone()).or_insert(Value::Null), v, k);
+                }
+            }
+        }
+        (t @ Value::Array(_), Value::Array(p)) if MERGE_KEYS.iter().any(|(n, _)| *n == key) => {
+            let mk = MERGE_KEYS.iter().find(|(n, _)| *n == key).map(|(_, m)| *m).unwrap_or("name");
+            let Value::Array(items) = t else { return };
+            for pi in p {
+                match items.iter_mut().find(|i| i.get(mk).is_some() && i.get(mk) == pi.get(mk)) {
+                    Some(existing) => strategic_merge_at(existing, pi, ""),
+                    None => items.push(pi.clone()),
+                }
+            }
+        }
+        (t, p) => *t = p.clone(),
+    }
+}
+
+#[derive(Default)]
+struct State {
+    nodes: BTreeMap<String, Node>,
+    leases: BTreeMap<(String, String), Lease>,
+    pods: BTreeMap<(String, String), Pod>,
+    events: Vec<Event>,
+    calls: Vec<String>,
+}
+
+/// The in-memory apiserver.
+pub struct FakeApi {
+    state: Mutex<State>,
+    rv: AtomicU64,
+    down: AtomicBool,
+    watch: broadcast::Sender<(u64, WatchEvent)>,
+}
+
+impl Default for FakeApi {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            rv: AtomicU64::new(1),
+            down: AtomicBool::new(false),
+            watch: broadcast::channel(1024).0,
+        }
+    }
+}
+
+impl std::fmt::Debug for FakeApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FakeApi").field("rv", &self.rv.load(Ordering::Relaxed)).finish()
+    }
+}
+
+fn to_value<T: serde::Serialize>(t: &T) -> Value {
+    serde_json::to_value(t).unwrap_or(Value::Null)
+}
+
+fn from_value<T: serde::de::DeserializeOwned>(v: Value) -> ApiResult<T> {
+    serde_json::from_value(v).map_err(|e| ApiError::Other { code: 422, message: e.to_string() })
+}
+
+impl FakeApi {
+    /// An empty apiserver.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Makes every call fail as unavailable (`true`) or work again.
+    pub fn set_down(&self, down: bool) {
+        self.down.store(down, Ordering::Relaxed);
+    }
+
+    fn enter(&self, call: String) -> ApiResult<std::sync::MutexGuard<'_, State>> {
+        if self.down.load(Ordering::Relaxed) {
+            return Err(ApiError::Unavailable("connection refused".into()));
+        }
+        let mut st = self.state.lock().unwrap();
+        st.calls.push(call);
+        Ok(st)
+    }
+
+    fn next_rv(&self) -> String {
+        (self.rv.fetch_add(1, Ordering::Relaxed) + 1).to_string()
+    }
+
+    /// Recorded calls, e.g. `patch_node_status n1`.
+    pub fn calls(&self) -> Vec<String> {
+        self.state.lock().unwrap().calls.clone()
+    }
+
+    /// Forgets recorded calls.
+    pub fn clear_calls(&self) {
+        self.state.lock().unwrap().calls.clear();
+    }
+
+    /// The stored node.
+    pub fn node(&self, name: &str) -> Option<Node> {
+        self.state.lock().unwrap().nodes.get(name).cloned()
+    }
+
+    /// The stored lease.
+    pub fn lease(&self, ns: &str, name: &str) -> Option<Lease> {
+        self.state.lock().unwrap().leases.get(&(ns.to_string(), name.to_string())).cloned()
+    }
+
+    /// The stored pod.
+    pub fn pod(&self, ns: &str, name: &str) -> Option<Pod> {
+        self.state.lock().unwrap().pods.get(&(ns.to_string(), name.to_string())).cloned()
+    }
+
+    /// Every recorded event.
+    pub fn events(&self) -> Vec<Event> {
+        self.state.lock().unwrap().events.clone()
+    }
+
+    fn publish(&self, ev: WatchEvent) {
+        let rv = self.rv.load(Ordering::Relaxed);
+        let _ = self.watch.send((rv, ev));
+    }
+
+    /// Stores a pod as a user would create it (assigns uid and resourceVersion) and notifies watchers.
+    pub fn put_pod(&self, mut pod: Pod) -> Pod {
+        let rv = self.next_rv();
+        pod.metadata.resource_version = Some(rv);
+        if pod.metadata.uid.is_none() {
+            pod.metadata.uid = Some(format!("uid-{}", self.rv.load(Ordering::Relaxed)));
+        }
+        let key = (pod.metadata.namespace.clone().unwrap_or_default(), pod.metadata.name.clone().unwrap_or_default());
+        let existed = self.state.lock().unwrap().pods.insert(key, pod.clone()).is_some();
+        self.publish(if existed { WatchEvent::Modified(pod.clone()) } else { WatchEvent::Added(pod.clone()) });
+        pod
+    }
+
+    /// Removes a pod at once and notifies watchers.
+    pub fn remove_pod(&self, ns: &str, name: &str) -> Option<Pod> {
+        let p = self.state.lock().unwrap().pods.remove(&(ns.to_string(), name.to_string()));
+        if let Some(p) = &p {
+            self.next_rv();
+            self.publish(WatchEvent::Deleted(p.clone()));
+        }
+        p
+    }
+}
+
+#[async_trait]
+impl NodeApi for FakeApi {
+    async fn get_node(&self, name: &str) -> ApiResult<Option<Node>> {
+        Ok(self.enter(format!("get_node {name}"))?.nodes.get(name).cloned())
+    }
+
+    async fn create_node(&self, node: &Node) -> ApiResult<Node> {
+        let rv = self.next_rv();
+        let mut st = self.enter(format!("create_node {}", node.metadata.name.clone().unwrap_or_default()))?;
+        let name = node.metadata.name.clone().unwrap_or_default();
+        if st.nodes.contains_key(&name) {
+            return Err(ApiError::AlreadyExists(format!("nodes {name:?}")));
+        }
+        let mut n = node.clone();
+        n.metadata.resource_version = Some(rv);
+        n.metadata.uid = Some(format!("node-uid-{name}"));
+        st.nodes.insert(name, n.clone());
+        Ok(n)
+    }
+
+    async fn patch_node(&self, name: &str, patch: &Value) -> ApiResult<Node> {
+        let rv = self.next_rv();
+        let mut st = self.enter(format!("patch_node {name}"))?;
+        let n = st.nodes.get_mut(name).ok_or_else(|| ApiError::NotFound(format!("nodes {name:?}")))?;
+        let mut v = to_value(n);
+        let mut p = patch.clone();
+        if let Some(o) = p.as_object_mut() {
+            o.remove("status");
+        }
+        strategic_merge(&mut v, &p);
+        let mut new: Node = from_value(v)?;
+        new.metadata.resource_version = Some(rv);
+        *n = new.clone();
+        Ok(new)
+    }
+
+    async fn patch_node_status(&self, name: &str, patch: &Value) -> ApiResult<Node> {
+        let rv = self.next_rv();
+        let mut st = self.enter(format!("patch_node_status {name}"))?;
+        let n = st.nodes.get_mut(name).ok_or_else(|| ApiError::NotFound(format!("nodes {name:?}")))?;
+        let mut v = to_value(n);
+        let status_patch = serde_json::json!({ "status": patch.get("status").cloned().unwrap_or(Value::Null) });
+        strategic_merge(&mut v, &status_patch);
+        let mut new: Node = from_value(v)?;
+        new.metadata.resource_version = Some(rv);
+        *n = new.clone();
+        Ok(new)
+    }
+}
+
+#[async_trait]
+impl LeaseApi for FakeApi {
+    async fn get_lease(&self, ns: &str, name: &str) -> ApiResult<Option<Lease>> {
+        Ok(self.enter(format!("get_lease {name}"))?.leases.get(&(ns.to_string(), name.to_string())).cloned())
+    }
+
+    async fn create_lease(&self, lease: &Lease) -> ApiResult<Lease> {
+        let rv = self.next_rv();
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        let ns = lease.metadata.namespace.clone().unwrap_or_default();
+        let mut st = self.enter(format!("create_lease {name}"))?;
+        if st.leases.contains_key(&(ns.clone(), name.clone())) {
+            return Err(ApiError::AlreadyExists(format!("leases {name:?}")));
+        }
+        let mut l = lease.clone();
+        l.metadata.resource_version = Some(rv);
+        st.leases.insert((ns, name), l.clone());
+        Ok(l)
+    }
+
+    async fn update_lease(&self, lease: &Lease) -> ApiResult<Lease> {
+        let rv = self.next_rv();
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        let ns = lease.metadata.namespace.clone().unwrap_or_default();
+        let mut st = self.enter(format!("update_lease {name}"))?;
+        let cur =
+            st.leases.get_mut(&(ns, name.clone())).ok_or_else(|| ApiError::NotFound(format!("leases {name:?}")))?;
+        if cur.metadata.resource_version != lease.metadata.resource_version {
+            return Err(ApiError::Conflict(format!("leases {name:?}")));
+        }
+        let mut l = lease.clone();
+        l.metadata.resource_version = Some(rv);
+        *cur = l.clone();
+        Ok(l)
+    }
+}
+
+#[async_trait]
+impl PodApi for FakeApi {
+    async fn get_pod(&self, ns: &str, name: &str) -> ApiResult<Option<Pod>> {
+        Ok(self.enter(format!("get_pod {ns}/{name}"))?.pods.get(&(ns.to_string(), name.to_string())).cloned())
+    }
+
+    async fn create_pod(&self, pod: &Pod) -> ApiResult<Pod> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        {
+            let st = self.enter(format!("create_pod {ns}/{name}"))?;
+            if st.pods.contains_key(&(ns.clone(), name.clone())) {
+                return Err(ApiError::AlreadyExists(format!("pods {name:?}")));
+            }
+        }
+        let mut p = pod.clone();
+        p.metadata.uid = None;
+        Ok(self.put_pod(p))
+    }
+
+    async fn patch_pod_status(&self, ns: &str, name: &str, patch: &Value) -> ApiResult<Pod> {
+        let p = {
+            let st = self.enter(format!("patch_pod_status {ns}/{name}"))?;
+            st.pods.get(&(ns.to_string(), name.to_string())).cloned()
+        };
+        let p = p.ok_or_else(|| ApiError::NotFound(format!("pods {name:?}")))?;
+        if let Some(uid) = patch.pointer("/metadata/uid").and_then(Value::as_str)
+            && p.metadata.uid.as_deref() != Some(uid)
+        {
+            return Err(ApiError::Conflict(format!("pods {name:?}: uid precondition failed")));
+        }
+        let mut v = to_value(&p);
+        let status_patch = serde_json::json!({ "status": patch.get("status").cloned().unwrap_or(Value::Null) });
+        strategic_merge(&mut v, &status_patch);
+        let new: Pod = from_value(v)?;
+        Ok(self.put_pod(new))
+    }
+
+    async fn delete_pod(&self, ns: &str, name: &str, grace: Option<i64>, uid: Option<&str>) -> ApiResult<()> {
+        let p = {
+            let st = self.enter(format!("delete_pod {ns}/{name} grace={grace:?}"))?;
+            st.pods.get(&(ns.to_string(), name.to_string())).cloned()
+        };
+        let p = p.ok_or_else(|| ApiError::NotFound(format!("pods {name:?}")))?;
+        if uid.is_some_and(|u| p.metadata.uid.as_deref() != Some(u)) {
+            return Err(ApiError::Conflict(format!("pods {name:?}: uid precondition failed")));
+        }
+        if grace == Some(0) || p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_none() {
+            self.remove_pod(ns, name);
+        } else {
+            let mut p = p;
+            p.metadata.deletion_grace_period_seconds = Some(grace.unwrap_or(30));
+            p.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+            self.put_pod(p);
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl PodWatchApi for FakeApi {
+    async fn list_pods(&self, node: &str) -> ApiResult<(Vec<Pod>, String)> {
+        let st = self.enter(format!("list_pods {node}"))?;
+        let pods = st
+            .pods
+            .values()
+            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .cloned()
+            .collect();
+        Ok((pods, self.rv.load(Ordering::Relaxed).to_string()))
+    }
+
+    async fn watch_pods(&self, node: &str, rv: &str) -> ApiResult<BoxStream<'static, ApiResult<WatchEvent>>> {
+        drop(self.enter(format!("watch_pods {node} {rv}"))?);
+        let from: u64 = rv.parse().unwrap_or(0);
+        let node = node.to_string();
+        let rx = tokio_stream_from(self.watch.subscribe());
+        let on_node = move |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str());
+        Ok(rx
+            .filter_map(move |(rv, ev)| {
+                let keep = rv > from
+                    && match &ev {
+                        WatchEvent::Added(p) | WatchEvent::Modified(p) | WatchEvent::Deleted(p) => on_node(p),
+                        WatchEvent::Bookmark(_) => true,
+                    };
+                async move { keep.then_some(Ok(ev)) }
+            })
+            .boxed())
+    }
+}
+
+fn tokio_stream_from<T: Clone + Send + 'static>(rx: broadcast::Receiver<T>) -> BoxStream<'static, T> {
+    // A lagging watcher skips what it missed; a real watch would get 410 and re-list.
+    tokio_stream::wrappers::BroadcastStream::new(rx).filter_map(|r| async move { r.ok() }).boxed()
+}
+
+#[async_trait]
+impl EventApi for FakeApi {
+    async fn create_event(&self, event: &Event) -> ApiResult<()> {
+        self.enter("create_event".into())?.events.push(event.clone());
+        Ok(())
+    }
+
+    async fn patch_event(&self, ns: &str, name: &str, patch: &Value) -> ApiResult<()> {
+        let mut st = self.enter(format!("patch_event {ns}/{name}"))?;
+        let e = st
+            .events
+            .iter_mut()
+            .find(|e| e.metadata.name.as_deref() == Some(name))
+            .ok_or_else(|| ApiError::NotFound(format!("events {name:?}")))?;
+        let mut v = to_value(e);
+        strategic_merge(&mut v, patch);
+        *e = from_value(v)?;
+        Ok(())
+    }
+}
+
+/// Pods by UID, for tests.
+pub fn by_uid(pods: &[Pod]) -> HashMap<String, &Pod> {
+    pods.iter().map(|p| (p.metadata.uid.clone().unwrap_or_default(), p)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn strategic_merge_merges_keyed_lists() {
+        let mut v = json!({"status": {"conditions": [{"type": "Ready", "status": "False"}, {"type": "X", "status": "True"}], "images": [1, 2]}});
+        strategic_merge(
+            &mut v,
+            &json!({"status": {"conditions": [{"type": "Ready", "status": "True"}], "images": [3], "phase": null}}),
+        );
+        assert_eq!(v["status"]["conditions"][0]["status"], "True");
+        assert_eq!(v["status"]["conditions"][1]["type"], "X");
+        assert_eq!(v["status"]["images"], json!([3]));
+    }
+
+    #[tokio::test]
+    async fn watch_sees_changes_of_pods_on_the_node_only() {
+        let api = FakeApi::new();
+        let mut w = api.watch_pods("n1", "0").await.unwrap();
+        let mut p = Pod::default();
+        p.metadata.name = Some("a".into());
+        p.metadata.namespace = Some("default".into());
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec { node_name: Some("n2".into()), ..Default::default() });
+        api.put_pod(p.clone());
+        p.metadata.name = Some("b".into());
+        p.spec.as_mut().unwrap().node_name = Some("n1".into());
+        api.put_pod(p);
+        match w.next().await.unwrap().unwrap() {
+            WatchEvent::Added(p) => assert_eq!(p.metadata.name.as_deref(), Some("b")),
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(api.list_pods("n1").await.unwrap().0.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn lease_updates_need_the_current_version_and_outages_fail_calls() {
+        let api = FakeApi::new();
+        let mut l = Lease::default();
+        l.metadata.name = Some("n1".into());
+        l.metadata.namespace = Some("kube-node-lease".into());
+        let created = api.create_lease(&l).await.unwrap();
+        assert!(api.update_lease(&l).await.unwrap_err().to_string().contains("conflict"));
+        api.update_lease(&created).await.unwrap();
+        api.set_down(true);
+        assert!(matches!(api.get_lease("kube-node-lease", "n1").await, Err(ApiError::Unavailable(_))));
+    }
+}
