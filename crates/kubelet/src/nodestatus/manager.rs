@@ -1,0 +1,304 @@
+//! Node registration and status updates (`kubelet_node_status.go` registerWithAPIServer, updateNodeStatus,
+//! `kubelet.go` syncNodeStatus).
+//!
+//! [`NodeStatusManager::run`] registers the Node (retrying with back-off from 100 ms to 7 s, as upstream), then
+//! every `nodeStatusUpdateFrequency` computes the status and patches `nodes/status` when it changed or when
+//! `nodeStatusReportFrequency` has passed since the last report. A failed patch is retried at the next period; an
+//! outage of the apiserver is logged, never fatal. Ends when cancelled.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use k8s_openapi::api::core::v1::{Node, NodeStatus, Taint};
+use kubelet_apiclient::{ApiError, NodeApi};
+use kubelet_types::Clock;
+use kubelet_types::clock::api_time;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::setters::{NodeHealth, NodeImage, NodeInputs, default_labels, initial_node, node_status};
+
+/// Registration back-off bounds (`registerWithAPIServer`).
+const REGISTER_BACKOFF_START: Duration = Duration::from_millis(100);
+const REGISTER_BACKOFF_MAX: Duration = Duration::from_secs(7);
+
+/// What the node status needs from the rest of the kubelet, owned here and implemented by the wiring.
+#[async_trait]
+pub trait NodeSignals: Send + Sync + 'static {
+    /// Runtime, PLEG and pressure health.
+    async fn health(&self) -> NodeHealth;
+    /// Images present on the node.
+    async fn images(&self) -> Vec<NodeImage>;
+}
+
+/// Settings of the node status loop.
+#[derive(Debug, Clone)]
+pub struct NodeStatusConfig {
+    /// `nodeStatusUpdateFrequency`.
+    pub update_frequency: Duration,
+    /// `nodeStatusReportFrequency`.
+    pub report_frequency: Duration,
+    /// `--node-labels`.
+    pub node_labels: std::collections::BTreeMap<String, String>,
+    /// `registerWithTaints`.
+    pub register_with_taints: Vec<Taint>,
+    /// `registerSchedulable`.
+    pub register_schedulable: bool,
+}
+
+/// The node status loop.
+pub struct NodeStatusManager {
+    api: Arc<dyn NodeApi>,
+    signals: Arc<dyn NodeSignals>,
+    inputs: NodeInputs,
+    cfg: NodeStatusConfig,
+    clock: Arc<dyn Clock>,
+    registered: tokio::sync::watch::Sender<Option<Node>>,
+}
+
+/// The status without heartbeat times, to tell a real change from a heartbeat.
+fn without_heartbeats(s: &NodeStatus) -> NodeStatus {
+    let mut s = s.clone();
+    for c in s.conditions.iter_mut().flatten() {
+        c.last_heartbeat_time = None;
+    }
+    s
+}
+
+impl NodeStatusManager {
+    /// A manager for the node described by `inputs`.
+    pub fn new(
+        api: Arc<dyn NodeApi>,
+        signals: Arc<dyn NodeSignals>,
+        inputs: NodeInputs,
+        cfg: NodeStatusConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self { api, signals, inputs, cfg, clock, registered: tokio::sync::watch::channel(None).0 }
+    }
+
+    /// Receives the registered Node (None until registration succeeded).
+    pub fn registered(&self) -> tokio::sync::watch::Receiver<Option<Node>> {
+        self.registered.subscribe()
+    }
+
+    /// One registration attempt (`tryRegisterWithAPIServer`): create, or reconcile the existing node's labels.
+    pub async fn try_register(&self) -> Result<Node, ApiError> {
+        let node = initial_node(
+            &self.inputs,
+            &self.cfg.node_labels,
+            &self.cfg.register_with_taints,
+            self.cfg.register_schedulable,
+        );
+        match self.api.create_node(&node).await {
+            Ok(n) => {
+                info!(node = %self.inputs.node_name, "successfully registered node");
+                Ok(n)
+            }
+            Err(ApiError::AlreadyExists(_)) => {
+                let existing = self
+                    .api
+                    .get_node(&self.inputs.node_name)
+                    .await?
+                    .ok_or_else(|| ApiError::NotFound(format!("node {:?}", self.inputs.node_name)))?;
+                // The kubelet owns its default labels: reconcile them on the existing node.
+                let want = default_labels(&self.inputs);
+                let have = existing.metadata.labels.clone().unwrap_or_default();
+                let missing: std::collections::BTreeMap<_, _> =
+                    want.into_iter().filter(|(k, v)| have.get(k) != Some(v)).collect();
+                if missing.is_empty() {
+                    info!(node = %self.inputs.node_name, "node was previously registered");
+                    return Ok(existing);
+                }
+                let patch = serde_json::json!({ "metadata": { "labels": missing } });
+                let n = self.api.patch_node(&self.inputs.node_name, &patch).await?;
+                info!(node = %self.inputs.node_name, "node was previously registered; default labels reconciled");
+                Ok(n)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn register(&self, cancel: &CancellationToken) -> Option<Node> {
+        let mut delay = REGISTER_BACKOFF_START;
+        loop {
+            match self.try_register().await {
+                Ok(n) => return Some(n),
+                Err(e) => {
+                    warn!(node = %self.inputs.node_name, error = %e, retryIn = ?delay, "unable to register node with the apiserver")
+                }
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return None,
+                _ = tokio::time::sleep(delay) => {}
+            }
+            delay = (delay * 2).min(REGISTER_BACKOFF_MAX);
+        }
+    }
+
+    /// Computes the status and patches it when needed; returns whether a patch was sent.
+    pub async fn sync_status(&self, last: &mut Option<(NodeStatus, Instant)>) -> Result<bool, ApiError> {
+        let health = self.signals.health().await;
+        let images = self.signals.images().await;
+        let now = api_time(self.clock.now());
+        let old = last.as_ref().map(|(s, _)| s);
+        let status = node_status(&self.inputs, &health, &images, &now, old);
+        let changed = old.is_none_or(|o| without_heartbeats(o) != without_heartbeats(&status));
+        let due = last.as_ref().is_none_or(|(_, at)| at.elapsed() >= self.cfg.report_frequency);
+        if !changed && !due {
+            return Ok(false);
+        }
+        let patch = serde_json::json!({ "status": status });
+        self.api.patch_node_status(&self.inputs.node_name, &patch).await?;
+        if old.and_then(|o| ready_of(o)) != ready_of(&status) {
+            info!(node = %self.inputs.node_name, ready = ?ready_of(&status), "node Ready condition changed");
+        }
+        *last = Some((status, Instant::now()));
+        Ok(true)
+    }
+
+    /// Registers, then keeps the status fresh until cancelled.
+    pub async fn run(self, cancel: CancellationToken) {
+        let Some(node) = self.register(&cancel).await else { return };
+        self.registered.send_replace(Some(node));
+        let mut tick = tokio::time::interval(self.cfg.update_frequency);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last = None;
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(e) = self.sync_status(&mut last).await {
+                warn!(node = %self.inputs.node_name, error = %e, "error updating node status, will retry");
+                if e.is_not_found() {
+                    // Someone deleted the Node: register it again, as upstream does after a restart.
+                    if let Some(n) = self.register(&cancel).await {
+                        self.registered.send_replace(Some(n));
+                        last = None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn ready_of(s: &NodeStatus) -> Option<String> {
+    s.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready").map(|c| c.status.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nodestatus::machine::MachineInfo;
+    use kubelet_apiclient::fake::FakeApi;
+    use kubelet_types::TestClock;
+    use std::sync::Mutex;
+
+    struct Signals(Mutex<NodeHealth>);
+
+    #[async_trait]
+    impl NodeSignals for Signals {
+        async fn health(&self) -> NodeHealth {
+            self.0.lock().unwrap().clone()
+        }
+        async fn images(&self) -> Vec<NodeImage> {
+            vec![NodeImage { names: vec!["localhost/busybox:1".into()], size: 1000 }]
+        }
+    }
+
+    fn inputs() -> NodeInputs {
+        NodeInputs {
+            node_name: "n1".into(),
+            hostname: "n1".into(),
+            node_ips: vec!["192.0.2.10".into()],
+            machine: MachineInfo {
+                num_cores: 2,
+                memory_capacity: 1 << 30,
+                rootfs_capacity: 1 << 34,
+                ..Default::default()
+            },
+            max_pods: 110,
+            kube_reserved: Default::default(),
+            system_reserved: Default::default(),
+            eviction_hard: Default::default(),
+            runtime_version: "containerd://1.6.20".into(),
+            kubelet_version: "v1.34.0".into(),
+            port: 10250,
+            max_images: 50,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn registers_then_reports_on_change_or_every_report_period() {
+        let api = Arc::new(FakeApi::new());
+        let signals = Arc::new(Signals(Mutex::new(NodeHealth::default())));
+        let cfg = NodeStatusConfig {
+            update_frequency: Duration::from_secs(10),
+            report_frequency: Duration::from_secs(300),
+            node_labels: [("role".to_string(), "edge".to_string())].into(),
+            register_with_taints: vec![],
+            register_schedulable: true,
+        };
+        let m = NodeStatusManager::new(api.clone(), signals.clone(), inputs(), cfg, Arc::new(TestClock::fixed()));
+        let mut reg = m.registered();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(m.run(cancel.clone()));
+        reg.wait_for(|n| n.is_some()).await.unwrap();
+        let node = api.node("n1").unwrap();
+        assert_eq!(node.metadata.labels.as_ref().unwrap()["role"], "edge");
+        assert_eq!(node.metadata.labels.as_ref().unwrap()["kubernetes.io/hostname"], "n1");
+
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let ready = |api: &FakeApi| {
+            api.node("n1")
+                .and_then(|n| n.status)
+                .and_then(|s| s.conditions)
+                .and_then(|c| c.into_iter().find(|c| c.type_ == "Ready"))
+        };
+        assert_eq!(ready(&api).unwrap().status, "True");
+        let patches = |api: &FakeApi| api.calls().iter().filter(|c| c.starts_with("patch_node_status")).count();
+        assert_eq!(patches(&api), 1);
+        // Nothing changes: no patch for the next 290 s, then the report period forces one.
+        tokio::time::sleep(Duration::from_secs(290)).await;
+        assert_eq!(patches(&api), 1);
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert_eq!(patches(&api), 2);
+        // The runtime goes down: Ready turns False with the reason at the next update.
+        signals.0.lock().unwrap().not_ready = vec!["container runtime is down".into()];
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        let r = ready(&api).unwrap();
+        assert_eq!((r.status.as_str(), r.message.as_deref()), ("False", Some("container runtime is down")));
+        // An apiserver outage is survived; the status catches up when it returns.
+        api.set_down(true);
+        signals.0.lock().unwrap().not_ready.clear();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        api.set_down(false);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(ready(&api).unwrap().status, "True");
+        cancel.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn existing_node_gets_its_default_labels_back() {
+        let api = Arc::new(FakeApi::new());
+        let mut n = Node::default();
+        n.metadata.name = Some("n1".into());
+        n.metadata.labels = Some([("kubernetes.io/hostname".to_string(), "old".to_string())].into());
+        api.create_node(&n).await.unwrap();
+        let signals = Arc::new(Signals(Mutex::new(NodeHealth::default())));
+        let cfg = NodeStatusConfig {
+            update_frequency: Duration::from_secs(10),
+            report_frequency: Duration::from_secs(300),
+            node_labels: Default::default(),
+            register_with_taints: vec![],
+            register_schedulable: true,
+        };
+        let m = NodeStatusManager::new(api.clone(), signals, inputs(), cfg, Arc::new(TestClock::fixed()));
+        m.try_register().await.unwrap();
+        assert_eq!(api.node("n1").unwrap().metadata.labels.unwrap()["kubernetes.io/hostname"], "n1");
+    }
+}
