@@ -8,7 +8,7 @@
 //! (pod directories, cgroups), forgets finished workers, and every minute garbage-collects dead containers.
 //! The loop ends when cancelled or when the update stream closes.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::cm::PodCgroups;
+use crate::mirror::{MirrorClient, is_mirror_pod};
 use crate::pod_manager::PodManager;
 use crate::pod_workers::{PodWorkers, UpdatePodOptions, UpdateType, WorkerPhase};
 use crate::server::SyncLoopHealth;
@@ -55,19 +56,28 @@ pub struct SyncLoopDeps {
     pub pods_out: watch::Sender<Arc<Vec<Arc<Pod>>>>,
     /// `<root-dir>/pods`.
     pub pods_dir: PathBuf,
+    /// Mirror pods in the apiserver (None when standalone).
+    pub mirror: Option<Arc<dyn MirrorClient>>,
 }
 
 /// The sync loop.
 pub struct SyncLoop {
     deps: SyncLoopDeps,
     pods: PodManager,
+    /// Mirror pods seen in the apiserver, by full name; never run.
+    mirrors: HashMap<(String, String), Arc<Pod>>,
+    mirror_task: Option<tokio::task::JoinHandle<()>>,
     ticks: u32,
+}
+
+fn full_name(p: &Pod) -> (String, String) {
+    (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default())
 }
 
 impl SyncLoop {
     /// A loop over `deps`.
     pub fn new(deps: SyncLoopDeps) -> Self {
-        Self { deps, pods: PodManager::default(), ticks: 0 }
+        Self { deps, pods: PodManager::default(), mirrors: HashMap::new(), mirror_task: None, ticks: 0 }
     }
 
     /// Runs until cancelled.
@@ -104,7 +114,20 @@ impl SyncLoop {
         });
     }
 
-    fn handle_update(&mut self, u: PodUpdate) {
+    fn handle_update(&mut self, mut u: PodUpdate) {
+        // Mirror pods only show static pods in the apiserver: remember them, never run them.
+        let (mirrors, pods): (Vec<_>, Vec<_>) = u.pods.into_iter().partition(|p| is_mirror_pod(p));
+        for m in mirrors {
+            if u.op == Operation::Remove {
+                self.mirrors.remove(&full_name(&m));
+            } else {
+                self.mirrors.insert(full_name(&m), m);
+            }
+        }
+        u.pods = pods;
+        if u.pods.is_empty() && u.op != Operation::Add {
+            return;
+        }
         info!(op = %u.op, source = %u.source, pods = ?u.pods.iter().map(|p| kubelet_types::pod_update::pod_ref(p)).collect::<Vec<_>>(), "SyncLoop");
         match u.op {
             Operation::Add => {
@@ -159,6 +182,22 @@ impl SyncLoop {
         }
     }
 
+    /// Starts a mirror pod reconciliation unless one is still running.
+    fn reconcile_mirrors(&mut self) {
+        let Some(client) = self.deps.mirror.clone() else { return };
+        if self.mirror_task.as_ref().is_some_and(|t| !t.is_finished()) {
+            return;
+        }
+        let statics: HashMap<(String, String), Arc<Pod>> = self
+            .pods
+            .pods()
+            .filter(|p| kubelet_types::pod_update::is_static_pod(p))
+            .map(|p| (full_name(p), p.clone()))
+            .collect();
+        let mirrors = self.mirrors.clone();
+        self.mirror_task = Some(tokio::spawn(crate::mirror::reconcile(client, statics, mirrors)));
+    }
+
     /// `HandlePodCleanups`.
     async fn housekeeping(&mut self) {
         if !self.deps.sources_ready.all_ready() {
@@ -207,6 +246,7 @@ impl SyncLoop {
             }
         }
         self.deps.runtime.gc_backoff();
+        self.reconcile_mirrors();
 
         if self.ticks.is_multiple_of(CONTAINER_GC_TICKS) {
             for st in runtime_pods.iter().filter(|s| desired.contains(&s.id)) {

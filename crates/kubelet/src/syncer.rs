@@ -193,6 +193,7 @@ impl PodSyncer for KubeletSyncer {
         if let Err(e) = self.cgroups.destroy_pod(&key.uid) {
             return Err(format!("remove cgroup of pod {key}: {e}"));
         }
+        self.status.set_terminated(&key.uid);
         if let Some(p) = pod {
             tracing::debug!(pod = %pod_ref(p), "pod terminated");
         }

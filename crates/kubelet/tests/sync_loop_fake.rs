@@ -98,6 +98,7 @@ fn start() -> Harness {
         health: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
         pods_out: watch::channel(Arc::new(vec![])).0,
         pods_dir: dir.path().join("root/pods"),
+        mirror: None,
     });
     tracker.spawn(sl.run(cancel.clone()));
     Harness { fake, status, updates: upd_tx, ready, cancel, _dir: dir }

@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use anyhow::Context;
 use kubelet::cm::{CgroupfsManager, NoCgroups, PodCgroups};
+use kubelet::mirror::{ApiMirrorClient, MirrorClient};
 use kubelet::pod_workers::PodWorkers;
 use kubelet::runtime_state::RuntimeState;
 use kubelet::server::{ServerState, SyncLoopHealth, healthz_router, read_only_router, serve};
 use kubelet::status::StatusManager;
+use kubelet::status::apisync::StatusSync;
 use kubelet::sync_loop::{SyncLoop, SyncLoopDeps};
 use kubelet::syncer::KubeletSyncer;
 use kubelet_config::kubelet_config::KubeletConfiguration;
@@ -41,13 +43,14 @@ const UPDATE_CHANNEL_CAPACITY: usize = 50;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Waits for the runtime to answer `Version`, with back-off (1 s doubling to 30 s), logging each failure.
+/// Returns `<runtime>://<version>`.
 async fn wait_for_runtime(runtime: &RemoteRuntime, cancel: &CancellationToken) -> Option<String> {
     let mut delay = Duration::from_secs(1);
     loop {
         match runtime.version().await {
             Ok(v) => {
                 info!(runtimeName = %v.runtime_name, runtimeVersion = %v.runtime_version, apiVersion = %v.runtime_api_version, "container runtime is ready");
-                return Some(v.runtime_name);
+                return Some(format!("{}://{}", v.runtime_name, v.runtime_version));
             }
             Err(e) => {
                 warn!(endpoint = %runtime.socket().display(), error = %e, retryIn = ?delay, "container runtime is not reachable yet")
@@ -85,9 +88,16 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
 
     let node_name = node::node_name(cli.hostname_override.as_deref())?;
     let host_ips = node::node_ips(cli.node_ip.as_deref())?;
-    if cli.kubeconfig.is_some() || cli.bootstrap_kubeconfig.is_some() {
-        warn!("--kubeconfig/--bootstrap-kubeconfig given: joining a cluster is not built yet; running standalone");
-    }
+    let kubeconfig = match (&cli.kubeconfig, &cli.bootstrap_kubeconfig) {
+        (Some(k), _) if k.exists() => Some(k.clone()),
+        (Some(k), Some(b)) => anyhow::bail!(
+            "kubeconfig {} does not exist and TLS bootstrap from {} is not supported yet; create the kubeconfig",
+            k.display(),
+            b.display()
+        ),
+        (Some(k), None) => anyhow::bail!("kubeconfig {}: no such file", k.display()),
+        (None, _) => None,
+    };
     info!(nodeName = %node_name, nodeIPs = ?host_ips, version = crate::KUBERNETES_VERSION, "starting rkubelet");
 
     let root_dir = cli.root_dir.clone();
@@ -140,11 +150,11 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     }
 
     let remote = RemoteRuntime::new(&cfg.container_runtime_endpoint, cfg.runtime_request_timeout.0)?;
-    if wait_for_runtime(&remote, &cancel).await.is_none() {
+    let Some(runtime_version) = wait_for_runtime(&remote, &cancel).await else {
         tracker.close();
         tracker.wait().await;
         return Ok(());
-    }
+    };
     let remote = Arc::new(remote);
 
     let cgroups: Arc<dyn PodCgroups> = if cfg.cgroups_per_qos.unwrap_or(true) {
@@ -204,6 +214,26 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         tracker.spawn(hs.run(cancel.clone()));
         info!(url = %cfg.static_pod_url, "reading static pods from URL");
     }
+    let mut api = None;
+    if let Some(kc) = &kubeconfig {
+        expected.push(PodSource::Api);
+        let deps = crate::cluster::ClusterDeps {
+            cfg: &cfg,
+            kubeconfig: kc,
+            root_dir: &root_dir,
+            node_name: &node_name,
+            node_ips: &host_ips,
+            runtime_version,
+            runtime_state: runtime_state.clone(),
+            pleg: pleg_health.clone(),
+            images: remote.clone(),
+            clock: clock.clone(),
+            sources: src_tx.clone(),
+        };
+        let kube = crate::cluster::start(deps, &tracker, &cancel).await?;
+        tracker.spawn(StatusSync::new(status.clone(), kube.clone()).run(cancel.clone()));
+        api = Some(kube);
+    }
     drop(src_tx);
     let sources_ready = SourcesReady::new(expected);
     let (upd_tx, upd_rx) = mpsc::channel(UPDATE_CHANNEL_CAPACITY);
@@ -228,6 +258,10 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         health: syncloop_health,
         pods_out: pods_tx,
         pods_dir,
+        mirror: api.map(|a| {
+            Arc::new(ApiMirrorClient { pods: a.clone(), nodes: a, node_name: node_name.clone() })
+                as Arc<dyn MirrorClient>
+        }),
     });
     tracker.spawn(sync_loop.run(cancel.clone()));
     info!("started kubelet");

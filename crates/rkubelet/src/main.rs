@@ -4,6 +4,7 @@
 
 mod app;
 mod cli;
+mod cluster;
 mod node;
 
 use std::process::ExitCode;

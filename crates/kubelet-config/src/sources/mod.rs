@@ -2,6 +2,7 @@
 //! decoding they share ([`manifest`]). Each source sends its whole current set of pods as a [`SourceUpdate`]
 //! to the [`crate::podconfig::PodConfig`] merge, which turns successive sets into ADD/UPDATE/REMOVE/... updates.
 
+pub mod apiserver;
 pub mod file;
 pub mod http;
 pub mod manifest;

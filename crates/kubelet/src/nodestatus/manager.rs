@@ -152,7 +152,7 @@ impl NodeStatusManager {
         }
         let patch = serde_json::json!({ "status": status });
         self.api.patch_node_status(&self.inputs.node_name, &patch).await?;
-        if old.and_then(|o| ready_of(o)) != ready_of(&status) {
+        if old.and_then(ready_of) != ready_of(&status) {
             info!(node = %self.inputs.node_name, ready = ?ready_of(&status), "node Ready condition changed");
         }
         *last = Some((status, Instant::now()));

@@ -142,7 +142,7 @@ fn node_info(i: &NodeInputs) -> NodeSystemInfo {
 /// The images list: largest first, at most `max_images`, at most 5 names each (`Images` setter).
 pub fn images(list: &[NodeImage], max_images: i32) -> Vec<ContainerImage> {
     let mut v: Vec<&NodeImage> = list.iter().filter(|i| !i.names.is_empty()).collect();
-    v.sort_by(|a, b| b.size.cmp(&a.size));
+    v.sort_by_key(|i| std::cmp::Reverse(i.size));
     if max_images >= 0 {
         v.truncate(max_images as usize);
     }

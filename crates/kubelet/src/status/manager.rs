@@ -17,9 +17,27 @@ use tracing::{debug, warn};
 
 use super::generate::is_terminal_phase;
 
+/// What the apiserver sync needs to know of a pod besides its status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PodEntry {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// A static pod (its status goes to the mirror pod).
+    pub static_pod: bool,
+    /// The pod's deletion was requested.
+    pub deleting: bool,
+    /// Bumped at every status change.
+    pub version: u64,
+    /// Every container stopped and the pod was cleaned up (it may be deleted from the apiserver).
+    pub terminated: bool,
+}
+
 /// Statuses of all pods.
 pub struct StatusManager {
     statuses: Mutex<HashMap<PodUid, Arc<ApiPodStatus>>>,
+    entries: Mutex<HashMap<PodUid, PodEntry>>,
     version: watch::Sender<u64>,
     clock: Arc<dyn Clock>,
 }
@@ -33,7 +51,12 @@ impl std::fmt::Debug for StatusManager {
 impl StatusManager {
     /// An empty manager.
     pub fn new(clock: Arc<dyn Clock>) -> Self {
-        Self { statuses: Mutex::new(HashMap::new()), version: watch::channel(0).0, clock }
+        Self {
+            statuses: Mutex::new(HashMap::new()),
+            entries: Mutex::new(HashMap::new()),
+            version: watch::channel(0).0,
+            clock,
+        }
     }
 
     /// Stores the status of `pod`; returns whether it changed.
@@ -60,7 +83,25 @@ impl StatusManager {
                 _ => Some(now.clone()),
             };
         }
-        if old.as_deref() == Some(&status) && map.contains_key(&uid) {
+        let deleting = pod.metadata.deletion_timestamp.is_some();
+        let unchanged = old.as_deref() == Some(&status) && map.contains_key(&uid);
+        {
+            let mut entries = self.entries.lock().unwrap();
+            let version = *self.version.borrow() + 1;
+            let e = entries.entry(uid.clone()).or_insert_with(|| PodEntry {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                static_pod: kubelet_types::pod_update::is_static_pod(pod),
+                deleting,
+                version,
+                terminated: false,
+            });
+            if !unchanged || e.deleting != deleting {
+                e.version = version;
+            }
+            e.deleting = deleting;
+        }
+        if unchanged {
             return false;
         }
         debug!(podUID = %uid, phase = ?status.phase, "pod status changed");
@@ -75,8 +116,24 @@ impl StatusManager {
         self.statuses.lock().unwrap().get(uid).cloned()
     }
 
+    /// Marks a pod whose containers all stopped and whose resources were cleaned up.
+    pub fn set_terminated(&self, uid: &PodUid) {
+        if let Some(e) = self.entries.lock().unwrap().get_mut(uid) {
+            e.terminated = true;
+        }
+        self.version.send_modify(|v| *v += 1);
+    }
+
+    /// Every pod's entry with its status.
+    pub fn entries(&self) -> Vec<(PodUid, PodEntry, Arc<ApiPodStatus>)> {
+        let statuses = self.statuses.lock().unwrap();
+        let entries = self.entries.lock().unwrap();
+        entries.iter().filter_map(|(u, e)| statuses.get(u).map(|s| (u.clone(), e.clone(), s.clone()))).collect()
+    }
+
     /// Forgets a pod.
     pub fn remove(&self, uid: &PodUid) {
+        self.entries.lock().unwrap().remove(uid);
         if self.statuses.lock().unwrap().remove(uid).is_some() {
             self.version.send_modify(|v| *v += 1);
         }

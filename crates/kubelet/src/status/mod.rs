@@ -6,4 +6,6 @@ pub mod generate;
 pub mod manager;
 
 pub use generate::{StatusInputs, generate_api_pod_status, get_phase};
-pub use manager::StatusManager;
+pub use manager::{PodEntry, StatusManager};
+
+pub mod apisync;

@@ -1,0 +1,158 @@
+//! The apiserver pod source (`pkg/kubelet/config/apiserver.go`: a reflector on pods with
+//! `spec.nodeName=<node>` feeding an UndeltaStore, so every change sends the full set).
+//!
+//! [`ApiSource::run`] lists, sends the set, then watches from the list's resourceVersion and sends the updated
+//! set after every event. A watch that ends is resumed from the last resourceVersion seen; one that expires
+//! (410 Gone) or fails is followed by a fresh list, with back-off (1 s doubling to 30 s) while the apiserver is
+//! unreachable. Running pods are never disturbed by any of this: the merge only sees complete sets, and none is
+//! sent while the apiserver is away. Ends when cancelled.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kubelet_apiclient::{ApiError, PodWatchApi, WatchEvent};
+use kubelet_types::{Pod, PodSource};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::SourceUpdate;
+
+const BACKOFF_START: Duration = Duration::from_secs(1);
+const BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// The apiserver source.
+pub struct ApiSource {
+    api: Arc<dyn PodWatchApi>,
+    node_name: String,
+    out: mpsc::Sender<SourceUpdate>,
+}
+
+fn key(p: &Pod) -> (String, String) {
+    (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default())
+}
+
+impl ApiSource {
+    /// A source of the pods bound to `node_name`.
+    pub fn new(api: Arc<dyn PodWatchApi>, node_name: String, out: mpsc::Sender<SourceUpdate>) -> Self {
+        Self { api, node_name, out }
+    }
+
+    async fn send(&self, pods: &BTreeMap<(String, String), Pod>) -> bool {
+        self.out.send(SourceUpdate { source: PodSource::Api, pods: pods.values().cloned().collect() }).await.is_ok()
+    }
+
+    /// Lists and watches until cancelled.
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut delay = BACKOFF_START;
+        'relist: loop {
+            let listed = tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = self.api.list_pods(&self.node_name) => r,
+            };
+            let (items, mut rv) = match listed {
+                Ok(r) => r,
+                Err(e) => {
+                    warn!(node = %self.node_name, error = %e, retryIn = ?delay, "failed to list pods from the apiserver");
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(BACKOFF_MAX);
+                    continue;
+                }
+            };
+            delay = BACKOFF_START;
+            let mut pods: BTreeMap<(String, String), Pod> = items.into_iter().map(|p| (key(&p), p)).collect();
+            debug!(pods = pods.len(), resourceVersion = %rv, "listed pods from the apiserver");
+            if !self.send(&pods).await {
+                return;
+            }
+            loop {
+                let watched = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    w = self.api.watch_pods(&self.node_name, &rv) => w,
+                };
+                let mut stream = match watched {
+                    Ok(s) => s,
+                    Err(e) => {
+                        warn!(error = %e, "failed to watch pods; listing again");
+                        continue 'relist;
+                    }
+                };
+                loop {
+                    let next = tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        n = stream.next() => n,
+                    };
+                    let ev = match next {
+                        // The server ended the watch (timeout): resume from where we are.
+                        None => break,
+                        Some(Ok(ev)) => ev,
+                        Some(Err(ApiError::Gone(m))) => {
+                            info!(message = %m, "watch of pods expired (410 Gone); listing again");
+                            continue 'relist;
+                        }
+                        Some(Err(e)) => {
+                            warn!(error = %e, "watch of pods failed; listing again");
+                            continue 'relist;
+                        }
+                    };
+                    match ev {
+                        WatchEvent::Added(p) | WatchEvent::Modified(p) => {
+                            rv = p.metadata.resource_version.clone().unwrap_or(rv);
+                            pods.insert(key(&p), p);
+                        }
+                        WatchEvent::Deleted(p) => {
+                            rv = p.metadata.resource_version.clone().unwrap_or(rv);
+                            pods.remove(&key(&p));
+                        }
+                        WatchEvent::Bookmark(v) => {
+                            rv = v;
+                            continue;
+                        }
+                    }
+                    if !self.send(&pods).await {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::PodSpec;
+    use kubelet_apiclient::fake::FakeApi;
+
+    fn pod(name: &str, node: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some("default".into());
+        p.spec = Some(PodSpec { node_name: Some(node.into()), ..Default::default() });
+        p
+    }
+
+    #[tokio::test]
+    async fn lists_then_follows_the_watch_and_survives_outages() {
+        let api = Arc::new(FakeApi::new());
+        api.put_pod(pod("a", "n1"));
+        api.put_pod(pod("x", "n2"));
+        let (tx, mut rx) = mpsc::channel(16);
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(ApiSource::new(api.clone(), "n1".into(), tx).run(cancel.clone()));
+        let names = |u: &SourceUpdate| u.pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect::<Vec<_>>();
+        let u = rx.recv().await.unwrap();
+        assert_eq!((u.source, names(&u)), (PodSource::Api, vec!["a".to_string()]));
+        api.put_pod(pod("b", "n1"));
+        assert_eq!(names(&rx.recv().await.unwrap()), vec!["a", "b"]);
+        api.remove_pod("default", "a");
+        assert_eq!(names(&rx.recv().await.unwrap()), vec!["b"]);
+        cancel.cancel();
+        task.await.unwrap();
+    }
+}

@@ -1,0 +1,211 @@
+//! The kube-rs implementation of the apiserver traits of `kubelet-apiclient` (the Go kubelet's clientset use).
+//!
+//! [`KubeApi::from_kubeconfig`] builds a client from `--kubeconfig` (client certificates, tokens, exec plugins
+//! as kube-rs supports them). Every call maps kube's errors to [`ApiError`] in one place ([`map_err`]); patches
+//! are strategic-merge patches as upstream sends them. Only this crate and the binary depend on kube.
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, WatchParams};
+use kube::core::WatchEvent as KubeWatchEvent;
+use kubelet_apiclient::{ApiError, ApiResult, EventApi, LeaseApi, NodeApi, PodApi, PodWatchApi, WatchEvent};
+
+/// Errors building the client.
+#[derive(Debug, thiserror::Error)]
+pub enum KubeError {
+    /// The kubeconfig could not be read or is invalid.
+    #[error("kubeconfig {path}: {message}")]
+    Kubeconfig {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The client could not be built from it.
+    #[error("kubeconfig {path}: cannot build a client: {message}")]
+    Client {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// Maps a kube error to the kubelet's [`ApiError`].
+pub fn map_err(e: kube::Error) -> ApiError {
+    match e {
+        kube::Error::Api(s) => {
+            let msg = s.message.clone();
+            match (s.code, s.reason.as_str()) {
+                (404, _) => ApiError::NotFound(msg),
+                (409, "AlreadyExists") => ApiError::AlreadyExists(msg),
+                (409, _) => ApiError::Conflict(msg),
+                (410, _) => ApiError::Gone(msg),
+                (500..=504, _) | (429, _) => ApiError::Unavailable(format!("{}: {msg}", s.code)),
+                (code, _) => ApiError::Other { code, message: msg },
+            }
+        }
+        kube::Error::HyperError(e) => ApiError::Unavailable(e.to_string()),
+        kube::Error::Service(e) => ApiError::Unavailable(e.to_string()),
+        other => ApiError::Other { code: 0, message: other.to_string() },
+    }
+}
+
+/// The apiserver through kube-rs.
+#[derive(Clone)]
+pub struct KubeApi {
+    client: kube::Client,
+}
+
+impl std::fmt::Debug for KubeApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeApi").finish()
+    }
+}
+
+impl KubeApi {
+    /// A client from a kubeconfig file.
+    pub async fn from_kubeconfig(path: &Path) -> Result<Self, KubeError> {
+        let p = path.display().to_string();
+        let kc = kube::config::Kubeconfig::read_from(path)
+            .map_err(|e| KubeError::Kubeconfig { path: p.clone(), message: e.to_string() })?;
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .map_err(|e| KubeError::Kubeconfig { path: p.clone(), message: e.to_string() })?;
+        let client = kube::Client::try_from(cfg).map_err(|e| KubeError::Client { path: p, message: e.to_string() })?;
+        Ok(Self { client })
+    }
+
+    /// A client over an existing kube client.
+    pub fn new(client: kube::Client) -> Self {
+        Self { client }
+    }
+
+    fn nodes(&self) -> Api<Node> {
+        Api::all(self.client.clone())
+    }
+
+    fn pods(&self, ns: &str) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), ns)
+    }
+}
+
+fn strategic() -> PatchParams {
+    PatchParams::default()
+}
+
+#[async_trait]
+impl NodeApi for KubeApi {
+    async fn get_node(&self, name: &str) -> ApiResult<Option<Node>> {
+        self.nodes().get_opt(name).await.map_err(map_err)
+    }
+
+    async fn create_node(&self, node: &Node) -> ApiResult<Node> {
+        self.nodes().create(&PostParams::default(), node).await.map_err(map_err)
+    }
+
+    async fn patch_node(&self, name: &str, patch: &serde_json::Value) -> ApiResult<Node> {
+        self.nodes().patch(name, &strategic(), &Patch::Strategic(patch)).await.map_err(map_err)
+    }
+
+    async fn patch_node_status(&self, name: &str, patch: &serde_json::Value) -> ApiResult<Node> {
+        self.nodes().patch_status(name, &strategic(), &Patch::Strategic(patch)).await.map_err(map_err)
+    }
+}
+
+#[async_trait]
+impl LeaseApi for KubeApi {
+    async fn get_lease(&self, ns: &str, name: &str) -> ApiResult<Option<Lease>> {
+        Api::<Lease>::namespaced(self.client.clone(), ns).get_opt(name).await.map_err(map_err)
+    }
+
+    async fn create_lease(&self, lease: &Lease) -> ApiResult<Lease> {
+        let ns = lease.metadata.namespace.clone().unwrap_or_default();
+        Api::<Lease>::namespaced(self.client.clone(), &ns).create(&PostParams::default(), lease).await.map_err(map_err)
+    }
+
+    async fn update_lease(&self, lease: &Lease) -> ApiResult<Lease> {
+        let ns = lease.metadata.namespace.clone().unwrap_or_default();
+        let name = lease.metadata.name.clone().unwrap_or_default();
+        Api::<Lease>::namespaced(self.client.clone(), &ns)
+            .replace(&name, &PostParams::default(), lease)
+            .await
+            .map_err(map_err)
+    }
+}
+
+#[async_trait]
+impl PodApi for KubeApi {
+    async fn get_pod(&self, ns: &str, name: &str) -> ApiResult<Option<Pod>> {
+        self.pods(ns).get_opt(name).await.map_err(map_err)
+    }
+
+    async fn create_pod(&self, pod: &Pod) -> ApiResult<Pod> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        self.pods(&ns).create(&PostParams::default(), pod).await.map_err(map_err)
+    }
+
+    async fn patch_pod_status(&self, ns: &str, name: &str, patch: &serde_json::Value) -> ApiResult<Pod> {
+        self.pods(ns).patch_status(name, &strategic(), &Patch::Strategic(patch)).await.map_err(map_err)
+    }
+
+    async fn delete_pod(&self, ns: &str, name: &str, grace: Option<i64>, uid: Option<&str>) -> ApiResult<()> {
+        let dp = DeleteParams {
+            grace_period_seconds: grace.map(|g| g.max(0) as u32),
+            preconditions: uid.map(|u| Preconditions { uid: Some(u.to_string()), resource_version: None }),
+            ..Default::default()
+        };
+        self.pods(ns).delete(name, &dp).await.map(|_| ()).map_err(map_err)
+    }
+}
+
+#[async_trait]
+impl PodWatchApi for KubeApi {
+    async fn list_pods(&self, node: &str) -> ApiResult<(Vec<Pod>, String)> {
+        let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        let list = Api::<Pod>::all(self.client.clone()).list(&lp).await.map_err(map_err)?;
+        Ok((list.items, list.metadata.resource_version.unwrap_or_default()))
+    }
+
+    async fn watch_pods(&self, node: &str, rv: &str) -> ApiResult<BoxStream<'static, ApiResult<WatchEvent>>> {
+        let wp = WatchParams::default().fields(&format!("spec.nodeName={node}")).timeout(290).disable_bookmarks();
+        let stream = Api::<Pod>::all(self.client.clone()).watch(&wp, rv).await.map_err(map_err)?;
+        Ok(stream
+            .map_err(map_err)
+            .map(|r| {
+                r.and_then(|ev| match ev {
+                    KubeWatchEvent::Added(p) => Ok(WatchEvent::Added(p)),
+                    KubeWatchEvent::Modified(p) => Ok(WatchEvent::Modified(p)),
+                    KubeWatchEvent::Deleted(p) => Ok(WatchEvent::Deleted(p)),
+                    KubeWatchEvent::Bookmark(b) => Ok(WatchEvent::Bookmark(b.metadata.resource_version)),
+                    KubeWatchEvent::Error(s) => Err(map_err(kube::Error::Api(s))),
+                })
+            })
+            .boxed())
+    }
+}
+
+#[async_trait]
+impl EventApi for KubeApi {
+    async fn create_event(&self, event: &Event) -> ApiResult<()> {
+        let ns = event.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        Api::<Event>::namespaced(self.client.clone(), &ns)
+            .create(&PostParams::default(), event)
+            .await
+            .map(|_| ())
+            .map_err(map_err)
+    }
+
+    async fn patch_event(&self, ns: &str, name: &str, patch: &serde_json::Value) -> ApiResult<()> {
+        Api::<Event>::namespaced(self.client.clone(), ns)
+            .patch(name, &strategic(), &Patch::Strategic(patch))
+            .await
+            .map(|_| ())
+            .map_err(map_err)
+    }
+}

@@ -1,0 +1,146 @@
+//! Pod status to the apiserver (`pkg/kubelet/status/status_manager.go` syncBatch, syncPod, canBeDeleted).
+//!
+//! [`StatusSync::run`] wakes on every status change and every 10 s (`syncPeriod`). For each pod whose status
+//! changed since it was last written, it patches `pods/status` with a strategic-merge patch carrying the pod's UID
+//! as precondition — for a static pod, the mirror pod's status. A pod whose deletion was requested and that has
+//! terminated is then deleted for good (grace 0, UID precondition), as upstream's final delete. Failures are
+//! retried at the next round; the apiserver being away is never fatal. Ends when cancelled.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubelet_apiclient::{ApiError, PodApi};
+use kubelet_types::PodUid;
+use kubelet_types::labels::CONFIG_MIRROR;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::StatusManager;
+
+/// Full resync period (`syncPeriod` of the status manager).
+pub const STATUS_SYNC_PERIOD: Duration = Duration::from_secs(10);
+
+/// The status writer.
+pub struct StatusSync {
+    status: Arc<StatusManager>,
+    api: Arc<dyn PodApi>,
+    synced: HashMap<PodUid, u64>,
+    deleted: std::collections::HashSet<PodUid>,
+}
+
+impl StatusSync {
+    /// A writer of `status` to `api`.
+    pub fn new(status: Arc<StatusManager>, api: Arc<dyn PodApi>) -> Self {
+        Self { status, api, synced: HashMap::new(), deleted: Default::default() }
+    }
+
+    /// One round: write what changed, delete what may go.
+    pub async fn sync_batch(&mut self) {
+        let entries = self.status.entries();
+        let live: std::collections::HashSet<PodUid> = entries.iter().map(|(u, _, _)| u.clone()).collect();
+        self.synced.retain(|u, _| live.contains(u));
+        self.deleted.retain(|u| live.contains(u));
+        for (uid, e, status) in entries {
+            if self.synced.get(&uid).is_some_and(|v| *v >= e.version) && !(e.deleting && e.terminated) {
+                continue;
+            }
+            let target_uid = if e.static_pod {
+                // A static pod's status lives on its mirror pod.
+                match self.api.get_pod(&e.namespace, &e.name).await {
+                    Ok(Some(m)) if m.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(CONFIG_MIRROR)) => {
+                        m.metadata.uid.unwrap_or_default()
+                    }
+                    Ok(_) => continue,
+                    Err(err) => {
+                        debug!(pod = %format!("{}/{}", e.namespace, e.name), error = %err, "cannot read mirror pod");
+                        continue;
+                    }
+                }
+            } else {
+                uid.0.clone()
+            };
+            if self.synced.get(&uid).is_none_or(|v| *v < e.version) {
+                let patch = serde_json::json!({ "metadata": { "uid": target_uid }, "status": &*status });
+                match self.api.patch_pod_status(&e.namespace, &e.name, &patch).await {
+                    Ok(_) => {
+                        debug!(pod = %format!("{}/{}", e.namespace, e.name), podUID = %uid, phase = ?status.phase, "status patched");
+                        self.synced.insert(uid.clone(), e.version);
+                    }
+                    Err(ApiError::NotFound(_)) | Err(ApiError::Conflict(_)) => {
+                        // The object is gone or is another pod now: nothing to write.
+                        self.synced.insert(uid.clone(), e.version);
+                    }
+                    Err(err) => {
+                        warn!(pod = %format!("{}/{}", e.namespace, e.name), podUID = %uid, error = %err, "failed to update pod status, will retry");
+                        continue;
+                    }
+                }
+            }
+            if e.deleting && e.terminated && !e.static_pod && !self.deleted.contains(&uid) {
+                match self.api.delete_pod(&e.namespace, &e.name, Some(0), Some(&uid.0)).await {
+                    Ok(()) | Err(ApiError::NotFound(_)) | Err(ApiError::Conflict(_)) => {
+                        info!(pod = %format!("{}/{}", e.namespace, e.name), podUID = %uid, "pod fully terminated and removed from the apiserver");
+                        self.deleted.insert(uid);
+                    }
+                    Err(err) => {
+                        warn!(pod = %format!("{}/{}", e.namespace, e.name), error = %err, "failed to delete pod, will retry")
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes until cancelled.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let mut changes = self.status.subscribe();
+        let mut tick = tokio::time::interval(STATUS_SYNC_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                r = changes.changed() => if r.is_err() { return },
+                _ = tick.tick() => {}
+            }
+            self.sync_batch().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Pod, PodSpec, PodStatus};
+    use kubelet_apiclient::fake::FakeApi;
+    use kubelet_types::TestClock;
+
+    #[tokio::test(start_paused = true)]
+    async fn patches_changes_and_deletes_terminated_pods() {
+        let api = Arc::new(FakeApi::new());
+        let mut p = Pod::default();
+        p.metadata.name = Some("web".into());
+        p.metadata.namespace = Some("default".into());
+        p.spec = Some(PodSpec { node_name: Some("n1".into()), ..Default::default() });
+        let p = api.put_pod(p);
+        let sm = Arc::new(StatusManager::new(Arc::new(TestClock::fixed())));
+        let mut sync = StatusSync::new(sm.clone(), api.clone());
+        sm.set_pod_status(&p, PodStatus { phase: Some("Running".into()), ..Default::default() });
+        sync.sync_batch().await;
+        assert_eq!(api.pod("default", "web").unwrap().status.unwrap().phase.as_deref(), Some("Running"));
+        api.clear_calls();
+        sync.sync_batch().await;
+        assert!(api.calls().is_empty(), "nothing changed, nothing written");
+
+        // Graceful deletion: the pod is deleted for good once terminated.
+        api.delete_pod("default", "web", Some(30), None).await.unwrap();
+        let deleting = api.pod("default", "web").unwrap();
+        assert!(deleting.metadata.deletion_timestamp.is_some());
+        sm.set_pod_status(&deleting, PodStatus { phase: Some("Running".into()), ..Default::default() });
+        sync.sync_batch().await;
+        assert!(api.pod("default", "web").is_some(), "not before it terminated");
+        sm.set_terminated(&PodUid(deleting.metadata.uid.clone().unwrap()));
+        sync.sync_batch().await;
+        assert!(api.pod("default", "web").is_none());
+        assert!(api.calls().iter().any(|c| c.contains("grace=Some(0)")));
+    }
+}

@@ -1,0 +1,130 @@
+//! Joining a cluster (`cmd/kubelet/app/server.go` with a kubeconfig): the apiserver client, node registration and
+//! status, the node lease and the apiserver pod source, started beside the standalone machinery.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use async_trait::async_trait;
+use kubelet::nodestatus::machine::read_machine_info;
+use kubelet::nodestatus::manager::NodeStatusConfig;
+use kubelet::nodestatus::setters::{NodeHealth, NodeImage, NodeInputs};
+use kubelet::nodestatus::{LeaseController, NodeSignals, NodeStatusManager};
+use kubelet::runtime_state::RuntimeState;
+use kubelet_apiclient::PodWatchApi;
+use kubelet_config::kubelet_config::KubeletConfiguration;
+use kubelet_config::sources::SourceUpdate;
+use kubelet_config::sources::apiserver::ApiSource;
+use kubelet_cri::ImageService;
+use kubelet_kube::KubeApi;
+use kubelet_runtime::PlegHealth;
+use kubelet_types::Clock;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::info;
+
+/// The node's health and images, from the runtime state, the PLEG and the image service.
+struct Signals {
+    runtime: Arc<RuntimeState>,
+    pleg: Arc<PlegHealth>,
+    images: Arc<dyn ImageService>,
+}
+
+#[async_trait]
+impl NodeSignals for Signals {
+    async fn health(&self) -> NodeHealth {
+        let mut not_ready = vec![];
+        if let Err(e) = self.runtime.runtime_errors() {
+            not_ready.push(format!("container runtime is down: {e}"));
+        }
+        if let Err(e) = self.pleg.healthy() {
+            not_ready.push(format!("PLEG is not healthy: {e}"));
+        }
+        NodeHealth { not_ready, ..Default::default() }
+    }
+
+    async fn images(&self) -> Vec<NodeImage> {
+        self.images
+            .list_images(None)
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .map(|i| NodeImage { names: i.repo_digests.into_iter().chain(i.repo_tags).collect(), size: i.size as i64 })
+            .collect()
+    }
+}
+
+/// What the cluster side needs from the wiring.
+pub struct ClusterDeps<'a> {
+    /// The configuration.
+    pub cfg: &'a KubeletConfiguration,
+    /// `--kubeconfig`.
+    pub kubeconfig: &'a Path,
+    /// `--root-dir`.
+    pub root_dir: &'a Path,
+    /// The node's name.
+    pub node_name: &'a str,
+    /// The node's IPs.
+    pub node_ips: &'a [String],
+    /// `<runtime>://<version>`.
+    pub runtime_version: String,
+    /// Runtime health.
+    pub runtime_state: Arc<RuntimeState>,
+    /// PLEG health.
+    pub pleg: Arc<PlegHealth>,
+    /// The image service.
+    pub images: Arc<dyn ImageService>,
+    /// Wall clock.
+    pub clock: Arc<dyn Clock>,
+    /// Where the apiserver source sends its pods.
+    pub sources: mpsc::Sender<SourceUpdate>,
+}
+
+/// Connects to the apiserver and starts the node status loop, the lease and the pod source.
+pub async fn start(
+    d: ClusterDeps<'_>,
+    tracker: &TaskTracker,
+    cancel: &CancellationToken,
+) -> anyhow::Result<Arc<KubeApi>> {
+    let api = Arc::new(KubeApi::from_kubeconfig(d.kubeconfig).await.context("connect to the apiserver")?);
+    let cfg = d.cfg;
+    let inputs = NodeInputs {
+        node_name: d.node_name.to_string(),
+        hostname: d.node_name.to_string(),
+        node_ips: d.node_ips.to_vec(),
+        machine: read_machine_info(d.root_dir),
+        max_pods: i64::from(cfg.max_pods),
+        kube_reserved: cfg.kube_reserved.clone(),
+        system_reserved: cfg.system_reserved.clone(),
+        eviction_hard: cfg.eviction_hard.clone().unwrap_or_default(),
+        runtime_version: d.runtime_version,
+        kubelet_version: crate::KUBERNETES_VERSION.into(),
+        port: cfg.port,
+        max_images: cfg.node_status_max_images.unwrap_or(50),
+    };
+    let signals = Arc::new(Signals { runtime: d.runtime_state, pleg: d.pleg, images: d.images });
+    if cfg.register_node.unwrap_or(true) {
+        let ns_cfg = NodeStatusConfig {
+            update_frequency: cfg.node_status_update_frequency.0,
+            report_frequency: cfg.node_status_report_frequency.0,
+            node_labels: Default::default(),
+            register_with_taints: cfg.register_with_taints.clone(),
+            register_schedulable: true,
+        };
+        let m = NodeStatusManager::new(api.clone(), signals, inputs, ns_cfg, d.clock.clone());
+        tracker.spawn(m.run(cancel.clone()));
+    }
+    let lease = LeaseController::new(
+        api.clone(),
+        api.clone(),
+        d.node_name.to_string(),
+        cfg.node_lease_duration_seconds,
+        d.clock,
+    );
+    tracker.spawn(lease.run(cancel.clone()));
+    let source = ApiSource::new(api.clone() as Arc<dyn PodWatchApi>, d.node_name.to_string(), d.sources);
+    tracker.spawn(source.run(cancel.clone()));
+    info!(kubeconfig = %d.kubeconfig.display(), "joining the cluster: node status, lease and apiserver pod source started");
+    Ok(api)
+}
