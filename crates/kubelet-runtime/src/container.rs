@@ -12,6 +12,8 @@ use kubelet_types::pod_update::pod_ref;
 use kubelet_types::{ContainerState, PodStatus, PodUid};
 use tracing::{info, warn};
 
+use kubelet_types::events::{NORMAL, WARNING, container_reference, reason};
+
 use crate::config_gen;
 use crate::logs::restart_count_from_log_dir;
 use crate::manager::{RuntimeManager, SyncError, ns_to_system_time};
@@ -96,7 +98,15 @@ impl RuntimeManager {
                     format!("Container image {image:?} is not present with pull policy of Never"),
                 ));
             }
-            ("Never" | "IfNotPresent", Some(img)) => return Ok(img.id),
+            ("Never" | "IfNotPresent", Some(img)) => {
+                self.recorder.event(
+                    &container_reference(pod, &c.name),
+                    NORMAL,
+                    reason::PULLED,
+                    format!("Container image {image:?} already present on machine"),
+                );
+                return Ok(img.id);
+            }
             _ => {}
         }
         let key = format!("{}_{}", image, pod.metadata.uid.as_deref().unwrap_or(""));
@@ -105,9 +115,19 @@ impl RuntimeManager {
             return Err(err("ImagePullBackOff", format!("Back-off pulling image {image:?}")));
         }
         info!(pod = %pod_ref(pod), containerName = %c.name, image = %image, "pulling image");
+        let cref = container_reference(pod, &c.name);
+        self.recorder.event(&cref, NORMAL, reason::PULLING, format!("Pulling image {image:?}"));
+        let started = tokio::time::Instant::now();
         match self.images.pull_image(spec, None, Some(sandbox_config.clone())).await {
             Ok(r) => {
                 self.image_backoff.reset(&key);
+                let took = started.elapsed();
+                self.recorder.event(
+                    &cref,
+                    NORMAL,
+                    reason::PULLED,
+                    format!("Successfully pulled image {image:?} in {took:?} ({took:?} including waiting)"),
+                );
                 Ok(r)
             }
             Err(e) => {
@@ -173,9 +193,44 @@ impl RuntimeManager {
         let res = self.start_container_inner(pod, c, status, sandbox_id, sandbox_config, pod_ips).await;
         match &res {
             Ok(()) => self.reasons.remove(&uid, &c.name),
-            Err(e) => self.reasons.add(&uid, &c.name, &e.reason, e.message.clone()),
+            Err(e) => {
+                self.reasons.add(&uid, &c.name, &e.reason, e.message.clone());
+                self.record_failure(pod, c, e);
+            }
         }
         res
+    }
+
+    /// The events of a failed start, as upstream records them.
+    fn record_failure(&self, pod: &Pod, c: &Container, e: &SyncError) {
+        let r = container_reference(pod, &c.name);
+        let image = c.image.as_deref().unwrap_or("");
+        match e.reason.as_str() {
+            "CrashLoopBackOff" => self.recorder.event(
+                &r,
+                WARNING,
+                reason::BACKOFF,
+                format!(
+                    "Back-off restarting failed container {} in pod {}_{}({})",
+                    c.name,
+                    pod.metadata.name.as_deref().unwrap_or(""),
+                    pod.metadata.namespace.as_deref().unwrap_or(""),
+                    pod.metadata.uid.as_deref().unwrap_or("")
+                ),
+            ),
+            "ImagePullBackOff" => self.recorder.event(&r, NORMAL, reason::BACKOFF, e.message.clone()),
+            "ErrImageNeverPull" => self.recorder.event(&r, WARNING, "ErrImageNeverPull", e.message.clone()),
+            "ErrImagePull" => {
+                self.recorder.event(
+                    &r,
+                    WARNING,
+                    reason::FAILED,
+                    format!("Failed to pull image {image:?}: {}", e.message),
+                );
+                self.recorder.event(&r, WARNING, reason::FAILED, "Error: ErrImagePull".into());
+            }
+            _ => self.recorder.event(&r, WARNING, reason::FAILED, format!("Error: {}", e.message)),
+        }
     }
 
     async fn start_container_inner(
@@ -215,7 +270,10 @@ impl RuntimeManager {
             .create_container(sandbox_id, config, sandbox_config.clone())
             .await
             .map_err(|e| err("CreateContainerError", e.message()))?;
+        let cref = container_reference(pod, &c.name);
+        self.recorder.event(&cref, NORMAL, reason::CREATED, format!("Created container: {}", c.name));
         self.runtime.start_container(&id).await.map_err(|e| err("RunContainerError", e.message()))?;
+        self.recorder.event(&cref, NORMAL, reason::STARTED, format!("Started container {}", c.name));
         info!(pod = %pod_ref(pod), containerName = %c.name, containerID = %id, restartCount = restart_count, "started container");
         // The /var/log/containers link, as upstream: `<pod>_<ns>_<container>-<id>.log` -> the CRI log file.
         let link = config_gen::container_log_link(&self.cfg.container_logs_dir, pod, &c.name, &id);

@@ -26,6 +26,7 @@ use crate::labels::container_info;
 use crate::logs::termination_message;
 use crate::reasons::ReasonCache;
 use crate::{Backoff, config_gen};
+use kubelet_types::events::{LogRecorder, NORMAL, Recorder, WARNING, container_reference, pod_reference, reason};
 
 /// Crash-loop back-off: 10 s doubling to 300 s (`kubelet.go` backOffPeriod, MaxContainerBackOff).
 pub const CRASH_BACKOFF_INITIAL: Duration = Duration::from_secs(10);
@@ -121,6 +122,7 @@ pub struct RuntimeManager {
     pub(crate) reasons: Arc<ReasonCache>,
     pub(crate) runtime_name: OnceLock<String>,
     pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) recorder: Arc<dyn Recorder>,
 }
 
 impl std::fmt::Debug for RuntimeManager {
@@ -169,9 +171,16 @@ impl RuntimeManager {
             crash_backoff: Backoff::new(CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX, clock.clone()),
             image_backoff: Backoff::new(CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX, clock.clone()),
             clock,
+            recorder: Arc::new(LogRecorder),
             reasons: Arc::new(ReasonCache::default()),
             runtime_name: OnceLock::new(),
         }
+    }
+
+    /// Records events to `recorder` (default: the log).
+    pub fn with_recorder(mut self, recorder: Arc<dyn Recorder>) -> Self {
+        self.recorder = recorder;
+        self
     }
 
     /// The runtime service.
@@ -361,6 +370,12 @@ impl RuntimeManager {
         if actions.kill_pod {
             if actions.create_sandbox && !status.sandbox_statuses.is_empty() {
                 info!(pod = %pod_ref(pod), podUID = %uid, "pod sandbox changed, it will be killed and re-created");
+                self.recorder.event(
+                    &pod_reference(pod),
+                    NORMAL,
+                    reason::SANDBOX_CHANGED,
+                    "Pod sandbox changed, it will be killed and re-created.".into(),
+                );
             }
             if let Err(e) = self.kill_pod(Some(pod), status, None).await {
                 result.errors.push(e);
@@ -441,11 +456,11 @@ impl RuntimeManager {
         std::fs::create_dir_all(&config.log_directory).map_err(|e| {
             err("CreatePodSandboxConfigError", format!("create log directory {}: {e}", config.log_directory))
         })?;
-        let id = self
-            .runtime
-            .run_pod_sandbox(config, "")
-            .await
-            .map_err(|e| err("FailedCreatePodSandBox", format!("failed to create pod sandbox: {e}")))?;
+        let id = self.runtime.run_pod_sandbox(config, "").await.map_err(|e| {
+            let m = format!("Failed to create pod sandbox: {}", e.message());
+            self.recorder.event(&pod_reference(pod), WARNING, reason::FAILED_CREATE_POD_SANDBOX, m.clone());
+            err("FailedCreatePodSandBox", m)
+        })?;
         info!(pod = %pod_ref(pod), podSandboxID = %id, attempt, "created pod sandbox");
         let ips = match self.runtime.pod_sandbox_status(&id).await {
             Ok(st) => {
@@ -523,6 +538,14 @@ impl RuntimeManager {
             }
         };
         debug!(containerName = %name, containerID = %id, gracePeriod = grace, "stopping container");
+        if let Some(p) = pod {
+            self.recorder.event(
+                &container_reference(p, name),
+                NORMAL,
+                reason::KILLING,
+                format!("Stopping container {name}"),
+            );
+        }
         match self.runtime.stop_container(id, grace).await {
             Ok(()) => Ok(()),
             Err(e) if e.is_not_found() => Ok(()),

@@ -6,6 +6,7 @@
 //! project.
 
 pub mod clock;
+pub mod events;
 pub mod labels;
 pub mod pleg;
 pub mod pod_update;

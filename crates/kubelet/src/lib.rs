@@ -10,6 +10,7 @@
 //! - [`runtime_state`]: whether the container runtime answers (`runtime.go` runtimeState).
 
 pub mod cm;
+pub mod events;
 pub mod mirror;
 pub mod nodestatus;
 pub mod pod_manager;

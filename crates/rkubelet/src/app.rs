@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use kubelet::cm::{CgroupfsManager, NoCgroups, PodCgroups};
+use kubelet::events::EventSink;
 use kubelet::mirror::{ApiMirrorClient, MirrorClient};
 use kubelet::pod_workers::PodWorkers;
 use kubelet::runtime_state::RuntimeState;
@@ -178,7 +179,13 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         cpu_cfs_quota_period_us: cfg.cpu_cfs_quota_period.map(|d| d.0.as_micros() as i64).unwrap_or(100_000),
         memory_capacity: node::memory_capacity(),
     };
-    let runtime = Arc::new(RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone()));
+    // With an apiserver, events go to it as well as to the log.
+    let events = kubeconfig.as_ref().map(|_| EventSink::new());
+    let mut runtime = RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone());
+    if let Some((sink, _)) = &events {
+        runtime = runtime.with_recorder(Arc::new(sink.clone()));
+    }
+    let runtime = Arc::new(runtime);
     let cache = Arc::new(PodCache::default());
 
     let runtime_state = Arc::new(RuntimeState::default());
@@ -229,6 +236,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
             images: remote.clone(),
             clock: clock.clone(),
             sources: src_tx.clone(),
+            events: events.expect("events exist with a kubeconfig"),
         };
         let kube = crate::cluster::start(deps, &tracker, &cancel).await?;
         tracker.spawn(StatusSync::new(status.clone(), kube.clone()).run(cancel.clone()));

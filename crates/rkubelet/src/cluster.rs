@@ -6,8 +6,10 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use async_trait::async_trait;
+use kubelet::events::{EventMsg, EventSink, EventWriter};
 use kubelet::nodestatus::machine::read_machine_info;
 use kubelet::nodestatus::manager::NodeStatusConfig;
+use kubelet::nodestatus::manager::node_reference;
 use kubelet::nodestatus::setters::{NodeHealth, NodeImage, NodeInputs};
 use kubelet::nodestatus::{LeaseController, NodeSignals, NodeStatusManager};
 use kubelet::runtime_state::RuntimeState;
@@ -19,6 +21,7 @@ use kubelet_cri::ImageService;
 use kubelet_kube::KubeApi;
 use kubelet_runtime::PlegHealth;
 use kubelet_types::Clock;
+use kubelet_types::events::{NORMAL, Recorder, reason};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -79,6 +82,8 @@ pub struct ClusterDeps<'a> {
     pub clock: Arc<dyn Clock>,
     /// Where the apiserver source sends its pods.
     pub sources: mpsc::Sender<SourceUpdate>,
+    /// The event sink the components record to, and its queue.
+    pub events: (EventSink, mpsc::Receiver<EventMsg>),
 }
 
 /// Connects to the apiserver and starts the node status loop, the lease and the pod source.
@@ -112,9 +117,21 @@ pub async fn start(
             register_with_taints: cfg.register_with_taints.clone(),
             register_schedulable: true,
         };
-        let m = NodeStatusManager::new(api.clone(), signals, inputs, ns_cfg, d.clock.clone());
+        let m = NodeStatusManager::new(api.clone(), signals, inputs, ns_cfg, d.clock.clone())
+            .with_recorder(Arc::new(d.events.0.clone()));
         tracker.spawn(m.run(cancel.clone()));
     }
+    let (sink, rx) = d.events;
+    let writer = EventWriter::new(
+        api.clone(),
+        rx,
+        d.node_name.to_string(),
+        d.clock.clone(),
+        cfg.event_record_qps.unwrap_or(50),
+        cfg.event_burst,
+    );
+    tracker.spawn(writer.run(cancel.clone()));
+    sink.event(&node_reference(d.node_name), NORMAL, reason::STARTING, "Starting kubelet.".into());
     let lease = LeaseController::new(
         api.clone(),
         api.clone(),

@@ -45,8 +45,7 @@ pub fn read_machine_info(root_dir: &Path) -> MachineInfo {
         })
         .map(|kb| kb * 1024)
         .unwrap_or(0);
-    let rootfs_capacity =
-        nix::sys::statvfs::statvfs(root_dir).map(|s| s.blocks() * s.fragment_size()).unwrap_or(0);
+    let rootfs_capacity = nix::sys::statvfs::statvfs(root_dir).map(|s| s.blocks() * s.fragment_size()).unwrap_or(0);
     let mut hugepages = vec![];
     if let Ok(rd) = std::fs::read_dir("/sys/kernel/mm/hugepages") {
         for e in rd.flatten() {

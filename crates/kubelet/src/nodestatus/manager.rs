@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{Node, NodeStatus, Taint};
 use kubelet_apiclient::{ApiError, NodeApi};
 use kubelet_types::Clock;
 use kubelet_types::clock::api_time;
+use kubelet_types::events::Recorder;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
@@ -56,6 +57,17 @@ pub struct NodeStatusManager {
     cfg: NodeStatusConfig,
     clock: Arc<dyn Clock>,
     registered: tokio::sync::watch::Sender<Option<Node>>,
+    recorder: Arc<dyn Recorder>,
+}
+
+/// A reference to the node for its events (upstream uses the node name as UID).
+pub fn node_reference(name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        kind: Some("Node".into()),
+        name: Some(name.into()),
+        uid: Some(name.into()),
+        ..Default::default()
+    }
 }
 
 /// The status without heartbeat times, to tell a real change from a heartbeat.
@@ -76,7 +88,21 @@ impl NodeStatusManager {
         cfg: NodeStatusConfig,
         clock: Arc<dyn Clock>,
     ) -> Self {
-        Self { api, signals, inputs, cfg, clock, registered: tokio::sync::watch::channel(None).0 }
+        Self {
+            api,
+            signals,
+            inputs,
+            cfg,
+            clock,
+            registered: tokio::sync::watch::channel(None).0,
+            recorder: Arc::new(kubelet_types::events::LogRecorder),
+        }
+    }
+
+    /// Records node events (NodeReady, NodeNotReady) to `recorder`.
+    pub fn with_recorder(mut self, recorder: Arc<dyn Recorder>) -> Self {
+        self.recorder = recorder;
+        self
     }
 
     /// Receives the registered Node (None until registration succeeded).
@@ -154,6 +180,17 @@ impl NodeStatusManager {
         self.api.patch_node_status(&self.inputs.node_name, &patch).await?;
         if old.and_then(ready_of) != ready_of(&status) {
             info!(node = %self.inputs.node_name, ready = ?ready_of(&status), "node Ready condition changed");
+            let (reason, word) = if ready_of(&status).as_deref() == Some("True") {
+                (kubelet_types::events::reason::NODE_READY, "NodeReady")
+            } else {
+                (kubelet_types::events::reason::NODE_NOT_READY, "NodeNotReady")
+            };
+            self.recorder.event(
+                &node_reference(&self.inputs.node_name),
+                kubelet_types::events::NORMAL,
+                reason,
+                format!("Node {} status is now: {word}", self.inputs.node_name),
+            );
         }
         *last = Some((status, Instant::now()));
         Ok(true)

@@ -1,0 +1,94 @@
+//! Event recording (`client-go/tools/record` EventRecorder, `pkg/kubelet/events`): the reasons the kubelet uses
+//! and the recorder trait its components write to. The standalone kubelet logs events; with an apiserver they are
+//! also posted (see the kubelet core's event sink).
+
+use k8s_openapi::api::core::v1::ObjectReference;
+
+use crate::Pod;
+
+/// `Normal`.
+pub const NORMAL: &str = "Normal";
+/// `Warning`.
+pub const WARNING: &str = "Warning";
+
+/// Reasons, as upstream names them (`pkg/kubelet/events/event.go`).
+pub mod reason {
+    /// A container was created.
+    pub const CREATED: &str = "Created";
+    /// A container was started.
+    pub const STARTED: &str = "Started";
+    /// A container failed.
+    pub const FAILED: &str = "Failed";
+    /// A container is being stopped.
+    pub const KILLING: &str = "Killing";
+    /// An image is being pulled.
+    pub const PULLING: &str = "Pulling";
+    /// An image was pulled (or is present).
+    pub const PULLED: &str = "Pulled";
+    /// Crash-loop or image pull back-off.
+    pub const BACKOFF: &str = "BackOff";
+    /// A sandbox changed and will be re-created.
+    pub const SANDBOX_CHANGED: &str = "SandboxChanged";
+    /// A sandbox could not be created.
+    pub const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
+    /// The kubelet starts.
+    pub const STARTING: &str = "Starting";
+    /// A node condition changed (`NodeReady`, `NodeNotReady`, ...).
+    pub const NODE_READY: &str = "NodeReady";
+    /// The node is not ready.
+    pub const NODE_NOT_READY: &str = "NodeNotReady";
+    /// A static pod manifest was refused.
+    pub const FAILED_VALIDATION: &str = "FailedValidation";
+}
+
+/// Where components record events.
+pub trait Recorder: Send + Sync + 'static {
+    /// Records an event about `object`.
+    fn event(&self, object: &ObjectReference, kind: &str, reason: &str, message: String);
+}
+
+/// A reference to a pod (`ref.GetReference`).
+pub fn pod_reference(pod: &Pod) -> ObjectReference {
+    ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some("Pod".into()),
+        name: pod.metadata.name.clone(),
+        namespace: pod.metadata.namespace.clone(),
+        uid: pod.metadata.uid.clone(),
+        resource_version: pod.metadata.resource_version.clone(),
+        field_path: None,
+    }
+}
+
+/// A reference to a container of a pod (`kubecontainer.GenerateContainerRef`): field path
+/// `spec.containers{name}` or `spec.initContainers{name}`.
+pub fn container_reference(pod: &Pod, container: &str) -> ObjectReference {
+    let init = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .is_some_and(|i| i.iter().any(|c| c.name == container));
+    let mut r = pod_reference(pod);
+    r.field_path = Some(if init {
+        format!("spec.initContainers{{{container}}}")
+    } else {
+        format!("spec.containers{{{container}}}")
+    });
+    r
+}
+
+/// A recorder that only logs.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct LogRecorder;
+
+impl Recorder for LogRecorder {
+    fn event(&self, object: &ObjectReference, kind: &str, reason: &str, message: String) {
+        let obj = format!(
+            "{}/{}/{}",
+            object.kind.as_deref().unwrap_or(""),
+            object.namespace.as_deref().unwrap_or(""),
+            object.name.as_deref().unwrap_or("")
+        );
+        tracing::info!(object = %obj, fieldPath = object.field_path.as_deref().unwrap_or(""), r#type = kind, reason, message = %message, "event");
+    }
+}
