@@ -50,6 +50,10 @@ fn strategic_merge_at(target: &mut Value, patch: &Value, key: &str) {
             let mk = MERGE_KEYS.iter().find(|(n, _)| *n == key).map(|(_, m)| *m).unwrap_or("name");
             let Value::Array(items) = t else { return };
             for pi in p {
+                if pi.get("$patch").and_then(Value::as_str) == Some("delete") {
+                    items.retain(|i| i.get(mk) != pi.get(mk));
+                    continue;
+                }
                 match items.iter_mut().find(|i| i.get(mk).is_some() && i.get(mk) == pi.get(mk)) {
                     Some(existing) => strategic_merge_at(existing, pi, ""),
                     None => items.push(pi.clone()),

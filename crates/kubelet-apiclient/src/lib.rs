@@ -7,6 +7,7 @@
 //! does and never crash on an outage.
 
 pub mod fake;
+pub mod patch;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;

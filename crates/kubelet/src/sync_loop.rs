@@ -125,7 +125,8 @@ impl SyncLoop {
             }
         }
         u.pods = pods;
-        if u.pods.is_empty() && u.op != Operation::Add {
+        if u.pods.is_empty() {
+            // Nothing to run: an empty set only tells that a source was seen, which the merge tracks.
             return;
         }
         info!(op = %u.op, source = %u.source, pods = ?u.pods.iter().map(|p| kubelet_types::pod_update::pod_ref(p)).collect::<Vec<_>>(), "SyncLoop");

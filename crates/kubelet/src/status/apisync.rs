@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kubelet_apiclient::patch::two_way_merge_patch;
 use kubelet_apiclient::{ApiError, PodApi};
 use kubelet_types::PodUid;
 use kubelet_types::labels::CONFIG_MIRROR;
@@ -45,37 +46,47 @@ impl StatusSync {
             if self.synced.get(&uid).is_some_and(|v| *v >= e.version) && !(e.deleting && e.terminated) {
                 continue;
             }
-            let target_uid = if e.static_pod {
-                // A static pod's status lives on its mirror pod.
-                match self.api.get_pod(&e.namespace, &e.name).await {
-                    Ok(Some(m)) if m.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(CONFIG_MIRROR)) => {
-                        m.metadata.uid.unwrap_or_default()
-                    }
-                    Ok(_) => continue,
-                    Err(err) => {
-                        debug!(pod = %format!("{}/{}", e.namespace, e.name), error = %err, "cannot read mirror pod");
-                        continue;
-                    }
-                }
-            } else {
-                uid.0.clone()
-            };
             if self.synced.get(&uid).is_none_or(|v| *v < e.version) {
-                let patch = serde_json::json!({ "metadata": { "uid": target_uid }, "status": &*status });
-                match self.api.patch_pod_status(&e.namespace, &e.name, &patch).await {
-                    Ok(_) => {
-                        debug!(pod = %format!("{}/{}", e.namespace, e.name), podUID = %uid, phase = ?status.phase, "status patched");
-                        self.synced.insert(uid.clone(), e.version);
-                    }
-                    Err(ApiError::NotFound(_)) | Err(ApiError::Conflict(_)) => {
-                        // The object is gone or is another pod now: nothing to write.
-                        self.synced.insert(uid.clone(), e.version);
-                    }
+                // The patch is computed against what the apiserver has, as upstream's syncPod does.
+                let current = match self.api.get_pod(&e.namespace, &e.name).await {
+                    Ok(p) => p,
                     Err(err) => {
-                        warn!(pod = %format!("{}/{}", e.namespace, e.name), podUID = %uid, error = %err, "failed to update pod status, will retry");
+                        debug!(pod = %format!("{}/{}", e.namespace, e.name), error = %err, "cannot read pod, will retry");
                         continue;
                     }
+                };
+                // A static pod's status lives on its mirror pod; an apiserver pod must still be the same pod.
+                let target = current.filter(|p| {
+                    if e.static_pod {
+                        p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(CONFIG_MIRROR))
+                    } else {
+                        p.metadata.uid.as_deref() == Some(uid.as_str())
+                    }
+                });
+                let Some(target) = target else {
+                    if !e.static_pod {
+                        // Gone, or another pod with that name: nothing to write.
+                        self.synced.insert(uid.clone(), e.version);
+                    }
+                    continue;
+                };
+                let old = serde_json::to_value(target.status.clone().unwrap_or_default()).unwrap_or_default();
+                let new = serde_json::to_value(&*status).unwrap_or_default();
+                let diff = two_way_merge_patch(&old, &new);
+                if diff.as_object().is_some_and(|m| !m.is_empty()) {
+                    let patch = serde_json::json!({ "metadata": { "uid": target.metadata.uid }, "status": diff });
+                    match self.api.patch_pod_status(&e.namespace, &e.name, &patch).await {
+                        Ok(_) => {
+                            debug!(pod = %format!("{}/{}", e.namespace, e.name), podUID = %uid, phase = ?status.phase, "status patched");
+                        }
+                        Err(ApiError::NotFound(_)) | Err(ApiError::Conflict(_)) => {}
+                        Err(err) => {
+                            warn!(pod = %format!("{}/{}", e.namespace, e.name), podUID = %uid, error = %err, "failed to update pod status, will retry");
+                            continue;
+                        }
+                    }
                 }
+                self.synced.insert(uid.clone(), e.version);
             }
             if e.deleting && e.terminated && !e.static_pod && !self.deleted.contains(&uid) {
                 match self.api.delete_pod(&e.namespace, &e.name, Some(0), Some(&uid.0)).await {
