@@ -70,6 +70,8 @@ pub struct Node {
     pub logs: PathBuf,
     pub config: PathBuf,
     log: PathBuf,
+    /// Extra flags (e.g. `--kubeconfig`).
+    pub extra_args: Vec<String>,
     child: Option<Child>,
     _tmp: Option<tempfile::TempDir>,
 }
@@ -93,8 +95,21 @@ impl Node {
         Self::start_with(manifests, |n| std::fs::read_to_string(&n.config).unwrap())
     }
 
+    /// As [`Node::start`], joining the cluster of `kubeconfig`.
+    pub fn start_in_cluster(manifests: &[(&str, &str)], kubeconfig: &Path) -> Node {
+        Self::start_full(
+            manifests,
+            |n| std::fs::read_to_string(&n.config).unwrap(),
+            vec![format!("--kubeconfig={}", kubeconfig.display())],
+        )
+    }
+
     /// As [`Node::start`], with the config file rewritten by `edit` before start.
     pub fn start_with(manifests: &[(&str, &str)], edit: impl FnOnce(&Node) -> String) -> Node {
+        Self::start_full(manifests, edit, vec![])
+    }
+
+    fn start_full(manifests: &[(&str, &str)], edit: impl FnOnce(&Node) -> String, extra_args: Vec<String>) -> Node {
         let tmp = tempfile::Builder::new().prefix("rkubelet-e2e-").tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
         let mut n = Node {
@@ -103,6 +118,7 @@ impl Node {
             logs: dir.join("pod-logs"),
             config: dir.join("config.yaml"),
             log: dir.join("rkubelet.log"),
+            extra_args: vec![],
             dir,
             child: None,
             _tmp: Some(tmp),
@@ -114,6 +130,7 @@ impl Node {
         }
         let cfg = edit(&n);
         std::fs::write(&n.config, cfg).unwrap();
+        n.extra_args = extra_args;
         n.spawn();
         n
     }
@@ -126,6 +143,7 @@ impl Node {
             .arg(format!("--root-dir={}", self.root.display()))
             .arg(format!("--hostname-override={NODE}"))
             .arg("--v=3")
+            .args(&self.extra_args)
             .env("RKUBELET_LOG", "debug,h2=info,hyper=info,tower=info,tonic=info")
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))

@@ -1,0 +1,277 @@
+//! End to end: rkubelet as a node of a cluster — the real binary and the real containerd against the project's
+//! in-process test apiserver, driven with the real `kubectl` as an operator would.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+use test_apiserver::TestApiServer;
+use tokio::io::AsyncBufReadExt;
+use tokio::time::Instant;
+
+struct Cluster {
+    server: TestApiServer,
+    kubeconfig: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+async fn cluster() -> Cluster {
+    let server = TestApiServer::start(Default::default()).await.expect("start the test apiserver");
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("admin.conf");
+    server.kubeconfig(&kubeconfig).unwrap();
+    Cluster { server, kubeconfig, _dir: dir }
+}
+
+/// Runs kubectl; returns stdout, failing the test with stderr on a non-zero exit.
+async fn kubectl(kc: &Path, args: &[&str]) -> String {
+    let out = tokio::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", kc.display()))
+        .args(args)
+        .output()
+        .await
+        .expect("run kubectl");
+    assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `kubectl get ... -o json`, or None when it is not found.
+async fn get_json(kc: &Path, args: &[&str]) -> Option<Value> {
+    let mut a = vec!["get"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["-o", "json"]);
+    let out = tokio::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", kc.display()))
+        .args(&a)
+        .output()
+        .await
+        .ok()?;
+    out.status.success().then(|| serde_json::from_slice(&out.stdout).ok()).flatten()
+}
+
+fn condition(node: &Value, kind: &str) -> Option<String> {
+    node["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+        .and_then(|c| c["status"].as_str().map(String::from))
+}
+
+const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  nodeName: e2e-node\n  terminationGracePeriodSeconds: 5\n  containers:\n  - name: app\n    image: localhost/busybox:1\n    command: [\"sh\", \"-c\", \"trap 'exit 0' TERM; while true; do sleep 0.2; done\"]\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_registers_turns_ready_and_renews_its_lease() {
+    let (_g, rt) = fresh_runtime().await;
+    let c = cluster().await;
+    let t0 = Instant::now();
+    let mut node = Node::start_in_cluster(&[], &c.kubeconfig);
+    let kc = c.kubeconfig.clone();
+    let n = node
+        .wait_for("Node e2e-node Ready", Duration::from_secs(60), || async {
+            get_json(&kc, &["node", NODE]).await.filter(|n| condition(n, "Ready").as_deref() == Some("True"))
+        })
+        .await;
+    let to_ready = t0.elapsed();
+    eprintln!("FIGURE start to Node Ready: {to_ready:?}");
+    assert_eq!(n["metadata"]["labels"]["kubernetes.io/hostname"], NODE);
+    assert_eq!(n["metadata"]["labels"]["kubernetes.io/os"], "linux");
+    assert_eq!(n["status"]["capacity"]["pods"], "110");
+    assert!(n["status"]["nodeInfo"]["containerRuntimeVersion"].as_str().unwrap().starts_with("containerd://"));
+    assert_eq!(n["status"]["nodeInfo"]["kubeletVersion"], "v1.34.0");
+    assert_eq!(n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"], 10250);
+    for kind in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
+        assert_eq!(condition(&n, kind).as_deref(), Some("False"), "{kind}");
+    }
+    let ready = n["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap().clone();
+    assert_eq!(ready["reason"], "KubeletReady");
+    assert_eq!(ready["message"], "kubelet is posting ready status");
+    let table = kubectl(&kc, &["get", "nodes"]).await;
+    assert!(table.lines().any(|l| l.starts_with(NODE) && l.contains(" Ready ")), "{table}");
+
+    // The lease: held by the node, owned by it, renewed every 10 s.
+    let lease = node
+        .wait_for("node lease", Duration::from_secs(30), || async {
+            get_json(&kc, &["lease", "-n", "kube-node-lease", NODE]).await
+        })
+        .await;
+    assert_eq!(lease["spec"]["holderIdentity"], NODE);
+    assert_eq!(lease["spec"]["leaseDurationSeconds"], 40);
+    assert_eq!(lease["metadata"]["ownerReferences"][0]["kind"], "Node");
+    let first = lease["spec"]["renewTime"].as_str().unwrap().to_string();
+    node.wait_for("the lease renewed", Duration::from_secs(25), || async {
+        get_json(&kc, &["lease", "-n", "kube-node-lease", NODE])
+            .await
+            .filter(|l| l["spec"]["renewTime"].as_str() != Some(first.as_str()))
+    })
+    .await;
+    let events = kubectl(&kc, &["get", "events", "-A"]).await;
+    assert!(events.contains("Starting kubelet.") && events.contains("NodeReady"), "{events}");
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_created_with_kubectl_runs_and_kubectl_delete_removes_it() {
+    let (_g, rt) = fresh_runtime().await;
+    let c = cluster().await;
+    let mut node = Node::start_in_cluster(&[], &c.kubeconfig);
+    let kc = c.kubeconfig.clone();
+    node.wait_for("Node Ready", Duration::from_secs(60), || async {
+        get_json(&kc, &["node", NODE]).await.filter(|n| condition(n, "Ready").as_deref() == Some("True"))
+    })
+    .await;
+
+    let mut runs = vec![];
+    for i in 0..3 {
+        let manifest = c.kubeconfig.with_file_name(format!("pod{i}.yaml"));
+        std::fs::write(&manifest, POD).unwrap();
+        // Watch as an operator does, then create.
+        let mut watch = tokio::process::Command::new("kubectl")
+            .arg(format!("--kubeconfig={}", kc.display()))
+            .args(["get", "pods", "-w", "--request-timeout=0"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut lines = tokio::io::BufReader::new(watch.stdout.take().unwrap()).lines();
+        // kubectl watches once the apiserver has seen its watch request (kubectl's own, by user agent).
+        let watches = |s: &TestApiServer| {
+            s.requests()
+                .iter()
+                .filter(|r| r.uri.contains("/pods") && r.uri.contains("watch=") && r.user_agent.starts_with("kubectl"))
+                .count()
+        };
+        let before = watches(&c.server);
+        c.server
+            .wait_for_request(Duration::from_secs(10), |_| watches(&c.server) > before)
+            .await
+            .expect("kubectl get -w watching");
+        let t0 = Instant::now();
+        kubectl(&kc, &["create", "-f", manifest.to_str().unwrap()]).await;
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while let Ok(Some(l)) = lines.next_line().await {
+                if l.starts_with("web ") && l.contains("Running") && l.contains("1/1") {
+                    return;
+                }
+            }
+            panic!("kubectl get -w ended before the pod ran");
+        })
+        .await
+        .expect("pod Running within 60 s, seen by kubectl get -w");
+        runs.push(t0.elapsed());
+        let _ = watch.kill().await;
+
+        let p = get_json(&kc, &["pod", "web"]).await.unwrap();
+        assert_eq!(p["status"]["phase"], "Running");
+        let cs = &p["status"]["containerStatuses"][0];
+        assert!(cs["containerID"].as_str().unwrap().starts_with("containerd://"), "{cs}");
+        assert_eq!(cs["ready"], true);
+        assert!(cs["state"]["running"]["startedAt"].is_string());
+        assert!(p["status"]["podIP"].as_str().unwrap().starts_with("10.88."));
+        assert!(p["status"]["hostIP"].is_string());
+        let conds = p["status"]["conditions"].as_array().unwrap();
+        assert!(conds.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+
+        // kubectl delete waits until the object is gone: the kubelet stops the containers, then deletes it.
+        let t1 = Instant::now();
+        kubectl(&kc, &["delete", "pod", "web"]).await;
+        eprintln!("FIGURE delete to object gone: {:?}", t1.elapsed());
+        assert!(get_json(&kc, &["pod", "web"]).await.is_none());
+        node.wait_for("the pod's containers removed", Duration::from_secs(30), || async {
+            containers_of(&rt, "web").await.is_empty().then_some(())
+        })
+        .await;
+    }
+    runs.sort();
+    eprintln!("FIGURE kubectl create to Running seen by kubectl get -w: {runs:?} median {:?}", runs[runs.len() / 2]);
+    let events = kubectl(&kc, &["get", "events"]).await;
+    for want in ["Created container: app", "Started container app", "Stopping container app"] {
+        assert!(events.contains(want), "missing event {want:?} in:\n{events}");
+    }
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn static_pod_is_mirrored_and_the_mirror_comes_back() {
+    let (_g, rt) = fresh_runtime().await;
+    let c = cluster().await;
+    let m = manifest("static", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 2\n");
+    let mut node = Node::start_in_cluster(&[("static.yaml", &m)], &c.kubeconfig);
+    let kc = c.kubeconfig.clone();
+    let name = format!("static-{NODE}");
+    let mirror = node
+        .wait_for("mirror pod Running", Duration::from_secs(60), || async {
+            get_json(&kc, &["pod", &name]).await.filter(|p| p["status"]["phase"] == "Running")
+        })
+        .await;
+    let ann = &mirror["metadata"]["annotations"];
+    assert!(ann["kubernetes.io/config.mirror"].is_string());
+    assert_eq!(ann["kubernetes.io/config.mirror"], ann["kubernetes.io/config.hash"]);
+    assert_eq!(mirror["metadata"]["ownerReferences"][0]["kind"], "Node");
+    let static_uid = ann["kubernetes.io/config.hash"].as_str().unwrap().to_string();
+    assert_ne!(mirror["metadata"]["uid"].as_str().unwrap(), static_uid, "the mirror has its own UID");
+    let container = containers_of(&rt, &name).await[0].id.clone();
+
+    kubectl(&kc, &["delete", "pod", &name, "--wait=false"]).await;
+    let old_uid = mirror["metadata"]["uid"].as_str().unwrap().to_string();
+    node.wait_for("the mirror pod recreated", Duration::from_secs(30), || async {
+        get_json(&kc, &["pod", &name]).await.filter(|p| {
+            p["metadata"]["uid"].as_str() != Some(old_uid.as_str()) && p["metadata"]["deletionTimestamp"].is_null()
+        })
+    })
+    .await;
+    assert_eq!(containers_of(&rt, &name).await[0].id, container, "deleting the mirror does not touch the static pod");
+
+    // Removing the manifest removes the mirror pod too.
+    node.remove_manifest("static.yaml");
+    node.wait_for("the mirror pod removed", Duration::from_secs(30), || async {
+        get_json(&kc, &["pod", &name]).await.is_none().then_some(())
+    })
+    .await;
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apiserver_outage_under_running_pods_is_survived() {
+    let (_g, rt) = fresh_runtime().await;
+    let mut c = cluster().await;
+    let m = manifest("steady", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 2\n");
+    let mut node = Node::start_in_cluster(&[("steady.yaml", &m)], &c.kubeconfig);
+    let kc = c.kubeconfig.clone();
+    let manifest_path = c.kubeconfig.with_file_name("web.yaml");
+    std::fs::write(&manifest_path, POD).unwrap();
+    node.wait_for("Node Ready", Duration::from_secs(60), || async {
+        get_json(&kc, &["node", NODE]).await.filter(|n| condition(n, "Ready").as_deref() == Some("True"))
+    })
+    .await;
+    kubectl(&kc, &["create", "-f", manifest_path.to_str().unwrap()]).await;
+    let web = node.wait_running("web").await;
+    node.wait_running(&format!("steady-{NODE}")).await;
+
+    c.server.stop().await;
+    // While the apiserver is away, pods keep running and static pods can still be added.
+    let late = manifest("late", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 2\n");
+    node.write_manifest("late.yaml", &late);
+    node.wait_running(&format!("late-{NODE}")).await;
+    node.assert_alive();
+    c.server.restart().await.expect("restart the test apiserver");
+
+    // When it returns, the mirror pod of the new static pod, the lease and the node status catch up.
+    let late_name = format!("late-{NODE}");
+    node.wait_for("mirror of the static pod added during the outage", Duration::from_secs(60), || async {
+        get_json(&kc, &["pod", &late_name]).await.filter(|p| p["status"]["phase"] == "Running")
+    })
+    .await;
+    let after = node.wait_running("web").await;
+    assert_eq!(
+        container_status(&after, "app").unwrap()["containerID"],
+        container_status(&web, "app").unwrap()["containerID"],
+        "the apiserver pod kept running through the outage"
+    );
+    let p = get_json(&kc, &["pod", "web"]).await.unwrap();
+    assert_eq!(p["status"]["phase"], "Running");
+    node.stop_and_clean(&rt).await;
+}
