@@ -275,3 +275,83 @@ async fn apiserver_outage_under_running_pods_is_survived() {
     assert_eq!(p["status"]["phase"], "Running");
     node.stop_and_clean(&rt).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_bootstrap_through_an_approved_csr() {
+    use test_apiserver::{Options, TlsOptions};
+    let (_g, rt) = fresh_runtime().await;
+    let token = "abcdef.0123456789abcdef";
+    let server = TestApiServer::start(Options {
+        tls: Some(TlsOptions::default()),
+        anonymous: None,
+        bootstrap_tokens: vec![token.into()],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let bootstrap = dir.path().join("bootstrap-kubelet.conf");
+    let admin = dir.path().join("admin.conf");
+    let kubelet_kc = dir.path().join("kubelet.conf");
+    let cert_dir = dir.path().join("pki");
+    server.bootstrap_kubeconfig(&bootstrap, token).unwrap();
+    server.admin_kubeconfig(&admin).unwrap();
+
+    let mut node = Node::start_full(
+        &[],
+        |n| std::fs::read_to_string(&n.config).unwrap(),
+        vec![
+            format!("--bootstrap-kubeconfig={}", bootstrap.display()),
+            format!("--kubeconfig={}", kubelet_kc.display()),
+            format!("--cert-dir={}", cert_dir.display()),
+        ],
+    );
+    // The kubelet submits its CSR and says how to approve it.
+    let log = node.log_path();
+    let line = node
+        .wait_for("the CSR submitted and logged", Duration::from_secs(60), || async {
+            std::fs::read_to_string(&log)
+                .ok()?
+                .lines()
+                .find(|l| l.contains("kubectl certificate approve"))
+                .map(String::from)
+        })
+        .await;
+    let name =
+        line.rsplit("kubectl certificate approve ").next().unwrap().split_whitespace().next().unwrap().to_string();
+    let csr = get_json(&admin, &["csr", &name]).await.expect("the CSR exists");
+    assert_eq!(csr["spec"]["signerName"], "kubernetes.io/kube-apiserver-client-kubelet");
+    assert_eq!(csr["spec"]["username"], "system:bootstrap:abcdef");
+    let usages: Vec<&str> = csr["spec"]["usages"].as_array().unwrap().iter().filter_map(|u| u.as_str()).collect();
+    assert_eq!(usages, ["digital signature", "client auth"]);
+    kubectl(&admin, &["certificate", "approve", &name]).await;
+
+    let n = node
+        .wait_for("Node Ready with the issued certificate", Duration::from_secs(60), || async {
+            get_json(&admin, &["node", NODE]).await.filter(|n| condition(n, "Ready").as_deref() == Some("True"))
+        })
+        .await;
+    assert_eq!(n["metadata"]["name"], NODE);
+    let current = cert_dir.join("kubelet-client-current.pem");
+    let target = std::fs::read_link(&current).expect("kubelet-client-current.pem is a link");
+    assert!(target.file_name().unwrap().to_string_lossy().starts_with("kubelet-client-20"));
+    let kc = std::fs::read_to_string(&kubelet_kc).unwrap();
+    assert!(kc.contains(&format!("client-certificate: {}", current.display())), "{kc}");
+    assert!(
+        server.requests().iter().any(|r| r.user == format!("system:node:{NODE}")),
+        "the kubelet authenticates with its new certificate"
+    );
+
+    // A restart with a valid certificate does not bootstrap again.
+    let csrs_before = server.list("certificates.k8s.io/v1", "certificatesigningrequests", None).unwrap().len();
+    node.kill9();
+    node.spawn();
+    node.wait_healthy().await;
+    node.wait_for("Node still Ready after restart", Duration::from_secs(30), || async {
+        get_json(&admin, &["node", NODE]).await.filter(|n| condition(n, "Ready").as_deref() == Some("True"))
+    })
+    .await;
+    assert_eq!(server.list("certificates.k8s.io/v1", "certificatesigningrequests", None).unwrap().len(), csrs_before);
+    assert!(node.log().contains("no bootstrap needed"));
+    node.stop_and_clean(&rt).await;
+}

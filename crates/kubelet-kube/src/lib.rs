@@ -4,6 +4,8 @@
 //! as kube-rs supports them). Every call maps kube's errors to [`ApiError`] in one place ([`map_err`]); patches
 //! are strategic-merge patches as upstream sends them. Only this crate and the binary depend on kube.
 
+pub mod bootstrap;
+
 use std::path::Path;
 
 use async_trait::async_trait;
@@ -59,7 +61,7 @@ pub fn map_err(e: kube::Error) -> ApiError {
 /// The apiserver through kube-rs.
 #[derive(Clone)]
 pub struct KubeApi {
-    client: kube::Client,
+    pub(crate) client: kube::Client,
 }
 
 impl std::fmt::Debug for KubeApi {

@@ -90,14 +90,27 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     let node_name = node::node_name(cli.hostname_override.as_deref())?;
     let host_ips = node::node_ips(cli.node_ip.as_deref())?;
     let kubeconfig = match (&cli.kubeconfig, &cli.bootstrap_kubeconfig) {
+        (Some(k), Some(_)) if kubelet_kube::bootstrap::kubeconfig_is_valid(k) => {
+            info!(kubeconfig = %k.display(), "kubeconfig has a valid client certificate; no bootstrap needed");
+            Some(k.clone())
+        }
+        (Some(k), Some(b)) => {
+            // TLS bootstrap: blocks start-up until the certificate is issued, as upstream.
+            tokio::select! {
+                _ = cancel.cancelled() => return Ok(()),
+                r = kubelet_kube::bootstrap::bootstrap(b, k, &cli.cert_dir, &node_name) => r.context("TLS bootstrap")?,
+            }
+            Some(k.clone())
+        }
         (Some(k), _) if k.exists() => Some(k.clone()),
-        (Some(k), Some(b)) => anyhow::bail!(
-            "kubeconfig {} does not exist and TLS bootstrap from {} is not supported yet; create the kubeconfig",
-            k.display(),
-            b.display()
+        (Some(k), _) => anyhow::bail!(
+            "kubeconfig {}: no such file (give --bootstrap-kubeconfig to request a client certificate)",
+            k.display()
         ),
-        (Some(k), None) => anyhow::bail!("kubeconfig {}: no such file", k.display()),
-        (None, _) => None,
+        (None, Some(_)) => {
+            anyhow::bail!("--bootstrap-kubeconfig needs --kubeconfig: where to write the kubeconfig it obtains")
+        }
+        (None, None) => None,
     };
     info!(nodeName = %node_name, nodeIPs = ?host_ips, version = crate::KUBERNETES_VERSION, "starting rkubelet");
 

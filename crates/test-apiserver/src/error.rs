@@ -46,6 +46,9 @@ pub enum ServerError {
     /// A direct store call failed.
     #[error(transparent)]
     Api(#[from] ApiError),
+    /// The test PKI failed (or TLS is not enabled).
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
 }
 
 /// The name of a resource as upstream's `schema.GroupResource.String()` prints it: `pods`,

@@ -130,12 +130,16 @@ fn parse_json_body(body: &[u8]) -> Result<Value, ApiError> {
 }
 
 /// The entry point of every request.
-pub async fn handle(shared: Arc<Shared>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+pub async fn handle(
+    shared: Arc<Shared>,
+    cert_user: Option<User>,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
     let (parts, body) = req.into_parts();
     let header = |h| parts.headers.get(h).and_then(|v: &HeaderValue| v.to_str().ok()).map(String::from);
     let ua = header(USER_AGENT).unwrap_or_default();
     let uri = parts.uri.to_string();
-    let user = match shared.authenticate(header(AUTHORIZATION).as_deref()) {
+    let user = match shared.authenticate(cert_user.as_ref(), header(AUTHORIZATION).as_deref()) {
         Ok(u) => u,
         Err(e) => {
             shared.log(parts.method.as_str(), &uri, "", &ua);

@@ -1,8 +1,9 @@
-//! The server and its handle: an HTTP/1.1 listener on 127.0.0.1 (what kube-apiserver's secure port
-//! serves, without TLS), authentication of bearer tokens (bootstrap tokens as
-//! `system:bootstrap:<id>`, static tokens), a kubeconfig for clients, and test controls: stop/restart
-//! on the same port keeping the store (an apiserver outage), expiring the watch window (410 on
-//! resume), closing every open watch, and the log of requests.
+//! The server and its handle: an HTTP/1.1 listener on 127.0.0.1, plain or (with `Options::tls`) HTTPS
+//! with a generated test CA as kube-apiserver's secure port serves it; authentication of client
+//! certificates (CN/O), bearer tokens (bootstrap tokens as `system:bootstrap:<id>`, static tokens);
+//! kubeconfigs for clients, and test controls: stop/restart on the same port keeping the store (an
+//! apiserver outage), expiring the watch window (410 on resume), closing every open watch, and the
+//! log of requests.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -12,6 +13,7 @@ use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::{JoinHandle, JoinSet};
@@ -21,6 +23,7 @@ use crate::error::{ApiError, ServerError};
 use crate::resources;
 use crate::store::Store;
 use crate::strategy::{DeleteOptions, Part, User};
+use crate::tls::{Pki, TlsError, TlsOptions};
 
 /// Options of a test apiserver.
 #[derive(Debug, Clone)]
@@ -39,6 +42,12 @@ pub struct Options {
     pub tokens: Vec<(String, User)>,
     /// The user of requests without credentials; `None` answers them 401.
     pub anonymous: Option<User>,
+    /// Serve HTTPS with a generated test CA, authenticate client certificates and sign approved
+    /// CSRs; `None` (the default) serves plain HTTP.
+    pub tls: Option<TlsOptions>,
+    /// Approve kubelet client CSRs of bootstrappers and of nodes renewing their own certificate, as
+    /// kube-controller-manager's `csrapproving` controller (only with `tls`).
+    pub auto_approve_node_csrs: bool,
 }
 
 impl Default for Options {
@@ -51,6 +60,8 @@ impl Default for Options {
             bootstrap_tokens: Vec::new(),
             tokens: Vec::new(),
             anonymous: Some(User::admin()),
+            tls: None,
+            auto_approve_node_csrs: false,
         }
     }
 }
@@ -82,11 +93,17 @@ pub struct Shared {
     pub addr: Mutex<String>,
     /// Bumped after every request is logged.
     pub request_seq: watch::Sender<u64>,
+    /// The test CA and the HTTPS configuration, with `Options::tls`.
+    pub pki: Option<Arc<Pki>>,
 }
 
 impl Shared {
-    /// Authenticates a request by its `Authorization` header.
-    pub fn authenticate(&self, authorization: Option<&str>) -> Result<User, ApiError> {
+    /// Authenticates a request by its verified client certificate's user (which wins, as the x509
+    /// authenticator comes first) or its `Authorization` header.
+    pub fn authenticate(&self, cert_user: Option<&User>, authorization: Option<&str>) -> Result<User, ApiError> {
+        if let Some(u) = cert_user {
+            return Ok(u.clone());
+        }
         let Some(h) = authorization else {
             return self.opts.anonymous.clone().ok_or_else(ApiError::unauthorized);
         };
@@ -117,6 +134,7 @@ impl Shared {
 struct Running {
     shutdown: watch::Sender<bool>,
     task: JoinHandle<()>,
+    controllers: Option<JoinHandle<()>>,
 }
 
 /// A running (or stopped) test apiserver. Dropping it stops it.
@@ -126,7 +144,18 @@ pub struct TestApiServer {
     running: Option<Running>,
 }
 
+async fn serve_conn<S>(io: S, shared: Arc<Shared>, cert_user: Option<User>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = service_fn(move |req| crate::http::handle(shared.clone(), cert_user.clone(), req));
+    if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(io), svc).await {
+        tracing::debug!(error = %e, "connection ended");
+    }
+}
+
 async fn serve(listener: TcpListener, shared: Arc<Shared>, mut shutdown: watch::Receiver<bool>) {
+    let acceptor = shared.pki.as_ref().map(|p| tokio_rustls::TlsAcceptor::from(p.server_config()));
     let mut conns = JoinSet::new();
     loop {
         tokio::select! {
@@ -134,11 +163,23 @@ async fn serve(listener: TcpListener, shared: Arc<Shared>, mut shutdown: watch::
             r = listener.accept() => {
                 let Ok((stream, _peer)) = r else { continue };
                 let shared = shared.clone();
+                let acceptor = acceptor.clone();
                 conns.spawn(async move {
-                    let svc = service_fn(move |req| crate::http::handle(shared.clone(), req));
-                    if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), svc).await {
-                        tracing::debug!(error = %e, "connection ended");
-                    }
+                    let Some(acceptor) = acceptor else {
+                        return serve_conn(stream, shared, None).await;
+                    };
+                    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => tls,
+                        Ok(Err(e)) => return tracing::debug!(error = %e, "TLS handshake failed"),
+                        Err(_) => return tracing::debug!("TLS handshake timed out"),
+                    };
+                    let user = tls
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .and_then(|c| crate::tls::user_of_cert(c));
+                    serve_conn(tls, shared, user).await;
                 });
             }
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
@@ -151,6 +192,7 @@ impl TestApiServer {
     /// Starts a server on 127.0.0.1 (`opts.port`, 0 for any), with the namespaces `default`,
     /// `kube-system`, `kube-public` and `kube-node-lease`.
     pub async fn start(opts: Options) -> Result<Self, ServerError> {
+        let pki = opts.tls.as_ref().map(Pki::new).transpose()?.map(Arc::new);
         let store = Store::new(opts.watch_history);
         api::seed(&store)?;
         let (close_watches, _) = watch::channel(0);
@@ -161,6 +203,7 @@ impl TestApiServer {
             requests: Mutex::new(Vec::new()),
             addr: Mutex::new(String::new()),
             request_seq: watch::channel(0).0,
+            pki,
         });
         let mut s = TestApiServer { shared, port: opts.port, running: None };
         s.listen().await?;
@@ -179,7 +222,8 @@ impl TestApiServer {
         *self.shared.addr.lock().unwrap_or_else(|e| e.into_inner()) = local.to_string();
         let (shutdown, rx) = watch::channel(false);
         let task = tokio::spawn(serve(listener, self.shared.clone(), rx));
-        self.running = Some(Running { shutdown, task });
+        let controllers = self.shared.pki.clone().map(|pki| tokio::spawn(crate::signer::run(self.shared.clone(), pki)));
+        self.running = Some(Running { shutdown, task, controllers });
         Ok(())
     }
 
@@ -188,9 +232,10 @@ impl TestApiServer {
         self.port
     }
 
-    /// `http://127.0.0.1:<port>`.
+    /// `http://127.0.0.1:<port>`, or `https://...` with TLS.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        let scheme = if self.shared.pki.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     /// Whether the server is listening.
@@ -202,6 +247,9 @@ impl TestApiServer {
     pub async fn stop(&mut self) {
         if let Some(r) = self.running.take() {
             let _ = r.shutdown.send(true);
+            if let Some(c) = r.controllers {
+                c.abort();
+            }
             let _ = r.task.await;
         }
     }
@@ -211,19 +259,53 @@ impl TestApiServer {
         self.listen().await
     }
 
-    /// A kubeconfig for this server (cluster, user and context `test-apiserver`).
+    /// A kubeconfig for this server (cluster, user and context `test-apiserver`) whose user has
+    /// no credentials (the anonymous user; with TLS the cluster has `certificate-authority-data`).
     pub fn kubeconfig_yaml(&self) -> String {
-        format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: test-apiserver\n  cluster:\n    server: {}\ncontexts:\n- name: test-apiserver\n  context:\n    cluster: test-apiserver\n    user: test-apiserver\n    namespace: default\ncurrent-context: test-apiserver\nusers:\n- name: test-apiserver\n  user: {{}}\npreferences: {{}}\n",
-            self.url()
-        )
+        crate::kubeconfig::yaml(&self.url(), self.ca_pem(), &crate::kubeconfig::Credentials::None)
     }
 
     /// Writes [`Self::kubeconfig_yaml`] to `path`.
     pub fn kubeconfig(&self, path: impl AsRef<std::path::Path>) -> Result<(), ServerError> {
-        let path = path.as_ref();
-        std::fs::write(path, self.kubeconfig_yaml())
-            .map_err(|source| ServerError::Write { path: path.display().to_string(), source })
+        crate::kubeconfig::write(path.as_ref(), &self.kubeconfig_yaml())
+    }
+
+    /// Writes a kubeconfig authenticating with a client certificate and key (PEM), e.g. from
+    /// [`Self::issue_client_cert`] or a kubelet's signed CSR.
+    pub fn kubeconfig_for(
+        &self,
+        path: impl AsRef<std::path::Path>,
+        cert_pem: &str,
+        key_pem: &str,
+    ) -> Result<(), ServerError> {
+        let creds = crate::kubeconfig::Credentials::ClientCert { cert_pem, key_pem };
+        crate::kubeconfig::write(path.as_ref(), &crate::kubeconfig::yaml(&self.url(), self.ca_pem(), &creds))
+    }
+
+    /// Writes a kubeconfig authenticating with a bearer token (a kubelet's `--bootstrap-kubeconfig`
+    /// with a bootstrap token `<id>.<secret>` from `Options::bootstrap_tokens`).
+    pub fn bootstrap_kubeconfig(&self, path: impl AsRef<std::path::Path>, token: &str) -> Result<(), ServerError> {
+        let creds = crate::kubeconfig::Credentials::Token(token);
+        crate::kubeconfig::write(path.as_ref(), &crate::kubeconfig::yaml(&self.url(), self.ca_pem(), &creds))
+    }
+
+    /// Writes a kubeconfig of a cluster admin (a client certificate `CN=admin, O=system:masters`);
+    /// needs TLS.
+    pub fn admin_kubeconfig(&self, path: impl AsRef<std::path::Path>) -> Result<(), ServerError> {
+        let (cert, key) = self.issue_client_cert("admin", &["system:masters"])?;
+        self.kubeconfig_for(path, &cert, &key)
+    }
+
+    /// The test CA certificate (PEM), with TLS.
+    pub fn ca_pem(&self) -> Option<&str> {
+        self.shared.pki.as_deref().map(Pki::ca_pem)
+    }
+
+    /// A client certificate and key (PEM, the key PKCS#8) signed by the test CA for user `cn` in
+    /// `groups` (the O values; at most one), valid one year; needs TLS.
+    pub fn issue_client_cert(&self, cn: &str, groups: &[&str]) -> Result<(String, String), ServerError> {
+        let pki = self.shared.pki.as_deref().ok_or(TlsError::NotEnabled)?;
+        Ok(pki.issue_client_cert(cn, groups)?)
     }
 
     /// Forgets the watch event window: a watch resuming from any earlier resourceVersion gets
@@ -359,6 +441,9 @@ impl Drop for TestApiServer {
     fn drop(&mut self) {
         if let Some(r) = self.running.take() {
             let _ = r.shutdown.send(true);
+            if let Some(c) = r.controllers {
+                c.abort();
+            }
             r.task.abort();
         }
     }

@@ -138,6 +138,19 @@ fn default_pod(obj: &mut Value) {
 }
 
 fn validate_name(def: &ResourceDef, name: &str) -> Result<(), ApiError> {
+    // CSR names are only path segments (`ValidateCertificateRequestName`): kubelets name theirs
+    // `node-csr-<base64url digest>`, with upper case and `_`.
+    if def.resource == "certificatesigningrequests" {
+        if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('%') {
+            return Err(ApiError::invalid(
+                def,
+                name,
+                "metadata.name",
+                &format!("Invalid value: \"{name}\": may not contain '/' or '%'"),
+            ));
+        }
+        return Ok(());
+    }
     let ok = !name.is_empty()
         && name.len() <= 253
         && name.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.' || c == ':')

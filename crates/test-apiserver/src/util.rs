@@ -11,7 +11,7 @@ use serde_json::Value;
 /// The wall clock since the epoch: the one place that reads it (the apiserver stamps real times, as the
 /// real one does; nothing here runs on tokio's paused clock).
 #[allow(clippy::disallowed_methods)]
-fn wall_clock() -> Duration {
+pub(crate) fn wall_clock() -> Duration {
     SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or(Duration::ZERO)
 }
 

@@ -109,7 +109,7 @@ impl Node {
         Self::start_full(manifests, edit, vec![])
     }
 
-    fn start_full(manifests: &[(&str, &str)], edit: impl FnOnce(&Node) -> String, extra_args: Vec<String>) -> Node {
+    pub fn start_full(manifests: &[(&str, &str)], edit: impl FnOnce(&Node) -> String, extra_args: Vec<String>) -> Node {
         let tmp = tempfile::Builder::new().prefix("rkubelet-e2e-").tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
         let mut n = Node {
@@ -144,7 +144,10 @@ impl Node {
             .arg(format!("--hostname-override={NODE}"))
             .arg("--v=3")
             .args(&self.extra_args)
-            .env("RKUBELET_LOG", "debug,h2=info,hyper=info,tower=info,tonic=info")
+            .env(
+                "RKUBELET_LOG",
+                "debug,h2=info,hyper=info,hyper_util=info,tower=info,tonic=info,kube=info,kube_client=info,rustls=info",
+            )
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
             .spawn()
