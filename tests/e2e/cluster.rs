@@ -355,3 +355,44 @@ async fn tls_bootstrap_through_an_approved_csr() {
     assert!(node.log().contains("no bootstrap needed"));
     node.stop_and_clean(&rt).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_labels_and_kubectl_describe() {
+    let (_g, rt) = fresh_runtime().await;
+    let c = cluster().await;
+    let mut node = Node::start_full(
+        &[],
+        |n| std::fs::read_to_string(&n.config).unwrap(),
+        vec![format!("--kubeconfig={}", c.kubeconfig.display()), "--node-labels=role=edge,zone=lab".into()],
+    );
+    let kc = c.kubeconfig.clone();
+    let n = node
+        .wait_for("Node Ready", Duration::from_secs(60), || async {
+            get_json(&kc, &["node", NODE]).await.filter(|n| condition(n, "Ready").as_deref() == Some("True"))
+        })
+        .await;
+    assert_eq!(n["metadata"]["labels"]["role"], "edge", "--node-labels are applied at registration");
+    let manifest = c.kubeconfig.with_file_name("web.yaml");
+    std::fs::write(&manifest, POD).unwrap();
+    kubectl(&kc, &["create", "-f", manifest.to_str().unwrap()]).await;
+    let before = node.wait_running("web").await;
+
+    // The apiserver ends the watch (as its timeout does): the kubelet watches again and sees new pods.
+    c.server.close_watches();
+    let second = POD.replace("name: web", "name: web2");
+    std::fs::write(&manifest, second).unwrap();
+    kubectl(&kc, &["create", "-f", manifest.to_str().unwrap()]).await;
+    node.wait_running("web2").await;
+    let after = node.wait_running("web").await;
+    assert_eq!(
+        container_status(&after, "app").unwrap()["containerID"],
+        container_status(&before, "app").unwrap()["containerID"],
+        "the relist did not disturb the running pod"
+    );
+    let described = kubectl(&kc, &["describe", "pod", "web"]).await;
+    assert!(
+        described.contains("Started container app") && described.contains("Status:") && described.contains("Running"),
+        "{described}"
+    );
+    node.stop_and_clean(&rt).await;
+}

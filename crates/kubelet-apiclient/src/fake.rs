@@ -75,6 +75,8 @@ struct State {
 
 /// The in-memory apiserver.
 pub struct FakeApi {
+    /// The next pod watch answers 410 Gone (as after the watch cache moved on).
+    watch_gone: AtomicBool,
     state: Mutex<State>,
     rv: AtomicU64,
     down: AtomicBool,
@@ -84,6 +86,7 @@ pub struct FakeApi {
 impl Default for FakeApi {
     fn default() -> Self {
         Self {
+            watch_gone: AtomicBool::new(false),
             state: Mutex::default(),
             rv: AtomicU64::new(1),
             down: AtomicBool::new(false),
@@ -128,6 +131,12 @@ impl FakeApi {
 
     fn next_rv(&self) -> String {
         (self.rv.fetch_add(1, Ordering::Relaxed) + 1).to_string()
+    }
+
+    /// Ends every open pod watch and makes the next one fail with 410 Gone.
+    pub fn expire_watches(&self) {
+        self.watch_gone.store(true, Ordering::Relaxed);
+        let _ = self.watch.send((u64::MAX, WatchEvent::Bookmark("expired".into())));
     }
 
     /// Recorded calls, e.g. `patch_node_status n1`.
@@ -351,11 +360,15 @@ impl PodWatchApi for FakeApi {
 
     async fn watch_pods(&self, node: &str, rv: &str) -> ApiResult<BoxStream<'static, ApiResult<WatchEvent>>> {
         drop(self.enter(format!("watch_pods {node} {rv}"))?);
+        if self.watch_gone.swap(false, Ordering::Relaxed) {
+            return Err(ApiError::Gone(format!("too old resource version: {rv}")));
+        }
         let from: u64 = rv.parse().unwrap_or(0);
         let node = node.to_string();
         let rx = tokio_stream_from(self.watch.subscribe());
         let on_node = move |p: &Pod| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node.as_str());
         Ok(rx
+            .take_while(|(rv, _)| std::future::ready(*rv != u64::MAX))
             .filter_map(move |(rv, ev)| {
                 let keep = rv > from
                     && match &ev {

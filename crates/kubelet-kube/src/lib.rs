@@ -58,10 +58,46 @@ pub fn map_err(e: kube::Error) -> ApiError {
     }
 }
 
+/// Client-side rate limit (`kubeAPIQPS`, `kubeAPIBurst`): a token bucket every request waits on, as client-go's
+/// token bucket rate limiter. Watches take a token to start, not per event.
+#[derive(Debug)]
+pub struct RateLimiter {
+    qps: f64,
+    burst: f64,
+    state: tokio::sync::Mutex<(f64, tokio::time::Instant)>,
+}
+
+impl RateLimiter {
+    /// A bucket of `burst` tokens refilled at `qps` per second; `qps <= 0` disables limiting.
+    pub fn new(qps: f64, burst: u32) -> Self {
+        let burst = f64::from(burst.max(1));
+        Self { qps, burst, state: tokio::sync::Mutex::new((burst, tokio::time::Instant::now())) }
+    }
+
+    /// Waits for a token.
+    pub async fn acquire(&self) {
+        if self.qps <= 0.0 {
+            return;
+        }
+        let mut st = self.state.lock().await;
+        let (tokens, last) = &mut *st;
+        *tokens = (*tokens + last.elapsed().as_secs_f64() * self.qps).min(self.burst);
+        *last = tokio::time::Instant::now();
+        if *tokens < 1.0 {
+            let wait = std::time::Duration::from_secs_f64((1.0 - *tokens) / self.qps);
+            tokio::time::sleep(wait).await;
+            *tokens = 1.0;
+            *last = tokio::time::Instant::now();
+        }
+        *tokens -= 1.0;
+    }
+}
+
 /// The apiserver through kube-rs.
 #[derive(Clone)]
 pub struct KubeApi {
     pub(crate) client: kube::Client,
+    limiter: std::sync::Arc<RateLimiter>,
 }
 
 impl std::fmt::Debug for KubeApi {
@@ -80,12 +116,18 @@ impl KubeApi {
             .await
             .map_err(|e| KubeError::Kubeconfig { path: p.clone(), message: e.to_string() })?;
         let client = kube::Client::try_from(cfg).map_err(|e| KubeError::Client { path: p, message: e.to_string() })?;
-        Ok(Self { client })
+        Ok(Self { client, limiter: std::sync::Arc::new(RateLimiter::new(0.0, 1)) })
     }
 
     /// A client over an existing kube client.
     pub fn new(client: kube::Client) -> Self {
-        Self { client }
+        Self { client, limiter: std::sync::Arc::new(RateLimiter::new(0.0, 1)) }
+    }
+
+    /// Limits requests to `qps` per second with bursts of `burst` (`kubeAPIQPS`, `kubeAPIBurst`).
+    pub fn with_rate_limit(mut self, qps: f64, burst: u32) -> Self {
+        self.limiter = std::sync::Arc::new(RateLimiter::new(qps, burst));
+        self
     }
 
     fn nodes(&self) -> Api<Node> {
@@ -104,18 +146,22 @@ fn strategic() -> PatchParams {
 #[async_trait]
 impl NodeApi for KubeApi {
     async fn get_node(&self, name: &str) -> ApiResult<Option<Node>> {
+        self.limiter.acquire().await;
         self.nodes().get_opt(name).await.map_err(map_err)
     }
 
     async fn create_node(&self, node: &Node) -> ApiResult<Node> {
+        self.limiter.acquire().await;
         self.nodes().create(&PostParams::default(), node).await.map_err(map_err)
     }
 
     async fn patch_node(&self, name: &str, patch: &serde_json::Value) -> ApiResult<Node> {
+        self.limiter.acquire().await;
         self.nodes().patch(name, &strategic(), &Patch::Strategic(patch)).await.map_err(map_err)
     }
 
     async fn patch_node_status(&self, name: &str, patch: &serde_json::Value) -> ApiResult<Node> {
+        self.limiter.acquire().await;
         self.nodes().patch_status(name, &strategic(), &Patch::Strategic(patch)).await.map_err(map_err)
     }
 }
@@ -123,15 +169,18 @@ impl NodeApi for KubeApi {
 #[async_trait]
 impl LeaseApi for KubeApi {
     async fn get_lease(&self, ns: &str, name: &str) -> ApiResult<Option<Lease>> {
+        self.limiter.acquire().await;
         Api::<Lease>::namespaced(self.client.clone(), ns).get_opt(name).await.map_err(map_err)
     }
 
     async fn create_lease(&self, lease: &Lease) -> ApiResult<Lease> {
+        self.limiter.acquire().await;
         let ns = lease.metadata.namespace.clone().unwrap_or_default();
         Api::<Lease>::namespaced(self.client.clone(), &ns).create(&PostParams::default(), lease).await.map_err(map_err)
     }
 
     async fn update_lease(&self, lease: &Lease) -> ApiResult<Lease> {
+        self.limiter.acquire().await;
         let ns = lease.metadata.namespace.clone().unwrap_or_default();
         let name = lease.metadata.name.clone().unwrap_or_default();
         Api::<Lease>::namespaced(self.client.clone(), &ns)
@@ -144,19 +193,23 @@ impl LeaseApi for KubeApi {
 #[async_trait]
 impl PodApi for KubeApi {
     async fn get_pod(&self, ns: &str, name: &str) -> ApiResult<Option<Pod>> {
+        self.limiter.acquire().await;
         self.pods(ns).get_opt(name).await.map_err(map_err)
     }
 
     async fn create_pod(&self, pod: &Pod) -> ApiResult<Pod> {
+        self.limiter.acquire().await;
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         self.pods(&ns).create(&PostParams::default(), pod).await.map_err(map_err)
     }
 
     async fn patch_pod_status(&self, ns: &str, name: &str, patch: &serde_json::Value) -> ApiResult<Pod> {
+        self.limiter.acquire().await;
         self.pods(ns).patch_status(name, &strategic(), &Patch::Strategic(patch)).await.map_err(map_err)
     }
 
     async fn delete_pod(&self, ns: &str, name: &str, grace: Option<i64>, uid: Option<&str>) -> ApiResult<()> {
+        self.limiter.acquire().await;
         let dp = DeleteParams {
             grace_period_seconds: grace.map(|g| g.max(0) as u32),
             preconditions: uid.map(|u| Preconditions { uid: Some(u.to_string()), resource_version: None }),
@@ -169,12 +222,14 @@ impl PodApi for KubeApi {
 #[async_trait]
 impl PodWatchApi for KubeApi {
     async fn list_pods(&self, node: &str) -> ApiResult<(Vec<Pod>, String)> {
+        self.limiter.acquire().await;
         let lp = ListParams::default().fields(&format!("spec.nodeName={node}"));
         let list = Api::<Pod>::all(self.client.clone()).list(&lp).await.map_err(map_err)?;
         Ok((list.items, list.metadata.resource_version.unwrap_or_default()))
     }
 
     async fn watch_pods(&self, node: &str, rv: &str) -> ApiResult<BoxStream<'static, ApiResult<WatchEvent>>> {
+        self.limiter.acquire().await;
         let wp = WatchParams::default().fields(&format!("spec.nodeName={node}")).timeout(290).disable_bookmarks();
         let stream = Api::<Pod>::all(self.client.clone()).watch(&wp, rv).await.map_err(map_err)?;
         Ok(stream
@@ -195,6 +250,7 @@ impl PodWatchApi for KubeApi {
 #[async_trait]
 impl EventApi for KubeApi {
     async fn create_event(&self, event: &Event) -> ApiResult<()> {
+        self.limiter.acquire().await;
         let ns = event.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         Api::<Event>::namespaced(self.client.clone(), &ns)
             .create(&PostParams::default(), event)
@@ -204,10 +260,31 @@ impl EventApi for KubeApi {
     }
 
     async fn patch_event(&self, ns: &str, name: &str, patch: &serde_json::Value) -> ApiResult<()> {
+        self.limiter.acquire().await;
         Api::<Event>::namespaced(self.client.clone(), ns)
             .patch(name, &strategic(), &Patch::Strategic(patch))
             .await
             .map(|_| ())
             .map_err(map_err)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn token_bucket_allows_bursts_then_qps() {
+        let l = RateLimiter::new(5.0, 10);
+        let t0 = tokio::time::Instant::now();
+        for _ in 0..10 {
+            l.acquire().await;
+        }
+        assert_eq!(t0.elapsed(), std::time::Duration::ZERO, "a burst of 10 passes at once");
+        for _ in 0..5 {
+            l.acquire().await;
+        }
+        let e = t0.elapsed().as_secs_f64();
+        assert!((0.95..=1.05).contains(&e), "then 5 per second: {e}");
     }
 }

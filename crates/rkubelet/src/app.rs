@@ -249,6 +249,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
             images: remote.clone(),
             clock: clock.clone(),
             sources: src_tx.clone(),
+            node_labels: cli.node_labels.clone(),
             events: events.expect("events exist with a kubeconfig"),
         };
         let kube = crate::cluster::start(deps, &tracker, &cancel).await?;

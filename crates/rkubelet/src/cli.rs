@@ -40,12 +40,28 @@ pub struct Cli {
     /// Path to the static pod manifests (a folder or a file); overrides staticPodPath.
     #[arg(long = "pod-manifest-path", value_name = "PATH")]
     pub pod_manifest_path: Option<String>,
+    /// Labels to add when registering the node (`key=value,...`).
+    #[arg(long = "node-labels", value_name = "LABELS", value_parser = parse_labels, default_value = "")]
+    pub node_labels: std::collections::BTreeMap<String, String>,
     /// Log verbosity (0-10), as klog's -v.
     #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
     pub v: u8,
     /// Print version information and quit.
     #[arg(long)]
     pub version: bool,
+}
+
+/// Parses `key=value,key2=value2` as upstream's `--node-labels`.
+pub fn parse_labels(s: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
+    let mut m = std::collections::BTreeMap::new();
+    for kv in s.split(',').map(str::trim).filter(|kv| !kv.is_empty()) {
+        let (k, v) = kv.split_once('=').ok_or_else(|| format!("invalid label {kv:?}: expected key=value"))?;
+        if k.is_empty() {
+            return Err(format!("invalid label {kv:?}: empty key"));
+        }
+        m.insert(k.to_string(), v.to_string());
+    }
+    Ok(m)
 }
 
 #[cfg(test)]
@@ -69,5 +85,8 @@ mod tests {
         assert_eq!(c.v, 4);
         assert_eq!(Cli::try_parse_from(["rkubelet", "-v", "2"]).unwrap().v, 2);
         assert!(Cli::try_parse_from(["rkubelet", "--no-such-flag"]).is_err());
+        let c = Cli::try_parse_from(["rkubelet", "--node-labels=role=edge,zone=a"]).unwrap();
+        assert_eq!(c.node_labels.get("zone").map(String::as_str), Some("a"));
+        assert!(Cli::try_parse_from(["rkubelet", "--node-labels=broken"]).is_err());
     }
 }

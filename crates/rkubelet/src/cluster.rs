@@ -82,6 +82,8 @@ pub struct ClusterDeps<'a> {
     pub clock: Arc<dyn Clock>,
     /// Where the apiserver source sends its pods.
     pub sources: mpsc::Sender<SourceUpdate>,
+    /// `--node-labels`.
+    pub node_labels: std::collections::BTreeMap<String, String>,
     /// The event sink the components record to, and its queue.
     pub events: (EventSink, mpsc::Receiver<EventMsg>),
 }
@@ -92,8 +94,10 @@ pub async fn start(
     tracker: &TaskTracker,
     cancel: &CancellationToken,
 ) -> anyhow::Result<Arc<KubeApi>> {
-    let api = Arc::new(KubeApi::from_kubeconfig(d.kubeconfig).await.context("connect to the apiserver")?);
     let cfg = d.cfg;
+    let api = KubeApi::from_kubeconfig(d.kubeconfig).await.context("connect to the apiserver")?;
+    let api =
+        Arc::new(api.with_rate_limit(f64::from(cfg.kube_api_qps.unwrap_or(50)), cfg.kube_api_burst.max(1) as u32));
     let inputs = NodeInputs {
         node_name: d.node_name.to_string(),
         hostname: d.node_name.to_string(),
@@ -113,7 +117,7 @@ pub async fn start(
         let ns_cfg = NodeStatusConfig {
             update_frequency: cfg.node_status_update_frequency.0,
             report_frequency: cfg.node_status_report_frequency.0,
-            node_labels: Default::default(),
+            node_labels: d.node_labels.clone(),
             register_with_taints: cfg.register_with_taints.clone(),
             register_schedulable: true,
         };

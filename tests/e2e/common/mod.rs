@@ -146,7 +146,7 @@ impl Node {
             .args(&self.extra_args)
             .env(
                 "RKUBELET_LOG",
-                "debug,h2=info,hyper=info,hyper_util=info,tower=info,tonic=info,kube=info,kube_client=info,rustls=info",
+                "debug,h2=info,hyper=info,hyper_util=info,tower=info,tonic=info,kube_client=info,rustls=info",
             )
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))

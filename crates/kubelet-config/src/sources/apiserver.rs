@@ -77,6 +77,10 @@ impl ApiSource {
                 };
                 let mut stream = match watched {
                     Ok(s) => s,
+                    Err(ApiError::Gone(m)) => {
+                        info!(message = %m, "watch of pods expired (410 Gone); listing again");
+                        continue 'relist;
+                    }
                     Err(e) => {
                         warn!(error = %e, "failed to watch pods; listing again");
                         continue 'relist;
@@ -152,6 +156,13 @@ mod tests {
         assert_eq!(names(&rx.recv().await.unwrap()), vec!["a", "b"]);
         api.remove_pod("default", "a");
         assert_eq!(names(&rx.recv().await.unwrap()), vec!["b"]);
+        // The watch ends and resuming it gets 410 Gone: the source lists again and sends the same set.
+        api.clear_calls();
+        api.expire_watches();
+        assert_eq!(names(&rx.recv().await.unwrap()), vec!["b"]);
+        assert!(api.calls().iter().any(|c| c.starts_with("list_pods")), "{:?}", api.calls());
+        api.put_pod(pod("c", "n1"));
+        assert_eq!(names(&rx.recv().await.unwrap()), vec!["b", "c"], "watching again after the relist");
         cancel.cancel();
         task.await.unwrap();
     }
