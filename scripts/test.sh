@@ -3,8 +3,9 @@
 #
 # 1. sets up and starts the project's containerd (scripts/node-setup.sh: packages, config, images),
 # 2. checks formatting and lints (cargo fmt --check, cargo clippy -D warnings),
-# 3. runs every test of the workspace: unit tests (fake runtime, paused clock) and the end-to-end tests
-#    (tests/e2e: the real rkubelet binary against that containerd),
+# 3. runs the benchmark's smoke version, then every test of the workspace: unit tests (fake runtime, paused clock)
+#    and the end-to-end tests (tests/e2e: the real rkubelet binary against that containerd, the test apiserver and
+#    kubectl),
 # 4. stops containerd and removes what the tests left (scripts/node-teardown.sh), even on failure.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -19,4 +20,7 @@ echo "test.sh: containerd at $RKUBELET_E2E_ENDPOINT" >&2
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+# The benchmark's smoke run, so the program cannot rot (debug build: its figures mean nothing; budgets are checked
+# by the full run, `cargo run --release -p rkubelet-bench -- --check --markdown docs/benchmarks.md`).
+cargo run -q -p rkubelet-bench -- --smoke --json target/benchmarks-smoke.json
 cargo test --workspace --no-fail-fast

@@ -92,9 +92,12 @@ async fn node_registers_turns_ready_and_renews_its_lease() {
     assert!(table.lines().any(|l| l.starts_with(NODE) && l.contains(" Ready ")), "{table}");
 
     // The lease: held by the node, owned by it, renewed every 10 s.
+    // The lease may be created before the Node exists; a renewal then sets the Node as its owner, as upstream.
     let lease = node
-        .wait_for("node lease", Duration::from_secs(30), || async {
-            get_json(&kc, &["lease", "-n", "kube-node-lease", NODE]).await
+        .wait_for("node lease owned by the Node", Duration::from_secs(30), || async {
+            get_json(&kc, &["lease", "-n", "kube-node-lease", NODE])
+                .await
+                .filter(|l| l["metadata"]["ownerReferences"][0]["kind"] == "Node")
         })
         .await;
     assert_eq!(lease["spec"]["holderIdentity"], NODE);

@@ -33,10 +33,15 @@ struct FakeContainer {
     reason: String,
 }
 
+/// The label the kubelet selects pods by; the fake indexes it so lookups stay cheap at thousands of pods.
+const POD_UID_LABEL: &str = "io.kubernetes.pod.uid";
+
 #[derive(Debug, Default)]
 struct State {
     sandboxes: HashMap<String, FakeSandbox>,
     containers: HashMap<String, FakeContainer>,
+    /// Pod UID label -> sandbox and container IDs.
+    by_uid: HashMap<String, std::collections::HashSet<String>>,
     images: HashMap<String, api::Image>,
     calls: Vec<&'static str>,
     errors: HashMap<&'static str, VecDeque<CriError>>,
@@ -258,6 +263,9 @@ impl RuntimeService for FakeRuntime {
         let now = self.now();
         let id = self.id("s");
         let mut st = self.enter("RunPodSandbox")?;
+        if let Some(uid) = config.labels.get(POD_UID_LABEL) {
+            st.by_uid.entry(uid.clone()).or_default().insert(id.clone());
+        }
         st.sandboxes.insert(id.clone(), FakeSandbox { config, state: READY, created_at: now });
         Ok(id)
     }
@@ -323,9 +331,12 @@ impl RuntimeService for FakeRuntime {
     async fn list_pod_sandbox(&self, filter: Option<api::PodSandboxFilter>) -> CriResult<Vec<api::PodSandbox>> {
         let st = self.enter("ListPodSandbox")?;
         let f = filter.unwrap_or_default();
-        Ok(st
-            .sandboxes
-            .iter()
+        let ids = f.label_selector.get(POD_UID_LABEL).map(|u| st.by_uid.get(u).cloned().unwrap_or_default());
+        let items: Box<dyn Iterator<Item = (&String, &FakeSandbox)>> = match &ids {
+            Some(ids) => Box::new(ids.iter().filter_map(|id| st.sandboxes.get_key_value(id))),
+            None => Box::new(st.sandboxes.iter()),
+        };
+        Ok(items
             .filter(|(id, s)| {
                 (f.id.is_empty() || **id == f.id)
                     && f.state.as_ref().is_none_or(|v| v.state == s.state)
@@ -368,6 +379,9 @@ impl RuntimeService for FakeRuntime {
                 code: "Unknown".into(),
                 message: format!("image {image} not present"),
             });
+        }
+        if let Some(uid) = config.labels.get(POD_UID_LABEL) {
+            st.by_uid.entry(uid.clone()).or_default().insert(id.clone());
         }
         st.containers.insert(
             id.clone(),
@@ -429,9 +443,12 @@ impl RuntimeService for FakeRuntime {
     async fn list_containers(&self, filter: Option<api::ContainerFilter>) -> CriResult<Vec<api::Container>> {
         let st = self.enter("ListContainers")?;
         let f = filter.unwrap_or_default();
-        Ok(st
-            .containers
-            .iter()
+        let ids = f.label_selector.get(POD_UID_LABEL).map(|u| st.by_uid.get(u).cloned().unwrap_or_default());
+        let items: Box<dyn Iterator<Item = (&String, &FakeContainer)>> = match &ids {
+            Some(ids) => Box::new(ids.iter().filter_map(|id| st.containers.get_key_value(id))),
+            None => Box::new(st.containers.iter()),
+        };
+        Ok(items
             .filter(|(id, c)| {
                 (f.id.is_empty() || **id == f.id)
                     && (f.pod_sandbox_id.is_empty() || c.sandbox_id == f.pod_sandbox_id)

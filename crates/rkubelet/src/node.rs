@@ -44,16 +44,10 @@ pub fn node_ips(flag: Option<&str>) -> anyhow::Result<Vec<String>> {
     Ok(found)
 }
 
-/// Total memory in bytes, from /proc/meminfo.
+/// Total memory in bytes (8 GiB when /proc/meminfo cannot be read).
 pub fn memory_capacity() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .map(|kb| kb * 1024)
-        .unwrap_or(8 << 30)
+    match kubelet::nodestatus::machine::memory_capacity() {
+        0 => 8 << 30,
+        m => m,
+    }
 }

@@ -32,10 +32,9 @@ fn read_trim(p: &str) -> String {
     std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_default()
 }
 
-/// Reads the machine's facts; `root_dir` is the kubelet's root directory (for the root filesystem size).
-pub fn read_machine_info(root_dir: &Path) -> MachineInfo {
-    let num_cores = std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1);
-    let memory_capacity = std::fs::read_to_string("/proc/meminfo")
+/// Total memory in bytes (`MemTotal` of /proc/meminfo; 0 when unreadable).
+pub fn memory_capacity() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
         .ok()
         .and_then(|t| {
             t.lines()
@@ -44,7 +43,13 @@ pub fn read_machine_info(root_dir: &Path) -> MachineInfo {
                 .and_then(|kb| kb.parse::<u64>().ok())
         })
         .map(|kb| kb * 1024)
-        .unwrap_or(0);
+        .unwrap_or(0)
+}
+
+/// Reads the machine's facts; `root_dir` is the kubelet's root directory (for the root filesystem size).
+pub fn read_machine_info(root_dir: &Path) -> MachineInfo {
+    let num_cores = std::thread::available_parallelism().map(|n| n.get() as u64).unwrap_or(1);
+    let memory_capacity = memory_capacity();
     let rootfs_capacity = nix::sys::statvfs::statvfs(root_dir).map(|s| s.blocks() * s.fragment_size()).unwrap_or(0);
     let mut hugepages = vec![];
     if let Ok(rd) = std::fs::read_dir("/sys/kernel/mm/hugepages") {

@@ -1,0 +1,194 @@
+//! The scale scenarios on the in-memory runtime: the real core (PodConfig updates → sync loop → pod workers →
+//! runtime manager, with the PLEG and housekeeping) over `FakeRuntime`, in this process. Process CPU comes from
+//! `getrusage`, memory from `/proc/self/status`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kubelet::cm::NoCgroups;
+use kubelet::pod_workers::PodWorkers;
+use kubelet::server::SyncLoopHealth;
+use kubelet::status::StatusManager;
+use kubelet::sync_loop::{SyncLoop, SyncLoopDeps};
+use kubelet::syncer::KubeletSyncer;
+use kubelet_config::podconfig::SourcesReady;
+use kubelet_cri::FakeRuntime;
+use kubelet_runtime::pleg::{RELIST_PERIOD, RELIST_THRESHOLD};
+use kubelet_runtime::{GenericPleg, PlegHealth, PodCache, RuntimeManager, RuntimeManagerConfig};
+use kubelet_types::{Operation, PodSource, PodUpdate, SystemClock};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Process CPU time (user + system).
+pub fn cpu_time() -> Duration {
+    // SAFETY: getrusage writes into the struct we own.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    let tv = |t: libc::timeval| Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// Resident set size in bytes.
+pub fn rss() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|t| {
+            t.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        * 1024
+}
+
+/// Figures of one pod count.
+#[derive(Debug, Clone)]
+pub struct ScaleResult {
+    /// Pods.
+    pub pods: usize,
+    /// Pods in the source → every pod's status Running.
+    pub converge: Duration,
+    /// Process CPU spent converging.
+    pub converge_cpu: Duration,
+    /// CPU of one PLEG relist (median of 20).
+    pub relist_cpu: Duration,
+    /// Steady-state CPU in millicores (measured at the smallest count only).
+    pub steady_millicores: Option<f64>,
+    /// RSS with the pods running.
+    pub rss: u64,
+}
+
+/// Everything measured.
+#[derive(Debug, Clone)]
+pub struct Results {
+    /// RSS before any pod.
+    pub idle_rss: u64,
+    /// Per pod count.
+    pub scale: Vec<ScaleResult>,
+}
+
+fn pod(i: usize) -> Arc<Pod> {
+    Arc::new(Pod {
+        metadata: ObjectMeta {
+            name: Some(format!("bench-{i}")),
+            namespace: Some("default".into()),
+            uid: Some(format!("00000000-0000-0000-0000-{i:012}")),
+            annotations: Some([("kubernetes.io/config.source".to_string(), "file".to_string())].into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container { name: "app".into(), image: Some("busybox:1".into()), ..Default::default() }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    })
+}
+
+async fn scale(n: usize, steady: Option<Duration>) -> anyhow::Result<ScaleResult> {
+    let clock = Arc::new(SystemClock);
+    let fake = Arc::new(FakeRuntime::new(&["busybox:1"]));
+    fake.set_record_calls(false);
+    let dir = tempfile::tempdir()?;
+    let cfg = RuntimeManagerConfig {
+        pod_logs_dir: dir.path().join("logs"),
+        container_logs_dir: dir.path().join("containers"),
+        root_dir: dir.path().join("root"),
+        resolv_conf: None,
+        ..Default::default()
+    };
+    let runtime = Arc::new(RuntimeManager::new(fake.clone(), fake.clone(), cfg, clock.clone()));
+    let cache = Arc::new(PodCache::default());
+    let status = Arc::new(StatusManager::new(clock.clone()));
+    let cancel = CancellationToken::new();
+    let tracker = TaskTracker::new();
+    let (pleg_tx, pleg_rx) = mpsc::channel(1000);
+    let pleg_health = Arc::new(PlegHealth::new(RELIST_THRESHOLD));
+    let pleg = GenericPleg::new(runtime.clone(), cache.clone(), pleg_tx, pleg_health.clone(), RELIST_PERIOD);
+    tracker.spawn(pleg.run(cancel.clone()));
+    let syncer = Arc::new(KubeletSyncer {
+        runtime: runtime.clone(),
+        cache: cache.clone(),
+        status: status.clone(),
+        cgroups: Arc::new(NoCgroups),
+        host_ips: vec!["192.0.2.10".into()],
+    });
+    let workers = PodWorkers::new(syncer, Duration::from_secs(60), cancel.clone(), tracker.clone());
+    let ready = SourcesReady::new([]);
+    let (upd_tx, upd_rx) = mpsc::channel(10);
+    let sl = SyncLoop::new(SyncLoopDeps {
+        updates: upd_rx,
+        pleg_events: pleg_rx,
+        workers,
+        runtime: runtime.clone(),
+        cache: cache.clone(),
+        cgroups: Arc::new(NoCgroups),
+        sources_ready: ready,
+        health: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
+        pods_out: watch::channel(Arc::new(vec![])).0,
+        pods_dir: dir.path().join("root/pods"),
+        mirror: None,
+    });
+    tracker.spawn(sl.run(cancel.clone()));
+
+    let pods: Vec<Arc<Pod>> = (0..n).map(pod).collect();
+    let mut changes = status.subscribe();
+    let cpu0 = cpu_time();
+    let t0 = Instant::now();
+    upd_tx.send(PodUpdate { op: Operation::Add, source: PodSource::File, pods }).await?;
+    loop {
+        let running = status.snapshot().values().filter(|s| s.phase.as_deref() == Some("Running")).count();
+        if running == n {
+            break;
+        }
+        tokio::time::timeout(Duration::from_secs(120), changes.changed()).await??;
+    }
+    let converge = t0.elapsed();
+    let converge_cpu = cpu_time() - cpu0;
+
+    // Relist cost: a separate PLEG over the same runtime, relisting with no change.
+    let (tx2, _rx2) = mpsc::channel(10_000);
+    let mut probe = GenericPleg::new(
+        runtime.clone(),
+        Arc::new(PodCache::default()),
+        tx2,
+        Arc::new(PlegHealth::new(RELIST_THRESHOLD)),
+        RELIST_PERIOD,
+    );
+    probe.relist().await?;
+    let mut samples = vec![];
+    for _ in 0..20 {
+        let c = cpu_time();
+        probe.relist().await?;
+        samples.push(cpu_time() - c);
+    }
+    samples.sort();
+    let relist_cpu = samples[samples.len() / 2];
+
+    let steady_millicores = match steady {
+        Some(window) => {
+            let c = cpu_time();
+            tokio::time::sleep(window).await;
+            Some((cpu_time() - c).as_secs_f64() * 1000.0 / window.as_secs_f64())
+        }
+        None => None,
+    };
+    let rss_now = rss();
+    cancel.cancel();
+    tracker.close();
+    tracker.wait().await;
+    Ok(ScaleResult { pods: n, converge, converge_cpu, relist_cpu, steady_millicores, rss: rss_now })
+}
+
+/// Runs every scenario.
+pub async fn run_all(counts: &[usize], steady_seconds: u64) -> anyhow::Result<Results> {
+    let idle_rss = rss();
+    let mut out = vec![];
+    let smallest = counts.iter().copied().min().unwrap_or(110);
+    for &n in counts {
+        let steady = (n == smallest).then(|| Duration::from_secs(steady_seconds));
+        out.push(scale(n, steady).await?);
+    }
+    Ok(Results { idle_rss, scale: out })
+}
