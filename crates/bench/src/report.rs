@@ -64,10 +64,31 @@ impl Report {
         })
     }
 
-    /// A Markdown table.
+    /// A Markdown document: machine, commit, command, then the table.
     pub fn markdown(&self) -> String {
-        let mut s = String::from(
-            "| pods | converge | CPU to converge | relist CPU | steady CPU | RSS |\n|---:|---:|---:|---:|---:|---:|\n",
+        let cpu = std::fs::read_to_string("/proc/cpuinfo")
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find(|l| l.starts_with("model name"))
+                    .and_then(|l| l.split(':').nth(1))
+                    .map(|m| m.trim().to_string())
+            })
+            .unwrap_or_else(|| "unknown CPU".into());
+        let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+        let mem_gib = crate::core::total_memory() as f64 / MIB / 1024.0;
+        let commit = std::process::Command::new("git")
+            .args(["rev-parse", "--short", "HEAD"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_else(|| "unknown".into());
+        let command = std::env::args().collect::<Vec<_>>().join(" ");
+        let mut s = format!(
+            "# rkubelet benchmarks\n\n- machine: {cores} cores ({cpu}), {mem_gib:.0} GiB\n- commit: {commit}\n- command: `{command}`\n\
+             - scenario: the real core in-process on the in-memory CRI runtime (rkubelet alone, no containerd)\n\n\
+             | pods | converge | CPU to converge | relist CPU | steady CPU | RSS |\n|---:|---:|---:|---:|---:|---:|\n"
         );
         for r in &self.results.scale {
             s.push_str(&format!(
@@ -84,6 +105,15 @@ impl Report {
             "\nRSS before any pod (in-process harness): {:.1} MiB\n",
             self.results.idle_rss as f64 / MIB
         ));
+        let missed = self.missed_budgets();
+        if missed.is_empty() {
+            s.push_str("\nEvery budget checked here is met.\n");
+        } else {
+            s.push_str("\nBudgets missed:\n");
+            for m in missed {
+                s.push_str(&format!("- {m}\n"));
+            }
+        }
         s
     }
 }
