@@ -132,7 +132,11 @@ async fn edited_manifest_replaces_the_pod_and_removed_manifest_leaves_nothing() 
         (sbs.len() == 1 && sbs[0].metadata.as_ref().unwrap().uid != uid1).then_some(())
     })
     .await;
-    assert!(!pod_cgroup_exists(&uid1), "old pod cgroup removed");
+    // The cgroup goes last, right after the sandbox.
+    node.wait_for("old pod cgroup removed", Duration::from_secs(10), || async {
+        (!pod_cgroup_exists(&uid1)).then_some(())
+    })
+    .await;
 
     let uid2 = p2["metadata"]["uid"].as_str().unwrap().to_string();
     node.remove_manifest("edit.yaml");

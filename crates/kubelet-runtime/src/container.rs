@@ -154,7 +154,7 @@ impl RuntimeManager {
                 "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n\
                  fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n{ip}\t{hostname}\n"
             );
-            std::fs::create_dir_all(&dir)?;
+            crate::logs::ensure_dir(&dir)?;
             std::fs::write(&hosts, text)?;
             mounts.push(api::Mount {
                 container_path: "/etc/hosts".into(),
@@ -165,7 +165,7 @@ impl RuntimeManager {
         let path = c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
         if !path.is_empty() {
             let cdir = dir.join("containers").join(&c.name);
-            std::fs::create_dir_all(&cdir)?;
+            crate::logs::ensure_dir(&cdir)?;
             let file = cdir.join(format!("{:08x}", rand_u32()));
             std::fs::write(&file, b"")?;
             // Any user of the container must be able to write its termination message.
@@ -259,7 +259,7 @@ impl RuntimeManager {
             Some(s) => s.restart_count + 1,
             None => restart_count_from_log_dir(&log_dir),
         };
-        std::fs::create_dir_all(&log_dir)
+        crate::logs::ensure_dir(&log_dir)
             .map_err(|e| err("CreateContainerConfigError", format!("create {}: {e}", log_dir.display())))?;
         let mounts = self
             .managed_mounts(pod, c, pod_ips)
@@ -278,7 +278,7 @@ impl RuntimeManager {
         // The /var/log/containers link, as upstream: `<pod>_<ns>_<container>-<id>.log` -> the CRI log file.
         let link = config_gen::container_log_link(&self.cfg.container_logs_dir, pod, &c.name, &id);
         let target = log_dir.join(format!("{restart_count}.log"));
-        if std::fs::create_dir_all(&self.cfg.container_logs_dir).is_ok() {
+        if crate::logs::ensure_dir(&self.cfg.container_logs_dir).is_ok() {
             let _ = std::fs::remove_file(&link);
             if let Err(e) = std::os::unix::fs::symlink(&target, &link) {
                 warn!(pod = %pod_ref(pod), containerName = %c.name, error = %e, "failed to create container log symlink");

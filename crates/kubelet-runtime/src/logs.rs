@@ -61,6 +61,15 @@ pub fn tail_of_cri_log(log: &str, lines: usize, bytes: usize) -> String {
     out
 }
 
+/// Creates a directory and its parents unless it already exists. A `stat` first: on slow disks a `mkdir` that
+/// fails with EEXIST costs as much as a real one, and the kubelet ensures the same folders at every sync.
+pub fn ensure_dir(path: &std::path::Path) -> std::io::Result<()> {
+    if std::fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+        return Ok(());
+    }
+    std::fs::create_dir_all(path)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

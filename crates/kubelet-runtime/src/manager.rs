@@ -453,7 +453,7 @@ impl RuntimeManager {
             message,
         };
         let config = config_gen::sandbox_config(&self.cfg, pod, attempt);
-        std::fs::create_dir_all(&config.log_directory).map_err(|e| {
+        crate::logs::ensure_dir(std::path::Path::new(&config.log_directory)).map_err(|e| {
             err("CreatePodSandboxConfigError", format!("create log directory {}: {e}", config.log_directory))
         })?;
         let id = self.runtime.run_pod_sandbox(config, "").await.map_err(|e| {

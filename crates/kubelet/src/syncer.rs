@@ -132,7 +132,7 @@ impl PodSyncer for KubeletSyncer {
             return SyncOutcome::Terminal;
         }
         for sub in ["volumes", "plugins", "containers"] {
-            if let Err(e) = std::fs::create_dir_all(self.pod_dir(&key.uid).join(sub)) {
+            if let Err(e) = kubelet_runtime::logs::ensure_dir(&self.pod_dir(&key.uid).join(sub)) {
                 warn!(pod = %key, error = %e, "unable to create pod directories");
                 return SyncOutcome::Retry(WORKER_BACKOFF);
             }
@@ -180,20 +180,24 @@ impl PodSyncer for KubeletSyncer {
     async fn sync_terminated_pod(&self, key: &PodKey, pod: Option<&Arc<Pod>>, removed: bool) -> Result<(), String> {
         if removed {
             self.runtime.remove_pod(&key.uid).await.map_err(|e| e.to_string())?;
-            self.cache.delete(&key.uid);
-            self.status.remove(&key.uid);
             let log_dir = match pod {
                 Some(p) => pod_log_dir(&self.runtime.config().pod_logs_dir, p),
                 None => self.runtime.config().pod_logs_dir.join(format!("{}_{}_{}", key.namespace, key.name, key.uid)),
             };
             remove_dir(&log_dir);
             remove_dir(&self.pod_dir(&key.uid));
-            info!(pod = %key, podUID = %key.uid, "pod removed: containers, sandbox, cgroup and directories cleaned up");
         }
         if let Err(e) = self.cgroups.destroy_pod(&key.uid) {
             return Err(format!("remove cgroup of pod {key}: {e}"));
         }
-        self.status.set_terminated(&key.uid);
+        if removed {
+            // Forgetting the status comes last: once the pod is gone from the status, nothing of it is left.
+            self.cache.delete(&key.uid);
+            self.status.remove(&key.uid);
+            info!(pod = %key, podUID = %key.uid, "pod removed: containers, sandbox, cgroup and directories cleaned up");
+        } else {
+            self.status.set_terminated(&key.uid);
+        }
         if let Some(p) = pod {
             tracing::debug!(pod = %pod_ref(p), "pod terminated");
         }
