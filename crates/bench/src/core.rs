@@ -7,21 +7,14 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kubelet::cm::NoCgroups;
-use kubelet::pod_workers::PodWorkers;
-use kubelet::server::SyncLoopHealth;
-use kubelet::status::StatusManager;
-use kubelet::sync_loop::{SyncLoop, SyncLoopDeps};
-use kubelet::syncer::KubeletSyncer;
+use kubelet::fake_node::FakeNode;
 use kubelet_config::podconfig::SourcesReady;
 use kubelet_cri::FakeRuntime;
 use kubelet_runtime::pleg::{RELIST_PERIOD, RELIST_THRESHOLD};
-use kubelet_runtime::{GenericPleg, PlegHealth, PodCache, RuntimeManager, RuntimeManagerConfig};
+use kubelet_runtime::{GenericPleg, PlegHealth, PodCache};
 use kubelet_types::{Operation, PodSource, PodUpdate, SystemClock};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 /// Process CPU time (user + system).
 pub fn cpu_time() -> Duration {
@@ -92,51 +85,11 @@ fn pod(i: usize) -> Arc<Pod> {
 }
 
 async fn scale(n: usize, steady: Option<Duration>) -> anyhow::Result<ScaleResult> {
-    let clock = Arc::new(SystemClock);
     let fake = Arc::new(FakeRuntime::new(&["busybox:1"]));
     fake.set_record_calls(false);
     let dir = tempfile::tempdir()?;
-    let cfg = RuntimeManagerConfig {
-        pod_logs_dir: dir.path().join("logs"),
-        container_logs_dir: dir.path().join("containers"),
-        root_dir: dir.path().join("root"),
-        resolv_conf: None,
-        ..Default::default()
-    };
-    let runtime = Arc::new(RuntimeManager::new(fake.clone(), fake.clone(), cfg, clock.clone()));
-    let cache = Arc::new(PodCache::default());
-    let status = Arc::new(StatusManager::new(clock.clone()));
-    let cancel = CancellationToken::new();
-    let tracker = TaskTracker::new();
-    let (pleg_tx, pleg_rx) = mpsc::channel(1000);
-    let pleg_health = Arc::new(PlegHealth::new(RELIST_THRESHOLD));
-    let pleg = GenericPleg::new(runtime.clone(), cache.clone(), pleg_tx, pleg_health.clone(), RELIST_PERIOD);
-    tracker.spawn(pleg.run(cancel.clone()));
-    let syncer = Arc::new(KubeletSyncer {
-        runtime: runtime.clone(),
-        cache: cache.clone(),
-        status: status.clone(),
-        cgroups: Arc::new(NoCgroups),
-        host_ips: vec!["192.0.2.10".into()],
-    });
-    let workers = PodWorkers::new(syncer, Duration::from_secs(60), cancel.clone(), tracker.clone());
-    let ready = SourcesReady::new([]);
-    let (upd_tx, upd_rx) = mpsc::channel(10);
-    let sl = SyncLoop::new(SyncLoopDeps {
-        updates: upd_rx,
-        pleg_events: pleg_rx,
-        workers,
-        runtime: runtime.clone(),
-        cache: cache.clone(),
-        cgroups: Arc::new(NoCgroups),
-        sources_ready: ready,
-        health: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
-        pods_out: watch::channel(Arc::new(vec![])).0,
-        pods_dir: dir.path().join("root/pods"),
-        mirror: None,
-    });
-    tracker.spawn(sl.run(cancel.clone()));
-
+    let node = FakeNode::start(fake, Arc::new(SystemClock), dir.path(), SourcesReady::new([]));
+    let (status, upd_tx, runtime) = (node.status.clone(), node.updates.clone(), node.runtime.clone());
     let pods: Vec<Arc<Pod>> = (0..n).map(pod).collect();
     let cpu0 = cpu_time();
     let t0 = Instant::now();
@@ -184,9 +137,7 @@ async fn scale(n: usize, steady: Option<Duration>) -> anyhow::Result<ScaleResult
         None => None,
     };
     let rss_now = rss();
-    cancel.cancel();
-    tracker.close();
-    tracker.wait().await;
+    node.stop().await;
     Ok(ScaleResult { pods: n, converge, converge_cpu, relist_cpu, steady_millicores, rss: rss_now })
 }
 

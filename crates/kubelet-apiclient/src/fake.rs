@@ -2,7 +2,7 @@
 //! resourceVersions, strategic-merge patches for the lists the kubelet patches, a pod watch, recorded calls, and
 //! an outage switch ([`FakeApi::set_down`]) that makes every call fail as unavailable.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -405,11 +405,6 @@ impl EventApi for FakeApi {
         *e = from_value(v)?;
         Ok(())
     }
-}
-
-/// Pods by UID, for tests.
-pub fn by_uid(pods: &[Pod]) -> HashMap<String, &Pod> {
-    pods.iter().map(|p| (p.metadata.uid.clone().unwrap_or_default(), p)).collect()
 }
 
 #[cfg(test)]

@@ -30,6 +30,11 @@ pub fn default_pull_policy(image: &str) -> &'static str {
     }
 }
 
+/// A failed StartContainer step of container `c`.
+fn start_error(c: &Container, reason: &str, message: String) -> SyncError {
+    SyncError { action: "StartContainer", target: c.name.clone(), reason: reason.into(), message }
+}
+
 impl RuntimeManager {
     fn backoff_key(pod: &Pod, c: &Container) -> String {
         format!(
@@ -57,12 +62,7 @@ impl RuntimeManager {
                 pod.metadata.namespace.as_deref().unwrap_or(""),
                 pod.metadata.uid.as_deref().unwrap_or("")
             );
-            return Some(SyncError {
-                action: "StartContainer",
-                target: c.name.clone(),
-                reason: "CrashLoopBackOff".into(),
-                message,
-            });
+            return Some(start_error(c, "CrashLoopBackOff", message));
         }
         self.crash_backoff.next(&key, ts);
         None
@@ -75,12 +75,7 @@ impl RuntimeManager {
         sandbox_config: &api::PodSandboxConfig,
     ) -> Result<String, SyncError> {
         let image = c.image.clone().unwrap_or_default();
-        let err = |reason: &str, message: String| SyncError {
-            action: "StartContainer",
-            target: c.name.clone(),
-            reason: reason.into(),
-            message,
-        };
+        let err = |reason: &str, message: String| start_error(c, reason, message);
         if image.is_empty() {
             return Err(err("InvalidImageName", format!("container {} has no image", c.name)));
         }
@@ -245,12 +240,7 @@ impl RuntimeManager {
         if let Some(e) = self.do_backoff(pod, c, status) {
             return Err(e);
         }
-        let err = |reason: &str, message: String| SyncError {
-            action: "StartContainer",
-            target: c.name.clone(),
-            reason: reason.into(),
-            message,
-        };
+        let err = |reason: &str, message: String| start_error(c, reason, message);
         self.ensure_image(pod, c, sandbox_config).await?;
         let log_dir = PathBuf::from(&sandbox_config.log_directory).join(&c.name);
         // Without a previous instance, the count continues from the log files left behind

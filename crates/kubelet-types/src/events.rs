@@ -37,8 +37,6 @@ pub mod reason {
     pub const NODE_READY: &str = "NodeReady";
     /// The node is not ready.
     pub const NODE_NOT_READY: &str = "NodeNotReady";
-    /// A static pod manifest was refused.
-    pub const FAILED_VALIDATION: &str = "FailedValidation";
 }
 
 /// Where components record events.

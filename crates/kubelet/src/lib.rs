@@ -11,6 +11,7 @@
 
 pub mod cm;
 pub mod events;
+pub mod fake_node;
 pub mod mirror;
 pub mod nodestatus;
 pub mod pod_manager;

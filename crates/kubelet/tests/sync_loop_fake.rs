@@ -6,20 +6,13 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kubelet::cm::NoCgroups;
-use kubelet::pod_workers::PodWorkers;
-use kubelet::server::SyncLoopHealth;
+use kubelet::fake_node::FakeNode;
 use kubelet::status::StatusManager;
-use kubelet::sync_loop::{SyncLoop, SyncLoopDeps};
-use kubelet::syncer::KubeletSyncer;
 use kubelet_config::podconfig::SourcesReady;
 use kubelet_cri::{FakeRuntime, RuntimeService, api};
-use kubelet_runtime::pleg::{RELIST_PERIOD, RELIST_THRESHOLD};
-use kubelet_runtime::{GenericPleg, PlegHealth, PodCache, RuntimeManager, RuntimeManagerConfig};
 use kubelet_types::{Clock, Operation, PodSource, PodUid, PodUpdate, TestClock};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 fn pod(name: &str, uid: &str) -> Arc<Pod> {
     Arc::new(Pod {
@@ -56,52 +49,9 @@ fn start() -> Harness {
         Box::new(move || c2.now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64),
     ));
     let dir = tempfile::tempdir().unwrap();
-    let cfg = RuntimeManagerConfig {
-        pod_logs_dir: dir.path().join("logs"),
-        container_logs_dir: dir.path().join("containers"),
-        root_dir: dir.path().join("root"),
-        resolv_conf: None,
-        ..Default::default()
-    };
-    let runtime = Arc::new(RuntimeManager::new(fake.clone(), fake.clone(), cfg, clock.clone()));
-    let cache = Arc::new(PodCache::default());
-    let status = Arc::new(StatusManager::new(clock.clone()));
-    let cancel = CancellationToken::new();
-    let tracker = TaskTracker::new();
-    let (pleg_tx, pleg_rx) = mpsc::channel(100);
-    let pleg = GenericPleg::new(
-        runtime.clone(),
-        cache.clone(),
-        pleg_tx,
-        Arc::new(PlegHealth::new(RELIST_THRESHOLD)),
-        RELIST_PERIOD,
-    );
-    tracker.spawn(pleg.run(cancel.clone()));
-    let syncer = Arc::new(KubeletSyncer {
-        runtime: runtime.clone(),
-        cache: cache.clone(),
-        status: status.clone(),
-        cgroups: Arc::new(NoCgroups),
-        host_ips: vec!["192.0.2.10".into()],
-    });
-    let workers = PodWorkers::new(syncer, Duration::from_secs(60), cancel.clone(), tracker.clone());
     let ready = SourcesReady::new([PodSource::File]);
-    let (upd_tx, upd_rx) = mpsc::channel(10);
-    let sl = SyncLoop::new(SyncLoopDeps {
-        updates: upd_rx,
-        pleg_events: pleg_rx,
-        workers,
-        runtime,
-        cache,
-        cgroups: Arc::new(NoCgroups),
-        sources_ready: ready.clone(),
-        health: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
-        pods_out: watch::channel(Arc::new(vec![])).0,
-        pods_dir: dir.path().join("root/pods"),
-        mirror: None,
-    });
-    tracker.spawn(sl.run(cancel.clone()));
-    Harness { fake, status, updates: upd_tx, ready, cancel, _dir: dir }
+    let node = FakeNode::start(fake.clone(), clock, dir.path(), ready.clone());
+    Harness { fake, status: node.status, updates: node.updates, ready, cancel: node.cancel, _dir: dir }
 }
 
 async fn wait_phase(h: &Harness, uid: &str, phase: &str) {

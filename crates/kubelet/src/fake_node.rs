@@ -1,0 +1,91 @@
+//! The whole core — sync loop, pod workers, runtime manager, PLEG and housekeeping — wired over an in-memory CRI
+//! runtime, in this process. Used by the core's integration tests and by the scale benchmark; the binary wires
+//! the same pieces over the real runtime in `rkubelet/src/app.rs`.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kubelet_config::podconfig::SourcesReady;
+use kubelet_cri::FakeRuntime;
+use kubelet_runtime::pleg::{RELIST_PERIOD, RELIST_THRESHOLD};
+use kubelet_runtime::{GenericPleg, PlegHealth, PodCache, RuntimeManager, RuntimeManagerConfig};
+use kubelet_types::{Clock, PodUpdate};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::cm::NoCgroups;
+use crate::pod_workers::PodWorkers;
+use crate::server::SyncLoopHealth;
+use crate::status::StatusManager;
+use crate::sync_loop::{SyncLoop, SyncLoopDeps};
+use crate::syncer::KubeletSyncer;
+
+/// A running core over a fake runtime.
+pub struct FakeNode {
+    /// The runtime manager (shared with the core).
+    pub runtime: Arc<RuntimeManager>,
+    /// API statuses the core computes.
+    pub status: Arc<StatusManager>,
+    /// Where pod updates go (as from the PodConfig merge).
+    pub updates: mpsc::Sender<PodUpdate>,
+    /// Cancels every task of the core.
+    pub cancel: CancellationToken,
+    /// The core's tasks.
+    pub tracker: TaskTracker,
+}
+
+impl FakeNode {
+    /// Starts the core over `fake`, with its files under `dir`, reading wall time from `clock`; housekeeping waits
+    /// for `sources_ready`. Call inside a tokio runtime.
+    pub fn start(fake: Arc<FakeRuntime>, clock: Arc<dyn Clock>, dir: &Path, sources_ready: Arc<SourcesReady>) -> Self {
+        let cfg = RuntimeManagerConfig {
+            pod_logs_dir: dir.join("logs"),
+            container_logs_dir: dir.join("containers"),
+            root_dir: dir.join("root"),
+            resolv_conf: None,
+            ..Default::default()
+        };
+        let runtime = Arc::new(RuntimeManager::new(fake.clone(), fake, cfg, clock.clone()));
+        let cache = Arc::new(PodCache::default());
+        let status = Arc::new(StatusManager::new(clock));
+        let cancel = CancellationToken::new();
+        let tracker = TaskTracker::new();
+        let (pleg_tx, pleg_rx) = mpsc::channel(1000);
+        let pleg_health = Arc::new(PlegHealth::new(RELIST_THRESHOLD));
+        let pleg = GenericPleg::new(runtime.clone(), cache.clone(), pleg_tx, pleg_health, RELIST_PERIOD);
+        tracker.spawn(pleg.run(cancel.clone()));
+        let syncer = Arc::new(KubeletSyncer {
+            runtime: runtime.clone(),
+            cache: cache.clone(),
+            status: status.clone(),
+            cgroups: Arc::new(NoCgroups),
+            host_ips: vec!["192.0.2.10".into()],
+        });
+        let workers = PodWorkers::new(syncer, Duration::from_secs(60), cancel.clone(), tracker.clone());
+        let (updates, upd_rx) = mpsc::channel(10);
+        let sync_loop = SyncLoop::new(SyncLoopDeps {
+            updates: upd_rx,
+            pleg_events: pleg_rx,
+            workers,
+            runtime: runtime.clone(),
+            cache,
+            cgroups: Arc::new(NoCgroups),
+            sources_ready,
+            health: Arc::new(SyncLoopHealth::new(Duration::from_secs(60))),
+            pods_out: watch::channel(Arc::new(vec![])).0,
+            pods_dir: dir.join("root/pods"),
+            mirror: None,
+        });
+        tracker.spawn(sync_loop.run(cancel.clone()));
+        Self { runtime, status, updates, cancel, tracker }
+    }
+
+    /// Cancels the core and waits for its tasks.
+    pub async fn stop(self) {
+        self.cancel.cancel();
+        self.tracker.close();
+        self.tracker.wait().await;
+    }
+}
