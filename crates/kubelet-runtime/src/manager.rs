@@ -576,7 +576,7 @@ impl RuntimeManager {
                 if pod.is_none() && grace_override.is_none() { Some(MIN_GRACE_PERIOD_SECONDS) } else { grace_override };
             self.kill_container(pod, &c.id, &c.name, over).await
         });
-        let results = futures_join_all(kills).await;
+        let results = futures::future::join_all(kills).await;
         if let Some(e) = results.into_iter().find_map(Result::err) {
             return Err(e);
         }
@@ -636,30 +636,4 @@ impl RuntimeManager {
 
 fn ignore_not_found(e: CriError) -> CriResult<()> {
     if e.is_not_found() { Ok(()) } else { Err(e) }
-}
-
-/// Waits for all futures, in parallel on the current task.
-async fn futures_join_all<F: std::future::Future>(futs: impl IntoIterator<Item = F>) -> Vec<F::Output> {
-    let futs: Vec<_> = futs.into_iter().map(Box::pin).collect();
-    let mut out = Vec::with_capacity(futs.len());
-    let mut pending: Vec<_> = futs.into_iter().map(Some).collect();
-    let mut results: Vec<Option<F::Output>> = (0..pending.len()).map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut all = true;
-        for (i, f) in pending.iter_mut().enumerate() {
-            if let Some(fut) = f {
-                match fut.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => {
-                        results[i] = Some(v);
-                        *f = None;
-                    }
-                    std::task::Poll::Pending => all = false,
-                }
-            }
-        }
-        if all { std::task::Poll::Ready(()) } else { std::task::Poll::Pending }
-    })
-    .await;
-    out.extend(results.into_iter().flatten());
-    out
 }
