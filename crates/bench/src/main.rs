@@ -1,12 +1,23 @@
-//! rkubelet's benchmark with budgets (issue: measured every time). This first part measures rkubelet alone, on the
-//! in-memory CRI runtime: converging N pods (time and CPU), the PLEG relist cost at N pods, steady-state CPU and
-//! memory. It writes a JSON result and a Markdown table, and with `--check` exits non-zero naming every budget
-//! missed. `--smoke` is the small version CI runs so the program cannot rot.
+//! rkubelet's benchmark with budgets. Three groups of scenarios:
+//! - `core`: the core in-process on the in-memory CRI runtime (converge N pods, PLEG relist cost, steady CPU);
+//! - `fake`: the real binary on the in-memory runtime served over CRI gRPC, with the test apiserver (idle and
+//!   per-pod memory, converge N pods through the apiserver, steady CPU, a churn of creations and deletions);
+//! - `containerd`: the real binary on the real containerd with the test apiserver (pod start latency one at a
+//!   time and in a batch, what rkubelet adds over containerd's calls, teardown, idle and steady CPU and RSS).
+//!
+//! It writes a JSON result and a Markdown report, and with `--check` exits non-zero naming every budget missed.
+//! `--smoke` is the small version CI runs so the program cannot rot.
 
+mod apiwatch;
+mod binnode;
+mod containerd;
 mod core;
+mod fakescale;
+mod procstat;
 mod report;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::Parser;
 
@@ -14,19 +25,40 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(name = "rkubelet-bench")]
 struct Args {
-    /// Small, fast run (CI): 110 pods, short steady-state window.
+    /// Small, fast run (CI): 110 pods, short windows, a few pod starts.
     #[arg(long)]
     smoke: bool,
+    /// Scenario groups to run.
+    #[arg(long, value_delimiter = ',', default_value = "core,fake,containerd")]
+    scenarios: Vec<String>,
     /// Pod counts to converge.
     #[arg(long, value_delimiter = ',', default_value = "110,1000,5000")]
     pods: Vec<usize>,
-    /// Seconds of steady state measured at 110 pods.
+    /// Seconds of every steady-state (and idle) CPU window.
     #[arg(long, default_value_t = 30)]
     steady_seconds: u64,
+    /// Seconds of the churn (0: none).
+    #[arg(long, default_value_t = 60)]
+    churn_seconds: u64,
+    /// Pods created, and deleted, per second during the churn.
+    #[arg(long, default_value_t = 20)]
+    churn_rate: u32,
+    /// Pods started one at a time on containerd, per path.
+    #[arg(long, default_value_t = 10)]
+    sequential: usize,
+    /// Pods started at once on containerd, per path.
+    #[arg(long, default_value_t = 30)]
+    batch: usize,
+    /// The rkubelet binary (default: beside this program).
+    #[arg(long)]
+    rkubelet: Option<PathBuf>,
+    /// containerd's CRI endpoint (the one scripts/node-setup.sh starts).
+    #[arg(long, default_value = "unix:///var/lib/rkubelet-dev/containerd.sock")]
+    containerd_endpoint: String,
     /// Where the JSON result goes.
     #[arg(long, default_value = "target/benchmarks.json")]
     json: PathBuf,
-    /// Where the Markdown table goes (e.g. docs/benchmarks.md).
+    /// Where the Markdown report goes (e.g. docs/benchmarks.md).
     #[arg(long)]
     markdown: Option<PathBuf>,
     /// Exit non-zero when a budget is missed.
@@ -36,13 +68,48 @@ struct Args {
 
 fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
+    let mut settle = Duration::from_secs(5);
     if args.smoke {
         args.pods = vec![110];
         args.steady_seconds = 3;
+        args.churn_seconds = 4;
+        args.sequential = 2;
+        args.batch = 5;
+        settle = Duration::from_secs(1);
     }
+    let binary = args.rkubelet.clone().unwrap_or_else(binnode::default_binary);
+    let run = |s: &str| args.scenarios.iter().any(|x| x == s);
+    let steady = Duration::from_secs(args.steady_seconds);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let results = rt.block_on(core::run_all(&args.pods, args.steady_seconds))?;
-    let report = report::Report::new(results, args.smoke);
+    let core = if run("core") { Some(rt.block_on(core::run_all(&args.pods, args.steady_seconds))?) } else { None };
+    let fake = if run("fake") {
+        let opts = fakescale::FakeOpts {
+            binary: binary.clone(),
+            counts: args.pods.clone(),
+            steady,
+            settle,
+            churn: Duration::from_secs(args.churn_seconds),
+            churn_rate: args.churn_rate,
+        };
+        Some(rt.block_on(fakescale::run(&opts))?)
+    } else {
+        None
+    };
+    let containerd = if run("containerd") {
+        let opts = containerd::ContainerdOpts {
+            binary,
+            endpoint: args.containerd_endpoint.clone(),
+            sequential: args.sequential,
+            batch: args.batch,
+            steady,
+            settle,
+        };
+        Some(rt.block_on(containerd::run(&opts))?)
+    } else {
+        None
+    };
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    let report = report::Report { core, fake, containerd, smoke: args.smoke, command };
     if let Some(dir) = args.json.parent() {
         std::fs::create_dir_all(dir)?;
     }

@@ -18,5 +18,5 @@ mod service;
 pub use error::{CriError, CriResult};
 pub use fake::FakeRuntime;
 pub use kubelet_proto::runtime::v1 as api;
-pub use remote::RemoteRuntime;
+pub use remote::{RemoteRuntime, socket_path};
 pub use service::{ImageService, RuntimeService};

@@ -405,6 +405,17 @@ impl TestApiServer {
         Ok(api::delete(&self.shared.store, Self::def(api_version, resource)?, ns, name, &opts)?.removed)
     }
 
+    /// A receiver told the latest resourceVersion after every write: with [`TestApiServer::events_since`], an
+    /// in-process watch of every resource (no HTTP in between), for benchmarks that time what a watch sees.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.shared.store.subscribe()
+    }
+
+    /// The changes after `rv`, oldest first; 410 Expired once the event window no longer reaches back to it.
+    pub fn events_since(&self, rv: u64) -> Result<Vec<Arc<crate::store::Event>>, ServerError> {
+        Ok(self.shared.store.events_since(rv)?)
+    }
+
     /// Waits until `f` holds for the object (or its absence, `None`), re-checking on every write.
     pub async fn wait_for<F>(
         &self,

@@ -217,7 +217,9 @@ impl Store {
         if rv < inner.compacted {
             return Err(ApiError::expired(format!("too old resource version: {} ({})", rv, inner.compacted)));
         }
-        Ok(inner.history.iter().filter(|e| e.rv > rv).cloned().collect())
+        // The window is in RV order: skip to the first event after `rv`.
+        let from = inner.history.partition_point(|e| e.rv <= rv);
+        Ok(inner.history.range(from..).cloned().collect())
     }
 
     /// Whether `rv` is older than the event window (a watch from it would get 410).
