@@ -39,6 +39,9 @@ pub struct ContainerdOpts {
     pub batch: usize,
     /// Window of the idle and steady measurements.
     pub steady: Duration,
+    /// Wait after the node is Ready before the idle figures (rkubelet drops its start-up code 10 s after its
+    /// sources are ready).
+    pub startup_wait: Duration,
     /// Wait before RSS is read after a change.
     pub settle: Duration,
 }
@@ -359,7 +362,7 @@ pub async fn run(opts: &ContainerdOpts) -> anyhow::Result<ContainerdResults> {
         log_filter: Some("info,kubelet_cri=debug,h2=info,tonic=info,tower=info,hyper=info".into()),
     })?;
     wait_node_ready(&server, &mut node, Duration::from_secs(60)).await?;
-    tokio::time::sleep(opts.settle).await;
+    tokio::time::sleep(opts.startup_wait).await;
     let idle_rss = node.rss()?;
     let idle_millicores = node.millicores_over(opts.steady).await?;
     eprintln!("containerd: idle RSS {:.1} MiB, {idle_millicores:.2} millicores", idle_rss as f64 / 1048576.0);

@@ -1,8 +1,9 @@
 //! Scale through the real binary with no containerd: the in-memory runtime served over the real CRI protocol on a
 //! unix socket, and the test apiserver, both in this process; rkubelet is the child process whose CPU and RSS are
 //! read. Pods are created through the apiserver (bound to the node) and seen Running, then gone, on its watch.
-//! The client rate limit is raised (`kubeAPIQPS: 1000`, `kubeAPIBurst: 2000`) so the figures are rkubelet's work,
-//! not the default 50 requests per second every kubelet is held to.
+//! The client rate limits are raised (`kubeAPIQPS: 1000`, `kubeAPIBurst: 2000`, `eventRecordQPS: 0` = unlimited) so
+//! the figures are rkubelet's work, not the default 50 requests (and 50 events) per second every kubelet is held to:
+//! with them, the events of 5 000 pod starts alone would take five minutes to post.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,6 +28,9 @@ pub struct FakeOpts {
     pub counts: Vec<usize>,
     /// Window of every steady-state CPU measurement.
     pub steady: Duration,
+    /// Wait after the node is Ready before the idle figures (rkubelet drops its start-up code 10 s after its
+    /// sources are ready).
+    pub startup_wait: Duration,
     /// Wait before RSS is read after a change (the node's loops settle).
     pub settle: Duration,
     /// Length of the churn (none if zero).
@@ -162,12 +166,12 @@ pub async fn run(opts: &FakeOpts) -> anyhow::Result<FakeResults> {
         binary: &opts.binary,
         endpoint: format!("unix://{}", sock.display()),
         kubeconfig: Some(kubeconfig),
-        extra_config: "kubeAPIQPS: 1000\nkubeAPIBurst: 2000\n".into(),
+        extra_config: "kubeAPIQPS: 1000\nkubeAPIBurst: 2000\neventRecordQPS: 0\n".into(),
         log_filter: None,
     })?;
     wait_node_ready(&server, &mut node, Duration::from_secs(60)).await?;
     let mut c = Cluster { server, observer, node };
-    tokio::time::sleep(opts.settle).await;
+    tokio::time::sleep(opts.startup_wait).await;
     let idle_rss = c.node.rss()?;
     let idle_millicores = c.node.millicores_over(opts.steady).await?;
     eprintln!("fake runtime, binary: idle RSS {:.1} MiB, {idle_millicores:.2} millicores", mib(idle_rss));
@@ -223,8 +227,18 @@ async fn converge(c: &mut Cluster, n: usize, opts: &FakeOpts) -> anyhow::Result<
     };
     let converge = last - t0;
     let converge_cpu = c.node.cpu()? - cpu0;
+    tokio::time::sleep(opts.settle).await;
+    let before = c.server.requests().len();
     let steady_millicores = c.node.millicores_over(opts.steady).await?;
     let rss = c.node.rss()?;
+    let reqs = c.server.requests();
+    let mut by: std::collections::BTreeMap<String, usize> = Default::default();
+    for r in &reqs[before.min(reqs.len())..] {
+        let path = r.uri.split('?').next().unwrap_or("");
+        let kind = path.split('/').take(5).collect::<Vec<_>>().join("/");
+        *by.entry(format!("{} {kind}", r.method)).or_default() += 1;
+    }
+    eprintln!("fake runtime, binary: apiserver requests in the steady window at {n} pods: {by:?}");
     let t1 = Instant::now();
     for name in &names {
         c.delete(name)?;
@@ -272,11 +286,17 @@ async fn churn_round(
             peak = peak.max(c.node.rss()?);
         }
     }
+    // Every pod runs before the rest are deleted (a pod deleted before it started is not a start to time).
+    let names: Vec<String> = created.iter().map(|(n, _)| n.clone()).collect();
+    c.observer
+        .wait(&format!("the {tag} churn's pods Running"), Duration::from_secs(120), |t| {
+            names.iter().all(|n| t.running.contains_key(n)).then_some(())
+        })
+        .await?;
     for (name, _) in &created[deleted.len()..] {
         c.delete(name)?;
         deleted.push((name.clone(), Instant::now()));
     }
-    let names: Vec<String> = created.iter().map(|(n, _)| n.clone()).collect();
     c.observer
         .wait(&format!("the {tag} churn's pods gone"), Duration::from_secs(120), |t| {
             names.iter().all(|n| t.gone.contains_key(n)).then_some(())

@@ -69,6 +69,7 @@ struct Args {
 fn main() -> anyhow::Result<()> {
     let mut args = Args::parse();
     let mut settle = Duration::from_secs(5);
+    let mut startup_wait = Duration::from_secs(15);
     if args.smoke {
         args.pods = vec![110];
         args.steady_seconds = 3;
@@ -76,6 +77,7 @@ fn main() -> anyhow::Result<()> {
         args.sequential = 2;
         args.batch = 5;
         settle = Duration::from_secs(1);
+        startup_wait = Duration::from_secs(1);
     }
     let binary = args.rkubelet.clone().unwrap_or_else(binnode::default_binary);
     let run = |s: &str| args.scenarios.iter().any(|x| x == s);
@@ -88,6 +90,7 @@ fn main() -> anyhow::Result<()> {
             counts: args.pods.clone(),
             steady,
             settle,
+            startup_wait,
             churn: Duration::from_secs(args.churn_seconds),
             churn_rate: args.churn_rate,
         };
@@ -103,6 +106,7 @@ fn main() -> anyhow::Result<()> {
             batch: args.batch,
             steady,
             settle,
+            startup_wait,
         };
         Some(rt.block_on(containerd::run(&opts))?)
     } else {

@@ -239,7 +239,8 @@ impl Report {
             s.push_str(&format!(
                 "\n## Scale: the binary on the in-memory runtime (served over CRI gRPC) with the test apiserver\n\n\
                  Pods created through the apiserver, seen Running and gone on its watch; rkubelet's CPU and RSS from \
-                 `/proc`. `kubeAPIQPS: 1000`, `kubeAPIBurst: 2000`.\n\n\
+                 `/proc`. `kubeAPIQPS: 1000`, `kubeAPIBurst: 2000`, `eventRecordQPS: 0` (unlimited). Steady CPU: a window after \
+                 the pods converged and the node settled.\n\n\
                  Registered node, no pod: RSS {:.1} MiB, {:.2} millicores.\n\n\
                  | pods | converge | CPU to converge | steady CPU | RSS | per pod | delete all → gone |\n\
                  |---:|---:|---:|---:|---:|---:|---:|\n",

@@ -74,9 +74,16 @@ pub fn rfc3339_nano(t: std::time::SystemTime) -> String {
     kubelet_types::clock::rfc3339_nano(t)
 }
 
+/// One pod of a source: as the source last sent it, and as merged (with the config annotations).
+#[derive(Clone)]
+struct Known {
+    sent: Arc<Pod>,
+    merged: Arc<Pod>,
+}
+
 /// The merge state.
 pub struct PodConfig {
-    pods: HashMap<PodSource, HashMap<PodUid, Arc<Pod>>>,
+    pods: HashMap<PodSource, HashMap<PodUid, Known>>,
     ready: Arc<SourcesReady>,
     clock: Arc<dyn Clock>,
 }
@@ -98,14 +105,21 @@ impl PodConfig {
         let source = update.source;
         let first = !self.pods.contains_key(&source);
         let old = self.pods.remove(&source).unwrap_or_default();
-        let mut new_map: HashMap<PodUid, Arc<Pod>> = HashMap::with_capacity(update.pods.len());
+        let mut new_map: HashMap<PodUid, Known> = HashMap::with_capacity(update.pods.len());
         let (mut adds, mut updates, mut deletes, mut reconciles) = (vec![], vec![], vec![], vec![]);
-        for mut pod in update.pods {
-            let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
+        for sent in update.pods {
+            let uid = PodUid(sent.metadata.uid.clone().unwrap_or_default());
+            let existing = old.get(&uid);
+            // The source sent the very pod it sent last time: nothing to compare.
+            if let Some(k) = existing.filter(|k| Arc::ptr_eq(&k.sent, &sent)) {
+                new_map.entry(uid).or_insert_with(|| k.clone());
+                continue;
+            }
+            let mut pod = Pod::clone(&sent);
             let ann = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
             ann.insert(keys::CONFIG_SOURCE.into(), source.as_str().into());
-            match old.get(&uid) {
-                Some(existing) => {
+            match existing {
+                Some(Known { merged: existing, .. }) => {
                     let seen = existing.metadata.annotations.as_ref().and_then(|a| a.get(keys::CONFIG_SEEN)).cloned();
                     if let Some(seen) = seen {
                         pod.metadata
@@ -117,9 +131,9 @@ impl PodConfig {
                         if existing.status != pod.status {
                             let p = Arc::new(pod);
                             reconciles.push(p.clone());
-                            new_map.insert(uid, p);
+                            new_map.insert(uid, Known { sent, merged: p });
                         } else {
-                            new_map.insert(uid, existing.clone());
+                            new_map.insert(uid, Known { sent, merged: existing.clone() });
                         }
                         continue;
                     }
@@ -129,7 +143,7 @@ impl PodConfig {
                     } else {
                         updates.push(p.clone());
                     }
-                    new_map.insert(uid, p);
+                    new_map.insert(uid, Known { sent, merged: p });
                 }
                 None => {
                     if new_map.contains_key(&uid) {
@@ -141,12 +155,12 @@ impl PodConfig {
                         .insert(keys::CONFIG_SEEN.into(), rfc3339_nano(self.clock.now()));
                     let p = Arc::new(pod);
                     adds.push(p.clone());
-                    new_map.insert(uid, p);
+                    new_map.insert(uid, Known { sent, merged: p });
                 }
             }
         }
         let removes: Vec<Arc<Pod>> =
-            old.iter().filter(|(u, _)| !new_map.contains_key(*u)).map(|(_, p)| p.clone()).collect();
+            old.iter().filter(|(u, _)| !new_map.contains_key(*u)).map(|(_, k)| k.merged.clone()).collect();
         self.pods.insert(source, new_map);
         self.ready.mark(source);
 
@@ -224,7 +238,8 @@ mod tests {
     async fn merge_emits_upstream_operations() {
         let ready = SourcesReady::new([PodSource::File, PodSource::Http]);
         let mut pc = PodConfig::new(ready.clone(), Arc::new(TestClock::fixed()));
-        let set = |pods| SourceUpdate { source: PodSource::File, pods };
+        let set =
+            |pods: Vec<Pod>| SourceUpdate { source: PodSource::File, pods: pods.into_iter().map(Arc::new).collect() };
 
         let out = pc.merge(set(vec![pod("a", "i1"), pod("b", "i1")]));
         assert_eq!(out.len(), 1);
@@ -263,5 +278,28 @@ mod tests {
         let out = pc.merge(SourceUpdate { source: PodSource::Http, pods: vec![] });
         assert_eq!(ops(&out), vec![(Operation::Add, vec![])]);
         assert!(ready.all_ready());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_sent_again_unchanged_is_skipped_and_a_changed_one_is_not() {
+        let mut pc = PodConfig::new(SourcesReady::new([PodSource::Api]), Arc::new(TestClock::fixed()));
+        let (a, b) = (Arc::new(pod("a", "i1")), Arc::new(pod("b", "i1")));
+        let set = |pods: &[&Arc<Pod>]| SourceUpdate {
+            source: PodSource::Api,
+            pods: pods.iter().map(|p| Arc::clone(p)).collect(),
+        };
+        assert_eq!(ops(&pc.merge(set(&[&a, &b]))), vec![(Operation::Add, vec!["a".into(), "b".into()])]);
+        // The apiserver source resends its whole set after every event; the pods it did not touch are the same
+        // `Arc`s and produce nothing, the one that changed is compared as before.
+        let mut a2 = pod("a", "i1");
+        a2.status = Some(k8s_openapi::api::core::v1::PodStatus { phase: Some("Running".into()), ..Default::default() });
+        let a2 = Arc::new(a2);
+        assert_eq!(ops(&pc.merge(set(&[&a2, &b]))), vec![(Operation::Reconcile, vec!["a".into()])]);
+        assert!(pc.merge(set(&[&a2, &b])).is_empty());
+        let b2 = Arc::new(pod("b", "i2"));
+        let out = pc.merge(set(&[&a2, &b2]));
+        assert_eq!(ops(&out), vec![(Operation::Update, vec!["b".into()])]);
+        assert_eq!(out[0].pods[0].metadata.annotations.as_ref().unwrap()[keys::CONFIG_SOURCE], "api");
+        assert_eq!(ops(&pc.merge(set(&[&b2]))), vec![(Operation::Remove, vec!["a".into()])]);
     }
 }

@@ -40,6 +40,9 @@ const PLEG_CHANNEL_CAPACITY: usize = 1000;
 const SOURCE_CHANNEL_CAPACITY: usize = 50;
 /// Bound of the merge → sync loop channel (upstream's updates channel has 50).
 const UPDATE_CHANNEL_CAPACITY: usize = 50;
+/// After the sources are ready, how long start-up work (registration, first syncs) may take before its code is
+/// dropped from the resident set.
+const STARTUP_SETTLE: Duration = Duration::from_secs(10);
 /// How long shutdown waits for managers before naming the laggards.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
@@ -276,7 +279,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         runtime,
         cache,
         cgroups,
-        sources_ready,
+        sources_ready: sources_ready.clone(),
         health: syncloop_health,
         pods_out: pods_tx,
         pods_dir,
@@ -287,6 +290,14 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     });
     tracker.spawn(sync_loop.run(cancel.clone()));
     info!("started kubelet");
+    // Once every pod source has been read and the first syncs and registration had time to run, the code that only
+    // ran at start-up leaves the resident set.
+    let ready = sources_ready.clone();
+    tracker.spawn(async move {
+        ready.wait().await;
+        tokio::time::sleep(STARTUP_SETTLE).await;
+        crate::residency::drop_startup_code();
+    });
 
     cancel.cancelled().await;
     tracker.close();

@@ -6,6 +6,7 @@ mod app;
 mod cli;
 mod cluster;
 mod node;
+mod residency;
 
 use std::process::ExitCode;
 
@@ -68,6 +69,7 @@ fn init_tracing(v: u8) {
 }
 
 fn main() -> ExitCode {
+    residency::map_code_on_demand();
     let cli = Cli::parse();
     if cli.version {
         println!("Kubernetes {KUBERNETES_VERSION} (rkubelet {})", env!("CARGO_PKG_VERSION"));

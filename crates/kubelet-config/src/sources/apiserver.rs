@@ -40,7 +40,7 @@ impl ApiSource {
         Self { api, node_name, out }
     }
 
-    async fn send(&self, pods: &BTreeMap<(String, String), Pod>) -> bool {
+    async fn send(&self, pods: &BTreeMap<(String, String), Arc<Pod>>) -> bool {
         self.out.send(SourceUpdate { source: PodSource::Api, pods: pods.values().cloned().collect() }).await.is_ok()
     }
 
@@ -65,7 +65,8 @@ impl ApiSource {
                 }
             };
             delay = BACKOFF_START;
-            let mut pods: BTreeMap<(String, String), Pod> = items.into_iter().map(|p| (key(&p), p)).collect();
+            let mut pods: BTreeMap<(String, String), Arc<Pod>> =
+                items.into_iter().map(|p| (key(&p), Arc::new(p))).collect();
             debug!(pods = pods.len(), resourceVersion = %rv, "listed pods from the apiserver");
             if !self.send(&pods).await {
                 return;
@@ -107,7 +108,7 @@ impl ApiSource {
                     match ev {
                         WatchEvent::Added(p) | WatchEvent::Modified(p) => {
                             rv = p.metadata.resource_version.clone().unwrap_or(rv);
-                            pods.insert(key(&p), p);
+                            pods.insert(key(&p), Arc::new(p));
                         }
                         WatchEvent::Deleted(p) => {
                             rv = p.metadata.resource_version.clone().unwrap_or(rv);

@@ -9,6 +9,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kubelet_types::{Pod, PodSource};
@@ -161,7 +162,12 @@ impl FileSource {
                 }
             }
             let pods = self.read_and_log(&mut refused);
-            if self.out.send(SourceUpdate { source: PodSource::File, pods }).await.is_err() {
+            if self
+                .out
+                .send(SourceUpdate { source: PodSource::File, pods: pods.into_iter().map(Arc::new).collect() })
+                .await
+                .is_err()
+            {
                 return;
             }
         }

@@ -6,6 +6,7 @@
 //! Only `http://` URLs are supported for now. The task ends when its cancellation token fires.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Empty};
@@ -107,7 +108,12 @@ impl HttpSource {
                     }
                 }
             };
-            if self.out.send(SourceUpdate { source: PodSource::Http, pods }).await.is_err() {
+            if self
+                .out
+                .send(SourceUpdate { source: PodSource::Http, pods: pods.into_iter().map(Arc::new).collect() })
+                .await
+                .is_err()
+            {
                 return;
             }
         }
