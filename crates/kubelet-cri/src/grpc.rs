@@ -237,6 +237,12 @@ mod tests {
         let st = client.container_status(&cid).await.unwrap();
         assert_eq!(st.state, api::ContainerState::ContainerRunning as i32);
         assert_eq!(client.list_containers(None).await.unwrap().len(), 1);
+        // The brief lists of the relist: the same RPCs, decoded into fewer fields.
+        let brief = client.list_containers_brief().await.unwrap();
+        assert_eq!((brief.len(), brief[0].id.as_str()), (1, cid.as_str()));
+        assert_eq!(brief[0].state, api::ContainerState::ContainerRunning as i32);
+        let brief = client.list_pod_sandbox_brief().await.unwrap();
+        assert_eq!((brief.len(), brief[0].id.as_str()), (1, sid.as_str()));
         assert!(
             client.image_status(api::ImageSpec { image: "nope".into(), ..Default::default() }).await.unwrap().is_none()
         );

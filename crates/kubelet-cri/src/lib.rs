@@ -9,12 +9,14 @@
 //! Every call returns a typed [`CriError`]; a lost connection shows as [`CriError::Unavailable`] and the next
 //! call reconnects, so an outage of the runtime is something callers retry, never a crash.
 
+pub mod brief;
 mod error;
 pub mod fake;
 pub mod grpc;
 mod remote;
 mod service;
 
+pub use brief::{BriefContainer, BriefSandbox};
 pub use error::{CriError, CriResult};
 pub use fake::FakeRuntime;
 pub use kubelet_proto::runtime::v1 as api;

@@ -25,6 +25,7 @@ const MAX_MSG_SIZE: usize = 16 * 1024 * 1024;
 #[derive(Clone)]
 pub struct RemoteRuntime {
     runtime: RuntimeServiceClient<Channel>,
+    channel: Channel,
     images: ImageServiceClient<Channel>,
     timeout: Duration,
     socket: PathBuf,
@@ -61,13 +62,14 @@ impl RemoteRuntime {
                     Ok::<_, std::io::Error>(TokioIo::new(stream))
                 }
             }));
+        let raw = channel.clone();
         let runtime = RuntimeServiceClient::new(channel.clone())
             .max_decoding_message_size(MAX_MSG_SIZE)
             .max_encoding_message_size(MAX_MSG_SIZE);
         let images = ImageServiceClient::new(channel)
             .max_decoding_message_size(MAX_MSG_SIZE)
             .max_encoding_message_size(MAX_MSG_SIZE);
-        Ok(Self { runtime, images, timeout, socket })
+        Ok(Self { runtime, channel: raw, images, timeout, socket })
     }
 
     /// The socket this client talks to.
@@ -81,6 +83,28 @@ impl RemoteRuntime {
             r.set_timeout(t);
         }
         r
+    }
+
+    /// A unary call of `path` whose response is decoded as `Resp` (a brief view of the CRI's response message).
+    async fn brief_call<Req, Resp>(&self, op: &'static str, path: &'static str, msg: Req) -> CriResult<Resp>
+    where
+        Req: prost::Message + Send + Sync + 'static,
+        Resp: prost::Message + Default + Send + Sync + 'static,
+    {
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone())
+            .max_decoding_message_size(MAX_MSG_SIZE)
+            .max_encoding_message_size(MAX_MSG_SIZE);
+        let fut = async move {
+            grpc.ready().await.map_err(|e| tonic::Status::unavailable(format!("service was not ready: {e}")))?;
+            let codec = tonic_prost::ProstCodec::<Req, Resp>::default();
+            grpc.unary(
+                self.req(msg, Some(self.timeout)),
+                tonic::codegen::http::uri::PathAndQuery::from_static(path),
+                codec,
+            )
+            .await
+        };
+        self.call(op, Some(self.timeout), fut).await
     }
 
     async fn call<T, F>(&self, op: &'static str, timeout: Option<Duration>, fut: F) -> CriResult<T>
@@ -201,6 +225,20 @@ impl RuntimeService for RemoteRuntime {
         let mut c = self.runtime.clone();
         let r = self.req(api::ListContainersRequest { filter }, Some(self.timeout));
         Ok(self.call("ListContainers", Some(self.timeout), c.list_containers(r)).await?.containers)
+    }
+
+    async fn list_pod_sandbox_brief(&self) -> CriResult<Vec<crate::BriefSandbox>> {
+        let path = "/runtime.v1.RuntimeService/ListPodSandbox";
+        let r: crate::brief::BriefListPodSandboxResponse =
+            self.brief_call("ListPodSandbox", path, api::ListPodSandboxRequest { filter: None }).await?;
+        Ok(r.items)
+    }
+
+    async fn list_containers_brief(&self) -> CriResult<Vec<crate::BriefContainer>> {
+        let path = "/runtime.v1.RuntimeService/ListContainers";
+        let r: crate::brief::BriefListContainersResponse =
+            self.brief_call("ListContainers", path, api::ListContainersRequest { filter: None }).await?;
+        Ok(r.containers)
     }
 
     async fn container_status(&self, id: &str) -> CriResult<api::ContainerStatus> {

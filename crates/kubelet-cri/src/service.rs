@@ -4,6 +4,7 @@ use async_trait::async_trait;
 
 use crate::CriResult;
 use crate::api;
+use crate::brief::{BriefContainer, BriefSandbox};
 
 /// Pod sandbox and container lifecycle (`RuntimeService`).
 #[async_trait]
@@ -39,6 +40,14 @@ pub trait RuntimeService: Send + Sync + 'static {
     async fn list_containers(&self, filter: Option<api::ContainerFilter>) -> CriResult<Vec<api::Container>>;
     /// Status of a container.
     async fn container_status(&self, id: &str) -> CriResult<api::ContainerStatus>;
+    /// Every sandbox, brief (the PLEG relist). The default converts the full list.
+    async fn list_pod_sandbox_brief(&self) -> CriResult<Vec<BriefSandbox>> {
+        Ok(self.list_pod_sandbox(None).await?.into_iter().map(BriefSandbox::from).collect())
+    }
+    /// Every container, brief (the PLEG relist). The default converts the full list.
+    async fn list_containers_brief(&self) -> CriResult<Vec<BriefContainer>> {
+        Ok(self.list_containers(None).await?.into_iter().map(BriefContainer::from).collect())
+    }
 }
 
 /// Image management (`ImageManagerService`).

@@ -215,21 +215,20 @@ impl RuntimeManager {
 
     /// Every pod the runtime has (`GetPods`); with `all == false` only running containers and ready sandboxes.
     pub async fn get_pods(&self, all: bool) -> CriResult<Vec<RuntimePod>> {
-        let sb_filter = (!all).then(|| api::PodSandboxFilter {
-            state: Some(api::PodSandboxStateValue { state: api::PodSandboxState::SandboxReady as i32 }),
-            ..Default::default()
-        });
-        let c_filter = (!all).then(|| api::ContainerFilter {
-            state: Some(api::ContainerStateValue { state: api::ContainerState::ContainerRunning as i32 }),
-            ..Default::default()
-        });
-        let (sandboxes, containers) =
-            tokio::try_join!(self.runtime.list_pod_sandbox(sb_filter), self.runtime.list_containers(c_filter))?;
+        // Brief lists: the relist runs every second over every object of the node and reads only identities and
+        // states (see kubelet_cri::brief).
+        let (mut sandboxes, mut containers) =
+            tokio::try_join!(self.runtime.list_pod_sandbox_brief(), self.runtime.list_containers_brief())?;
+        if !all {
+            sandboxes.retain(|s| s.state == api::PodSandboxState::SandboxReady as i32);
+            containers.retain(|c| c.state == api::ContainerState::ContainerRunning as i32);
+        }
         let mut pods: HashMap<String, RuntimePod> = HashMap::new();
         let mut sb_times: HashMap<String, Vec<i64>> = HashMap::new();
         for s in sandboxes {
             let Some(m) = s.metadata.as_ref() else { continue };
-            let uid = s.labels.get(keys::POD_UID).cloned().unwrap_or_else(|| m.uid.clone());
+            // As upstream's GetPods: a sandbox's pod is its metadata.
+            let uid = m.uid.clone();
             let p = pods.entry(uid.clone()).or_insert_with(|| RuntimePod {
                 id: PodUid(uid.clone()),
                 name: m.name.clone(),
@@ -239,23 +238,20 @@ impl RuntimeManager {
             p.sandboxes.push((s.id.clone(), sandbox_state(s.state)));
             sb_times.entry(uid).or_default().push(s.created_at);
         }
-        for c in containers {
-            let info = container_info(&c.labels, &c.annotations);
-            if info.pod_uid.is_empty() {
-                continue;
-            }
-            let p = pods.entry(info.pod_uid.clone()).or_insert_with(|| RuntimePod {
-                id: PodUid(info.pod_uid.clone()),
-                name: info.pod_name.clone(),
-                namespace: info.pod_namespace.clone(),
+        for mut c in containers {
+            let Some(uid) = c.labels.remove(keys::POD_UID).filter(|u| !u.is_empty()) else { continue };
+            let mut take = |k: &str| c.labels.remove(k).unwrap_or_default();
+            let (name, pod_name, pod_namespace) =
+                (take(keys::CONTAINER_NAME), take(keys::POD_NAME), take(keys::POD_NAMESPACE));
+            let p = pods.entry(uid).or_insert_with_key(|uid| RuntimePod {
+                id: PodUid(uid.clone()),
+                name: pod_name,
+                namespace: pod_namespace,
                 ..Default::default()
             });
             p.containers.push(RuntimeContainer {
                 id: c.id,
-                name: info.name,
-                image: c.image.map(|i| i.image).unwrap_or_default(),
-                image_ref: c.image_ref,
-                hash: info.hash,
+                name,
                 state: container_state(c.state),
                 created_at: c.created_at,
             });

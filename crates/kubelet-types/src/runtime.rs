@@ -55,19 +55,13 @@ pub enum SandboxState {
     NotReady,
 }
 
-/// A container as listed by the runtime (cheap, from ListContainers).
+/// A container as listed by the runtime (cheap, from a brief ListContainers: what the PLEG relist needs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeContainer {
     /// CRI container ID.
     pub id: String,
-    /// Container name (from its metadata).
+    /// Container name (from its labels).
     pub name: String,
-    /// Image as requested.
-    pub image: String,
-    /// Image ID the runtime resolved.
-    pub image_ref: String,
-    /// Spec hash from the annotation.
-    pub hash: u64,
     /// State.
     pub state: ContainerState,
     /// Creation time, Unix nanoseconds.
