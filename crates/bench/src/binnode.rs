@@ -144,5 +144,10 @@ impl Drop for BinNode {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        // The folder goes with the node: keep its log where it can be read after a failed run.
+        let keep = std::env::temp_dir().join("rkubelet-bench-last.log");
+        if std::fs::copy(self.log_path(), &keep).is_ok() {
+            eprintln!("rkubelet's log: {}", keep.display());
+        }
     }
 }

@@ -100,68 +100,86 @@ impl PodConfig {
         Self { pods: HashMap::new(), ready, clock }
     }
 
-    /// Merges one complete set of a source; returns the updates to emit, in upstream's order.
+    /// Compares one pod the source sent with what the merge has of it: the merged pod to keep, and the operation
+    /// it calls for, if any.
+    fn merge_one(&self, source: PodSource, sent: &Arc<Pod>, existing: Option<&Known>) -> (Arc<Pod>, Option<Operation>) {
+        let mut pod = Pod::clone(sent);
+        let ann = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        ann.insert(keys::CONFIG_SOURCE.into(), source.as_str().into());
+        let Some(Known { merged: existing, .. }) = existing else {
+            pod.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(keys::CONFIG_SEEN.into(), rfc3339_nano(self.clock.now()));
+            return (Arc::new(pod), Some(Operation::Add));
+        };
+        let seen = existing.metadata.annotations.as_ref().and_then(|a| a.get(keys::CONFIG_SEEN)).cloned();
+        if let Some(seen) = seen {
+            pod.metadata.annotations.get_or_insert_with(BTreeMap::new).insert(keys::CONFIG_SEEN.into(), seen);
+        }
+        if !differ_semantically(existing, &pod) {
+            if existing.status != pod.status {
+                return (Arc::new(pod), Some(Operation::Reconcile));
+            }
+            return (existing.clone(), None);
+        }
+        let op = if pod.metadata.deletion_timestamp.is_some() { Operation::Delete } else { Operation::Update };
+        (Arc::new(pod), Some(op))
+    }
+
+    /// Merges one update of a source — a complete set, or a delta of changed and removed pods — and returns the
+    /// updates to emit, in upstream's order. A delta costs what it changes, not the size of the source.
     pub fn merge(&mut self, update: SourceUpdate) -> Vec<PodUpdate> {
         let source = update.source;
         let first = !self.pods.contains_key(&source);
-        let old = self.pods.remove(&source).unwrap_or_default();
-        let mut new_map: HashMap<PodUid, Known> = HashMap::with_capacity(update.pods.len());
-        let (mut adds, mut updates, mut deletes, mut reconciles) = (vec![], vec![], vec![], vec![]);
-        for sent in update.pods {
-            let uid = PodUid(sent.metadata.uid.clone().unwrap_or_default());
-            let existing = old.get(&uid);
-            // The source sent the very pod it sent last time: nothing to compare.
-            if let Some(k) = existing.filter(|k| Arc::ptr_eq(&k.sent, &sent)) {
-                new_map.entry(uid).or_insert_with(|| k.clone());
-                continue;
+        let mut map = self.pods.remove(&source).unwrap_or_default();
+        let (mut removes, mut adds, mut updates, mut deletes, mut reconciles) =
+            (vec![], vec![], vec![], vec![], vec![]);
+        let mut record = |op: Option<Operation>, p: &Arc<Pod>| match op {
+            Some(Operation::Add) => adds.push(p.clone()),
+            Some(Operation::Update) => updates.push(p.clone()),
+            Some(Operation::Delete) => deletes.push(p.clone()),
+            Some(Operation::Reconcile) => reconciles.push(p.clone()),
+            _ => {}
+        };
+        match update.removed {
+            // A delta: only the pods sent changed, and the removed ones are gone.
+            Some(removed) => {
+                for sent in update.pods {
+                    let uid = PodUid(sent.metadata.uid.clone().unwrap_or_default());
+                    let (merged, op) = self.merge_one(source, &sent, map.get(&uid));
+                    record(op, &merged);
+                    map.insert(uid, Known { sent, merged });
+                }
+                for uid in removed {
+                    if let Some(k) = map.remove(&uid) {
+                        removes.push(k.merged);
+                    }
+                }
             }
-            let mut pod = Pod::clone(&sent);
-            let ann = pod.metadata.annotations.get_or_insert_with(BTreeMap::new);
-            ann.insert(keys::CONFIG_SOURCE.into(), source.as_str().into());
-            match existing {
-                Some(Known { merged: existing, .. }) => {
-                    let seen = existing.metadata.annotations.as_ref().and_then(|a| a.get(keys::CONFIG_SEEN)).cloned();
-                    if let Some(seen) = seen {
-                        pod.metadata
-                            .annotations
-                            .get_or_insert_with(BTreeMap::new)
-                            .insert(keys::CONFIG_SEEN.into(), seen);
-                    }
-                    if !differ_semantically(existing, &pod) {
-                        if existing.status != pod.status {
-                            let p = Arc::new(pod);
-                            reconciles.push(p.clone());
-                            new_map.insert(uid, Known { sent, merged: p });
-                        } else {
-                            new_map.insert(uid, Known { sent, merged: existing.clone() });
-                        }
+            // A complete set: every pod not in it is gone.
+            None => {
+                let old = std::mem::take(&mut map);
+                map.reserve(update.pods.len());
+                for sent in update.pods {
+                    let uid = PodUid(sent.metadata.uid.clone().unwrap_or_default());
+                    if map.contains_key(&uid) {
                         continue;
                     }
-                    let p = Arc::new(pod);
-                    if p.metadata.deletion_timestamp.is_some() {
-                        deletes.push(p.clone());
-                    } else {
-                        updates.push(p.clone());
-                    }
-                    new_map.insert(uid, Known { sent, merged: p });
-                }
-                None => {
-                    if new_map.contains_key(&uid) {
+                    let existing = old.get(&uid);
+                    // The source sent the very pod it sent last time: nothing to compare.
+                    if let Some(k) = existing.filter(|k| Arc::ptr_eq(&k.sent, &sent)) {
+                        map.insert(uid, k.clone());
                         continue;
                     }
-                    pod.metadata
-                        .annotations
-                        .get_or_insert_with(BTreeMap::new)
-                        .insert(keys::CONFIG_SEEN.into(), rfc3339_nano(self.clock.now()));
-                    let p = Arc::new(pod);
-                    adds.push(p.clone());
-                    new_map.insert(uid, Known { sent, merged: p });
+                    let (merged, op) = self.merge_one(source, &sent, existing);
+                    record(op, &merged);
+                    map.insert(uid, Known { sent, merged });
                 }
+                removes = old.into_iter().filter(|(u, _)| !map.contains_key(u)).map(|(_, k)| k.merged).collect();
             }
         }
-        let removes: Vec<Arc<Pod>> =
-            old.iter().filter(|(u, _)| !new_map.contains_key(*u)).map(|(_, k)| k.merged.clone()).collect();
-        self.pods.insert(source, new_map);
+        self.pods.insert(source, map);
         self.ready.mark(source);
 
         let no_changes = adds.is_empty() && updates.is_empty() && deletes.is_empty();
@@ -238,8 +256,7 @@ mod tests {
     async fn merge_emits_upstream_operations() {
         let ready = SourcesReady::new([PodSource::File, PodSource::Http]);
         let mut pc = PodConfig::new(ready.clone(), Arc::new(TestClock::fixed()));
-        let set =
-            |pods: Vec<Pod>| SourceUpdate { source: PodSource::File, pods: pods.into_iter().map(Arc::new).collect() };
+        let set = |pods: Vec<Pod>| SourceUpdate::set(PodSource::File, pods.into_iter().map(Arc::new).collect());
 
         let out = pc.merge(set(vec![pod("a", "i1"), pod("b", "i1")]));
         assert_eq!(out.len(), 1);
@@ -275,31 +292,33 @@ mod tests {
         assert_eq!(ops(&out), vec![(Operation::Delete, vec!["b".into()]), (Operation::Reconcile, vec!["c".into()])]);
 
         // An empty first set of the other source still says it was seen.
-        let out = pc.merge(SourceUpdate { source: PodSource::Http, pods: vec![] });
+        let out = pc.merge(SourceUpdate::set(PodSource::Http, vec![]));
         assert_eq!(ops(&out), vec![(Operation::Add, vec![])]);
         assert!(ready.all_ready());
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_pod_sent_again_unchanged_is_skipped_and_a_changed_one_is_not() {
+    async fn a_pod_sent_again_unchanged_is_skipped_and_deltas_change_only_what_they_name() {
         let mut pc = PodConfig::new(SourcesReady::new([PodSource::Api]), Arc::new(TestClock::fixed()));
         let (a, b) = (Arc::new(pod("a", "i1")), Arc::new(pod("b", "i1")));
-        let set = |pods: &[&Arc<Pod>]| SourceUpdate {
-            source: PodSource::Api,
-            pods: pods.iter().map(|p| Arc::clone(p)).collect(),
-        };
+        let set = |pods: &[&Arc<Pod>]| SourceUpdate::set(PodSource::Api, pods.iter().map(|p| Arc::clone(p)).collect());
         assert_eq!(ops(&pc.merge(set(&[&a, &b]))), vec![(Operation::Add, vec!["a".into(), "b".into()])]);
-        // The apiserver source resends its whole set after every event; the pods it did not touch are the same
-        // `Arc`s and produce nothing, the one that changed is compared as before.
+        // A set where the untouched pods are the same `Arc`s: only the changed one is compared.
         let mut a2 = pod("a", "i1");
         a2.status = Some(k8s_openapi::api::core::v1::PodStatus { phase: Some("Running".into()), ..Default::default() });
         let a2 = Arc::new(a2);
         assert_eq!(ops(&pc.merge(set(&[&a2, &b]))), vec![(Operation::Reconcile, vec!["a".into()])]);
         assert!(pc.merge(set(&[&a2, &b])).is_empty());
+        // Deltas: a changed pod, a new one, a removed one; the others stay.
         let b2 = Arc::new(pod("b", "i2"));
-        let out = pc.merge(set(&[&a2, &b2]));
+        let out = pc.merge(SourceUpdate::delta(PodSource::Api, vec![b2.clone()], vec![]));
         assert_eq!(ops(&out), vec![(Operation::Update, vec!["b".into()])]);
         assert_eq!(out[0].pods[0].metadata.annotations.as_ref().unwrap()[keys::CONFIG_SOURCE], "api");
-        assert_eq!(ops(&pc.merge(set(&[&b2]))), vec![(Operation::Remove, vec!["a".into()])]);
+        let c = Arc::new(pod("c", "i1"));
+        let out = pc.merge(SourceUpdate::delta(PodSource::Api, vec![c.clone()], vec![PodUid("a".into())]));
+        assert_eq!(ops(&out), vec![(Operation::Remove, vec!["a".into()]), (Operation::Add, vec!["c".into()])]);
+        // A set after deltas (a relist) compares against what the deltas left: b and c unchanged, nothing to do.
+        assert!(pc.merge(set(&[&b2, &c])).is_empty());
+        assert_eq!(ops(&pc.merge(set(&[&c]))), vec![(Operation::Remove, vec!["b".into()])]);
     }
 }

@@ -131,7 +131,10 @@ impl PodCgroups for CgroupfsManager {
             .sum();
         for h in self.managed() {
             let dir = h.join(rel(&path));
-            std::fs::create_dir_all(&dir)?;
+            // Every sync comes here: a stat is cheaper than a mkdir that fails with EEXIST.
+            if !dir.is_dir() {
+                std::fs::create_dir_all(&dir)?;
+            }
             if qos == QosClass::BestEffort {
                 continue;
             }

@@ -153,6 +153,6 @@ async fn orphans_are_removed_only_once_every_source_was_seen() {
 
 async fn mark_file_source_seen(h: &Harness) {
     let mut pc = kubelet_config::podconfig::PodConfig::new(h.ready.clone(), Arc::new(TestClock::fixed()));
-    pc.merge(kubelet_config::sources::SourceUpdate { source: PodSource::File, pods: vec![] });
+    pc.merge(kubelet_config::sources::SourceUpdate::set(PodSource::File, vec![]));
     assert!(h.ready.all_ready());
 }

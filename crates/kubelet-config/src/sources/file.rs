@@ -164,7 +164,7 @@ impl FileSource {
             let pods = self.read_and_log(&mut refused);
             if self
                 .out
-                .send(SourceUpdate { source: PodSource::File, pods: pods.into_iter().map(Arc::new).collect() })
+                .send(SourceUpdate::set(PodSource::File, pods.into_iter().map(Arc::new).collect()))
                 .await
                 .is_err()
             {

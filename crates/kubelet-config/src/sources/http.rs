@@ -110,7 +110,7 @@ impl HttpSource {
             };
             if self
                 .out
-                .send(SourceUpdate { source: PodSource::Http, pods: pods.into_iter().map(Arc::new).collect() })
+                .send(SourceUpdate::set(PodSource::Http, pods.into_iter().map(Arc::new).collect()))
                 .await
                 .is_err()
             {
