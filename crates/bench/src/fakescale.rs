@@ -162,13 +162,14 @@ pub async fn run(opts: &FakeOpts) -> anyhow::Result<FakeResults> {
     let kubeconfig = dir.path().join("kubeconfig");
     server.kubeconfig(&kubeconfig)?;
     let observer = PodObserver::start(server.clone());
-    let mut node = BinNode::start(&NodeSpec {
+    let spec = NodeSpec {
         binary: &opts.binary,
         endpoint: format!("unix://{}", sock.display()),
         kubeconfig: Some(kubeconfig),
         extra_config: "kubeAPIQPS: 1000\nkubeAPIBurst: 2000\neventRecordQPS: 0\n".into(),
         log_filter: None,
-    })?;
+    };
+    let mut node = BinNode::start(&spec)?;
     wait_node_ready(&server, &mut node, Duration::from_secs(60)).await?;
     let mut c = Cluster { server, observer, node };
     tokio::time::sleep(opts.startup_wait).await;
@@ -189,8 +190,19 @@ pub async fn run(opts: &FakeOpts) -> anyhow::Result<FakeResults> {
         );
         scale.push(s);
     }
-    let churn = if opts.churn.is_zero() { None } else { Some(churn(&mut c, opts).await?) };
-    c.node.stop().await;
+    // The churn on a node of its own: after thousands of pods the allocator's high-water mark would hide growth.
+    let churn = if opts.churn.is_zero() {
+        c.node.stop().await;
+        None
+    } else {
+        let old = std::mem::replace(&mut c.node, BinNode::start(&spec)?);
+        old.stop().await;
+        wait_node_ready(&c.server, &mut c.node, Duration::from_secs(60)).await?;
+        tokio::time::sleep(opts.startup_wait).await;
+        let r = churn(&mut c, opts).await?;
+        c.node.stop().await;
+        Some(r)
+    };
     served.stop().await;
     Ok(FakeResults { idle_rss, idle_millicores, scale, churn })
 }

@@ -68,7 +68,13 @@ pub struct SyncLoop {
     mirrors: HashMap<(String, String), Arc<Pod>>,
     mirror_task: Option<tokio::task::JoinHandle<()>>,
     ticks: u32,
+    /// When the pod list last changed without being published yet (see [`PUBLISH_DELAY`]).
+    unpublished_since: Option<tokio::time::Instant>,
 }
+
+/// The pod list for the read-only API is published at most this long after a change: building it costs O(pods),
+/// and while thousands of pods start, updates arrive faster than that is worth paying for each.
+const PUBLISH_DELAY: Duration = Duration::from_millis(100);
 
 fn full_name(p: &Pod) -> (String, String) {
     (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default())
@@ -77,7 +83,14 @@ fn full_name(p: &Pod) -> (String, String) {
 impl SyncLoop {
     /// A loop over `deps`.
     pub fn new(deps: SyncLoopDeps) -> Self {
-        Self { deps, pods: PodManager::default(), mirrors: HashMap::new(), mirror_task: None, ticks: 0 }
+        Self {
+            deps,
+            pods: PodManager::default(),
+            mirrors: HashMap::new(),
+            mirror_task: None,
+            ticks: 0,
+            unpublished_since: None,
+        }
     }
 
     /// Runs until cancelled.
@@ -86,6 +99,10 @@ impl SyncLoop {
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             self.deps.health.mark();
+            let publish_at = self.unpublished_since.map(|t| t + PUBLISH_DELAY);
+            if publish_at.is_some_and(|at| at <= tokio::time::Instant::now()) {
+                self.publish();
+            }
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => return,
@@ -95,11 +112,15 @@ impl SyncLoop {
                 },
                 Some(e) = self.deps.pleg_events.recv() => self.handle_pleg(e),
                 _ = housekeeping.tick() => self.housekeeping().await,
+                _ = tokio::time::sleep_until(publish_at.unwrap_or_else(tokio::time::Instant::now)), if publish_at.is_some() => {
+                    self.publish();
+                }
             }
         }
     }
 
-    fn publish(&self) {
+    fn publish(&mut self) {
+        self.unpublished_since = None;
         let pods: Vec<Arc<Pod>> = self.pods.pods().cloned().collect();
         self.deps.pods_out.send_replace(Arc::new(pods));
     }
@@ -157,7 +178,7 @@ impl SyncLoop {
                 }
             }
         }
-        self.publish();
+        self.unpublished_since.get_or_insert_with(tokio::time::Instant::now);
     }
 
     fn handle_pleg(&mut self, e: PodLifecycleEvent) {

@@ -1,7 +1,8 @@
 //! Pod status to the apiserver (`pkg/kubelet/status/status_manager.go` syncBatch, syncPod, canBeDeleted).
 //!
-//! [`StatusSync::run`] wakes on every status change and every 10 s (`syncPeriod`). For each pod whose status
-//! changed since it was last written, it patches `pods/status` with a strategic-merge patch carrying the pod's UID
+//! [`StatusSync::run`] wakes on every status change (and then looks only at the pods that changed) and every 10 s
+//! (`syncPeriod`, a full pass that also retries what failed). For each pod whose status changed since it was last
+//! written, it patches `pods/status` with a strategic-merge patch carrying the pod's UID
 //! as precondition — for a static pod, the mirror pod's status. A pod whose deletion was requested and that has
 //! terminated is then deleted for good (grace 0, UID precondition), as upstream's final delete. Failures are
 //! retried at the next round; the apiserver being away is never fatal. Ends when cancelled.
@@ -17,7 +18,10 @@ use kubelet_types::labels::CONFIG_MIRROR;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use k8s_openapi::api::core::v1::PodStatus as ApiPodStatus;
+
 use super::StatusManager;
+use super::manager::PodEntry;
 
 /// Full resync period (`syncPeriod` of the status manager).
 pub const STATUS_SYNC_PERIOD: Duration = Duration::from_secs(10);
@@ -36,12 +40,22 @@ impl StatusSync {
         Self { status, api, synced: HashMap::new(), deleted: Default::default() }
     }
 
-    /// One round: write what changed, delete what may go.
+    /// One full round (every `syncPeriod`): write what changed, delete what may go, retry what failed.
     pub async fn sync_batch(&mut self) {
         let entries = self.status.entries();
         let live: std::collections::HashSet<PodUid> = entries.iter().map(|(u, _, _)| u.clone()).collect();
         self.synced.retain(|u, _| live.contains(u));
         self.deleted.retain(|u| live.contains(u));
+        self.sync_entries(entries).await;
+    }
+
+    /// The pods whose status changed since the last round (on every change).
+    pub async fn sync_changed(&mut self) {
+        let entries = self.status.take_dirty();
+        self.sync_entries(entries).await;
+    }
+
+    async fn sync_entries(&mut self, entries: Vec<(PodUid, PodEntry, Arc<ApiPodStatus>)>) {
         for (uid, e, status) in entries {
             if self.synced.get(&uid).is_some_and(|v| *v >= e.version) && !(e.deleting && e.terminated) {
                 continue;
@@ -52,6 +66,7 @@ impl StatusSync {
                     Ok(p) => p,
                     Err(err) => {
                         debug!(pod = %format!("{}/{}", e.namespace, e.name), error = %err, "cannot read pod, will retry");
+                        self.status.mark_dirty(&uid);
                         continue;
                     }
                 };
@@ -64,7 +79,10 @@ impl StatusSync {
                     }
                 });
                 let Some(target) = target else {
-                    if !e.static_pod {
+                    if e.static_pod {
+                        // No mirror pod yet: try again at the next change (or the next full pass).
+                        self.status.mark_dirty(&uid);
+                    } else {
                         // Gone, or another pod with that name: nothing to write.
                         self.synced.insert(uid.clone(), e.version);
                     }
@@ -82,6 +100,7 @@ impl StatusSync {
                         Err(ApiError::NotFound(_)) | Err(ApiError::Conflict(_)) => {}
                         Err(err) => {
                             warn!(pod = %format!("{}/{}", e.namespace, e.name), podUID = %uid, error = %err, "failed to update pod status, will retry");
+                            self.status.mark_dirty(&uid);
                             continue;
                         }
                     }
@@ -95,7 +114,8 @@ impl StatusSync {
                         self.deleted.insert(uid);
                     }
                     Err(err) => {
-                        warn!(pod = %format!("{}/{}", e.namespace, e.name), error = %err, "failed to delete pod, will retry")
+                        warn!(pod = %format!("{}/{}", e.namespace, e.name), error = %err, "failed to delete pod, will retry");
+                        self.status.mark_dirty(&uid);
                     }
                 }
             }
@@ -110,10 +130,14 @@ impl StatusSync {
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                r = changes.changed() => if r.is_err() { return },
-                _ = tick.tick() => {}
+                r = changes.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    self.sync_changed().await;
+                }
+                _ = tick.tick() => self.sync_batch().await,
             }
-            self.sync_batch().await;
         }
     }
 }
@@ -153,5 +177,36 @@ mod tests {
         sync.sync_batch().await;
         assert!(api.pod("default", "web").is_none());
         assert!(api.calls().iter().any(|c| c.contains("grace=Some(0)")));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_writes_only_the_pods_that_changed() {
+        let api = Arc::new(FakeApi::new());
+        let sm = Arc::new(StatusManager::new(Arc::new(TestClock::fixed())));
+        let mut sync = StatusSync::new(sm.clone(), api.clone());
+        let mut pods = vec![];
+        for name in ["a", "b", "c"] {
+            let mut p = Pod::default();
+            p.metadata.name = Some(name.into());
+            p.metadata.namespace = Some("default".into());
+            p.spec = Some(PodSpec { node_name: Some("n1".into()), ..Default::default() });
+            let p = api.put_pod(p);
+            sm.set_pod_status(&p, PodStatus { phase: Some("Pending".into()), ..Default::default() });
+            pods.push(p);
+        }
+        sync.sync_changed().await;
+        assert!(["a", "b", "c"].iter().all(|n| api.pod("default", n).unwrap().status.is_some()));
+        api.clear_calls();
+        sm.set_pod_status(&pods[1], PodStatus { phase: Some("Running".into()), ..Default::default() });
+        sync.sync_changed().await;
+        assert_eq!(api.pod("default", "b").unwrap().status.unwrap().phase.as_deref(), Some("Running"));
+        let calls = api.calls();
+        assert!(
+            !calls.is_empty() && calls.iter().all(|c| c.contains("default/b")),
+            "only b is read and patched: {calls:?}"
+        );
+        api.clear_calls();
+        sync.sync_changed().await;
+        assert!(api.calls().is_empty(), "nothing changed since: {:?}", api.calls());
     }
 }

@@ -38,6 +38,8 @@ pub struct PodEntry {
 pub struct StatusManager {
     statuses: Mutex<HashMap<PodUid, Arc<ApiPodStatus>>>,
     entries: Mutex<HashMap<PodUid, PodEntry>>,
+    /// Pods whose entry changed since the apiserver sync last took them.
+    dirty: Mutex<std::collections::HashSet<PodUid>>,
     version: watch::Sender<u64>,
     clock: Arc<dyn Clock>,
 }
@@ -54,6 +56,7 @@ impl StatusManager {
         Self {
             statuses: Mutex::new(HashMap::new()),
             entries: Mutex::new(HashMap::new()),
+            dirty: Mutex::new(Default::default()),
             version: watch::channel(0).0,
             clock,
         }
@@ -98,6 +101,7 @@ impl StatusManager {
             });
             if !unchanged || e.deleting != deleting {
                 e.version = version;
+                self.dirty.lock().unwrap().insert(uid.clone());
             }
             e.deleting = deleting;
         }
@@ -121,6 +125,7 @@ impl StatusManager {
         if let Some(e) = self.entries.lock().unwrap().get_mut(uid) {
             e.terminated = true;
         }
+        self.dirty.lock().unwrap().insert(uid.clone());
         self.version.send_modify(|v| *v += 1);
     }
 
@@ -129,6 +134,26 @@ impl StatusManager {
         let statuses = self.statuses.lock().unwrap();
         let entries = self.entries.lock().unwrap();
         entries.iter().filter_map(|(u, e)| statuses.get(u).map(|s| (u.clone(), e.clone(), s.clone()))).collect()
+    }
+
+    /// The pods whose entry changed since the last call, with their entry and status (the apiserver sync's work
+    /// between two full passes; it costs what changed, not the number of pods).
+    pub fn take_dirty(&self) -> Vec<(PodUid, PodEntry, Arc<ApiPodStatus>)> {
+        let dirty = std::mem::take(&mut *self.dirty.lock().unwrap());
+        let statuses = self.statuses.lock().unwrap();
+        let entries = self.entries.lock().unwrap();
+        dirty
+            .into_iter()
+            .filter_map(|u| {
+                let (e, s) = (entries.get(&u)?, statuses.get(&u)?);
+                Some((u, e.clone(), s.clone()))
+            })
+            .collect()
+    }
+
+    /// Asks the apiserver sync to look at a pod again at its next wake.
+    pub fn mark_dirty(&self, uid: &PodUid) {
+        self.dirty.lock().unwrap().insert(uid.clone());
     }
 
     /// Forgets a pod.
