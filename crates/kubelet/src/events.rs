@@ -54,8 +54,17 @@ impl Recorder for EventSink {
     }
 }
 
-/// What makes two events the same (object UID, field path, reason, message, type), for aggregation.
-type EventKey = (String, String, String, String, String);
+/// What makes two events the same (object UID, field path, reason, message, type), for aggregation: a 64-bit hash
+/// of those, so the aggregation cache costs about 100 bytes per event it remembers (up to 4096, as upstream's LRU)
+/// instead of copies of every message.
+type EventKey = u64;
+
+fn event_key(m: &EventMsg) -> EventKey {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (&m.object.uid, &m.object.field_path, &m.reason, &m.message, &m.kind).hash(&mut h);
+    h.finish()
+}
 
 /// Writes events to the apiserver.
 pub struct EventWriter {
@@ -65,8 +74,8 @@ pub struct EventWriter {
     clock: Arc<dyn Clock>,
     qps: f64,
     burst: f64,
-    /// Aggregation of repeats.
-    seen: HashMap<EventKey, (String, String, i32)>,
+    /// Aggregation of repeats: the event written for a key (`namespace/name`) and its count.
+    seen: HashMap<EventKey, (Box<str>, i32)>,
 }
 
 impl EventWriter {
@@ -85,16 +94,11 @@ impl EventWriter {
     async fn write(&mut self, m: EventMsg) {
         let now = self.clock.now();
         let ts = api_time(now);
-        let key = (
-            m.object.uid.clone().unwrap_or_default(),
-            m.object.field_path.clone().unwrap_or_default(),
-            m.reason.clone(),
-            m.message.clone(),
-            m.kind.clone(),
-        );
-        if let Some((ns, name, count)) = self.seen.get_mut(&key) {
+        let key = event_key(&m);
+        if let Some((written, count)) = self.seen.get_mut(&key) {
             *count += 1;
             let patch = serde_json::json!({ "count": *count, "lastTimestamp": ts });
+            let (ns, name) = written.split_once('/').unwrap_or(("default", written));
             if let Err(e) = self.api.patch_event(ns, name, &patch).await {
                 debug!(error = %e, "failed to update event");
             }
@@ -122,7 +126,7 @@ impl EventWriter {
                 if self.seen.len() > 4096 {
                     self.seen.clear();
                 }
-                self.seen.insert(key, (ns, name, 1));
+                self.seen.insert(key, (format!("{ns}/{name}").into_boxed_str(), 1));
             }
             Err(e) => debug!(error = %e, "failed to write event"),
         }

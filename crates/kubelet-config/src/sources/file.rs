@@ -21,8 +21,9 @@ use tracing::{debug, warn};
 use super::manifest::static_pod_from_file;
 use super::{RefusedManifest, SourceUpdate};
 
-/// File-system events are coalesced for this long before a re-read (editors write in several steps).
-const EVENT_DEBOUNCE: Duration = Duration::from_millis(10);
+/// File-system events that arrive together are coalesced for this long before a re-read (an atomic rename comes as
+/// several events); a file caught half-written is refused and read again at its next event, as upstream.
+const EVENT_DEBOUNCE: Duration = Duration::from_millis(1);
 
 /// The static pod folder source.
 #[derive(Debug)]
