@@ -226,8 +226,8 @@ impl RuntimeManager {
         let mut pods: HashMap<String, RuntimePod> = HashMap::new();
         let mut sb_times: HashMap<String, Vec<i64>> = HashMap::new();
         for s in sandboxes {
-            let Some(m) = s.metadata.as_ref() else { continue };
-            // As upstream's GetPods: a sandbox's pod is its metadata.
+            // As upstream's GetPods: a sandbox's pod is its metadata (one without a pod UID is not a pod's).
+            let Some(m) = s.metadata.as_ref().filter(|m| !m.uid.is_empty()) else { continue };
             let uid = m.uid.clone();
             let p = pods.entry(uid.clone()).or_insert_with(|| RuntimePod {
                 id: PodUid(uid.clone()),

@@ -202,7 +202,8 @@ mod tests {
             .run_pod_sandbox(
                 api::PodSandboxConfig {
                     labels: labels.clone(),
-                    metadata: Some(Default::default()),
+                    // As every sandbox the kubelet creates: the pod's identity in the metadata (what the relist reads).
+                    metadata: Some(api::PodSandboxMetadata { uid: "u1".into(), ..Default::default() }),
                     ..Default::default()
                 },
                 "",
