@@ -21,6 +21,16 @@ pub struct PodTimes {
     pub gone: HashMap<String, Instant>,
 }
 
+/// When each of `names` was recorded in `times` (in their order), once all were.
+pub fn times_of(times: &HashMap<String, Instant>, names: &[String]) -> Option<Vec<Instant>> {
+    names.iter().map(|n| times.get(n).copied()).collect()
+}
+
+/// The last time any of `names` was recorded in `times`, once all were.
+pub fn last_of(times: &HashMap<String, Instant>, names: &[String]) -> Option<Instant> {
+    times_of(times, names)?.into_iter().max()
+}
+
 /// A running observer.
 pub struct PodObserver {
     times: Arc<Mutex<PodTimes>>,

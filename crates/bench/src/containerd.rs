@@ -18,7 +18,7 @@ use test_apiserver::{Options, TestApiServer};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-use crate::apiwatch::{PodObserver, pod_object};
+use crate::apiwatch::{PodObserver, last_of, pod_object, times_of};
 use crate::binnode::{BinNode, NODE, NodeSpec};
 use crate::fakescale::{Percentiles, wait_node_ready};
 
@@ -175,8 +175,13 @@ fn find<'a>(pods: &'a [Value], full_name: &str) -> Option<&'a Value> {
 /// CRI time (RunPodSandbox + CreateContainer + StartContainer) rkubelet logged for pod `default/<pod>` since byte
 /// `offset` of its log.
 fn cri_time(log: &Path, offset: u64, pod: &str) -> Duration {
-    let text = std::fs::read(log).unwrap_or_default();
-    let text = String::from_utf8_lossy(&text[(offset as usize).min(text.len())..]).into_owned();
+    // Only what was logged since `offset`: the log grows with every run.
+    let mut bytes = vec![];
+    if let Ok(mut f) = std::fs::File::open(log) {
+        use std::io::{Read, Seek, SeekFrom};
+        let _ = f.seek(SeekFrom::Start(offset)).and_then(|_| f.read_to_end(&mut bytes));
+    }
+    let text = String::from_utf8_lossy(&bytes);
     let tag = format!("pod=default/{pod} ");
     let mut us = 0u64;
     for l in text.lines().filter(|l| l.contains("cri call") && l.contains(&tag)) {
@@ -316,11 +321,7 @@ async fn api_batch_start(
         server.create("v1", "pods", Some("default"), pod_object(name, IMAGE, &["sh", "-c", SHELL], 30))?;
         created.push(Instant::now());
     }
-    let at = obs
-        .wait(&format!("{n} pods Running"), Duration::from_secs(120), |t| {
-            names.iter().map(|p| t.running.get(p).copied()).collect::<Option<Vec<_>>>()
-        })
-        .await?;
+    let at = obs.wait(&format!("{n} pods Running"), Duration::from_secs(120), |t| times_of(&t.running, &names)).await?;
     let all_running = at.iter().max().copied().unwrap_or(t0) - t0;
     let start = Percentiles::of(at.iter().zip(&created).map(|(r, c)| *r - *c).collect());
     Ok((names, Batch { start, all_running, all_gone: Duration::ZERO }))
@@ -331,11 +332,8 @@ async fn api_batch_delete(server: &TestApiServer, obs: &mut PodObserver, names: 
     for name in names {
         server.delete("v1", "pods", Some("default"), name, None)?;
     }
-    let last = obs
-        .wait(&format!("{} pods gone", names.len()), Duration::from_secs(120), |t| {
-            names.iter().map(|p| t.gone.get(p).copied()).collect::<Option<Vec<_>>>().and_then(|v| v.into_iter().max())
-        })
-        .await?;
+    let last =
+        obs.wait(&format!("{} pods gone", names.len()), Duration::from_secs(120), |t| last_of(&t.gone, names)).await?;
     Ok(last - t1)
 }
 

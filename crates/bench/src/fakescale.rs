@@ -15,7 +15,7 @@ use kubelet_cri::grpc::ServedFake;
 use test_apiserver::{Options, TestApiServer};
 use tokio::time::Instant;
 
-use crate::apiwatch::{PodObserver, pod_object};
+use crate::apiwatch::{PodObserver, last_of, pod_object};
 use crate::binnode::{BinNode, NODE, NodeSpec};
 use crate::procstat::quantile;
 
@@ -220,14 +220,11 @@ async fn converge(c: &mut Cluster, n: usize, opts: &FakeOpts) -> anyhow::Result<
         c.create(name)?;
     }
     let timeout = Duration::from_secs(60 + n as u64 / 10);
-    let all = names.clone();
+    // The count first: checking every name on every change would make the wait itself quadratic.
     let last = c
         .observer
         .wait(&format!("{n} pods Running"), timeout, |t| {
-            if t.running.len() < base_running + n {
-                return None;
-            }
-            all.iter().map(|p| t.running.get(p).copied()).collect::<Option<Vec<_>>>().and_then(|v| v.into_iter().max())
+            (t.running.len() >= base_running + n).then(|| last_of(&t.running, &names)).flatten()
         })
         .await;
     let last = match last {
@@ -258,10 +255,7 @@ async fn converge(c: &mut Cluster, n: usize, opts: &FakeOpts) -> anyhow::Result<
     let last_gone = c
         .observer
         .wait(&format!("{n} pods gone"), timeout, |t| {
-            if t.gone.len() < base_gone + n {
-                return None;
-            }
-            names.iter().map(|p| t.gone.get(p).copied()).collect::<Option<Vec<_>>>().and_then(|v| v.into_iter().max())
+            (t.gone.len() >= base_gone + n).then(|| last_of(&t.gone, &names)).flatten()
         })
         .await?;
     Ok(BinScale { pods: n, converge, converge_cpu, steady_millicores, rss, teardown: last_gone - t1 })

@@ -35,8 +35,8 @@ fn text_mappings() -> Vec<(usize, usize)> {
     out
 }
 
-fn advise(advice: libc::c_int) {
-    for (start, len) in text_mappings() {
+fn advise(mappings: &[(usize, usize)], advice: libc::c_int) {
+    for &(start, len) in mappings {
         // SAFETY: the range is a whole, clean, private, read-only file mapping of this executable (its text):
         // MADV_RANDOM only changes fault-in behaviour, and MADV_DONTNEED on such a mapping unmaps pages that are
         // faulted back unchanged from the file on the next execution. No data mapping is ever passed.
@@ -49,13 +49,14 @@ fn advise(advice: libc::c_int) {
 
 /// At start-up: code pages are mapped one by one as they run.
 pub fn map_code_on_demand() {
-    advise(libc::MADV_RANDOM);
-    advise(libc::MADV_DONTNEED);
+    let text = text_mappings();
+    advise(&text, libc::MADV_RANDOM);
+    advise(&text, libc::MADV_DONTNEED);
 }
 
 /// After start-up: unmaps the code that ran only then.
 pub fn drop_startup_code() {
-    advise(libc::MADV_DONTNEED);
+    advise(&text_mappings(), libc::MADV_DONTNEED);
 }
 
 #[cfg(test)]
