@@ -49,6 +49,9 @@ struct State {
     exit_on_start: HashMap<String, i32>,
 }
 
+/// What an `ExecSync` in the fake does: given the container name and the command, the output or an error.
+pub type ExecHandler = std::sync::Arc<dyn Fn(&str, &[String]) -> CriResult<crate::ExecOutput> + Send + Sync>;
+
 /// A source of Unix-nanosecond timestamps for the fake's created/started/finished times.
 pub type TimeSource = Box<dyn Fn() -> i64 + Send + Sync>;
 
@@ -62,6 +65,8 @@ pub struct FakeRuntime {
     record_calls: std::sync::atomic::AtomicBool,
     /// Where times come from (default: a counter).
     time: Option<TimeSource>,
+    /// What `ExecSync` answers (default: exit code 0, no output).
+    exec: Mutex<Option<ExecHandler>>,
 }
 
 impl std::fmt::Debug for FakeRuntime {
@@ -184,6 +189,11 @@ impl FakeRuntime {
             c.exit_code = code;
             c.reason = if code == 0 { "Completed".into() } else { "Error".into() };
         }
+    }
+
+    /// Sets what `ExecSync` answers from now on.
+    pub fn set_exec_handler(&self, h: ExecHandler) {
+        *self.exec.lock().unwrap() = Some(h);
     }
 
     /// Makes every container named `name` exit with `code` right after it starts.
@@ -433,6 +443,34 @@ impl RuntimeService for FakeRuntime {
             c.reason = "Error".into();
         }
         Ok(())
+    }
+
+    async fn exec_sync(
+        &self,
+        id: &str,
+        cmd: Vec<String>,
+        _timeout: std::time::Duration,
+    ) -> CriResult<crate::ExecOutput> {
+        let name = {
+            let st = self.enter("ExecSync")?;
+            let c = st
+                .containers
+                .get(id)
+                .ok_or_else(|| CriError::NotFound { op: "ExecSync", message: format!("container {id}") })?;
+            if c.state != RUNNING {
+                return Err(CriError::Other {
+                    op: "ExecSync",
+                    code: "Unknown".into(),
+                    message: format!("container {id} is not running"),
+                });
+            }
+            c.config.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default()
+        };
+        let h = self.exec.lock().unwrap().clone();
+        match h {
+            Some(h) => h(&name, &cmd),
+            None => Ok(crate::ExecOutput::default()),
+        }
     }
 
     async fn remove_container(&self, id: &str) -> CriResult<()> {

@@ -121,6 +121,13 @@ impl RuntimeServer for FakeCriServer {
         Ok(Response::new(api::ListContainersResponse { containers }))
     }
 
+    async fn exec_sync(&self, r: Request<api::ExecSyncRequest>) -> Result<Response<api::ExecSyncResponse>, Status> {
+        let r = r.into_inner();
+        let t = std::time::Duration::from_secs(r.timeout.max(0) as u64);
+        let o = self.0.exec_sync(&r.container_id, r.cmd, t).await.map_err(st)?;
+        Ok(Response::new(api::ExecSyncResponse { stdout: o.stdout, stderr: o.stderr, exit_code: o.exit_code }))
+    }
+
     async fn container_status(
         &self,
         r: Request<api::ContainerStatusRequest>,

@@ -215,6 +215,17 @@ impl RuntimeService for RemoteRuntime {
         self.call("StopContainer", Some(t), c.stop_container(r)).await.map(|_| ())
     }
 
+    async fn exec_sync(&self, id: &str, cmd: Vec<String>, timeout: Duration) -> CriResult<crate::ExecOutput> {
+        let mut c = self.runtime.clone();
+        // As upstream: no deadline for timeout zero, else the command's timeout plus the request timeout, so the
+        // runtime has time to report the command's own timeout.
+        let t = (!timeout.is_zero()).then(|| self.timeout + timeout);
+        let r =
+            self.req(api::ExecSyncRequest { container_id: id.to_string(), cmd, timeout: timeout.as_secs() as i64 }, t);
+        let resp = self.call("ExecSync", t, c.exec_sync(r)).await?;
+        Ok(crate::ExecOutput { stdout: resp.stdout, stderr: resp.stderr, exit_code: resp.exit_code })
+    }
+
     async fn remove_container(&self, id: &str) -> CriResult<()> {
         let mut c = self.runtime.clone();
         let r = self.req(api::RemoveContainerRequest { container_id: id.to_string() }, Some(self.timeout));

@@ -40,6 +40,12 @@ pub trait RuntimeService: Send + Sync + 'static {
     async fn list_containers(&self, filter: Option<api::ContainerFilter>) -> CriResult<Vec<api::Container>>;
     /// Status of a container.
     async fn container_status(&self, id: &str) -> CriResult<api::ContainerStatus>;
+    /// Runs `cmd` in a running container and waits for it (`ExecSync`): probes and lifecycle hooks. `timeout`
+    /// zero means no timeout; a command still running at the timeout fails with [`crate::CriError::DeadlineExceeded`].
+    async fn exec_sync(&self, id: &str, cmd: Vec<String>, timeout: std::time::Duration) -> CriResult<ExecOutput> {
+        let _ = (id, cmd, timeout);
+        Err(crate::CriError::Unimplemented { op: "ExecSync" })
+    }
     /// Every sandbox, brief (the PLEG relist). The default converts the full list.
     async fn list_pod_sandbox_brief(&self) -> CriResult<Vec<BriefSandbox>> {
         Ok(self.list_pod_sandbox(None).await?.into_iter().map(BriefSandbox::from).collect())
@@ -48,6 +54,17 @@ pub trait RuntimeService: Send + Sync + 'static {
     async fn list_containers_brief(&self) -> CriResult<Vec<BriefContainer>> {
         Ok(self.list_containers(None).await?.into_iter().map(BriefContainer::from).collect())
     }
+}
+
+/// What a command run by [`RuntimeService::exec_sync`] printed and how it exited.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExecOutput {
+    /// Standard output.
+    pub stdout: Vec<u8>,
+    /// Standard error.
+    pub stderr: Vec<u8>,
+    /// Exit code.
+    pub exit_code: i32,
 }
 
 /// Image management (`ImageManagerService`).

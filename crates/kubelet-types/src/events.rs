@@ -31,6 +31,14 @@ pub mod reason {
     pub const SANDBOX_CHANGED: &str = "SandboxChanged";
     /// A sandbox could not be created.
     pub const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
+    /// A probe failed (`ContainerUnhealthy`).
+    pub const UNHEALTHY: &str = "Unhealthy";
+    /// A probe succeeded with a warning (a redirect it did not follow).
+    pub const PROBE_WARNING: &str = "ProbeWarning";
+    /// A postStart hook failed.
+    pub const FAILED_POST_START_HOOK: &str = "FailedPostStartHook";
+    /// A preStop hook failed.
+    pub const FAILED_PRE_STOP_HOOK: &str = "FailedPreStopHook";
     /// The kubelet starts.
     pub const STARTING: &str = "Starting";
     /// A node condition changed (`NodeReady`, `NodeNotReady`, ...).

@@ -10,6 +10,7 @@ pub mod events;
 pub mod labels;
 pub mod pleg;
 pub mod pod_update;
+pub mod probe;
 pub mod runtime;
 
 pub use clock::{Clock, SystemClock, TestClock};

@@ -95,3 +95,13 @@ pub fn pod_ref(pod: &Pod) -> String {
 pub fn pod_uid(pod: &Pod) -> crate::PodUid {
     crate::PodUid::from(pod.metadata.uid.clone().unwrap_or_default())
 }
+
+/// Whether the init container `name` of `pod` is a native sidecar (`restartPolicy: Always`,
+/// `podutil.IsRestartableInitContainer`).
+pub fn is_restartable_init_container(pod: &Pod, name: &str) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .and_then(|i| i.iter().find(|c| c.name == name))
+        .is_some_and(|c| c.restart_policy.as_deref() == Some("Always"))
+}
