@@ -1,14 +1,27 @@
-//! What a sync must do to a pod (`kuberuntime_manager.go` computePodActions, `findNextInitContainerToRun`,
+//! What a sync must do to a pod (`kuberuntime_manager.go` computePodActions, `computeInitContainerActions`,
 //! `pkg/kubelet/container/helpers.go` ShouldContainerBeRestarted, `pkg/kubelet/util/...` PodSandboxChanged).
 //! Pure functions of the spec and the runtime status, so they are tested without a runtime.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
+use kubelet_types::probe::{ContainerHealth, ProbeResult, ProbeType};
 use kubelet_types::{ContainerState, ContainerStatus, PodStatus, SandboxState};
 
 use crate::config_gen;
 use crate::hash::hash_container;
+
+/// Why a container is killed (`containerKillReason`): a probe's own grace period applies to probe kills.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KillReason {
+    /// Any other reason (definition changed, unknown state, pod kill).
+    #[default]
+    Unknown,
+    /// The liveness probe failed.
+    LivenessProbe,
+    /// The startup probe failed.
+    StartupProbe,
+}
 
 /// Why a container is to be killed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +30,8 @@ pub struct KillInfo {
     pub name: String,
     /// Message for the event and log.
     pub message: String,
+    /// Reason (decides the grace period).
+    pub reason: KillReason,
 }
 
 /// The actions of one sync.
@@ -30,8 +45,9 @@ pub struct PodActions {
     pub sandbox_id: String,
     /// Attempt number of the sandbox to create.
     pub attempt: u32,
-    /// The next init container to start, by index.
-    pub next_init_container: Option<usize>,
+    /// Init containers to start, by index, in spec order: the next regular one, and native sidecars that are not
+    /// running.
+    pub init_containers_to_start: Vec<usize>,
     /// App containers to start, by index.
     pub containers_to_start: Vec<usize>,
     /// Containers to kill, by container ID.
@@ -45,6 +61,11 @@ fn restart_policy(pod: &Pod) -> &str {
 /// Whether failed containers are restarted (`restartPolicy` is not `Never`).
 pub fn should_restart_on_failure(pod: &Pod) -> bool {
     restart_policy(pod) != "Never"
+}
+
+/// Whether an init container is a native sidecar (`restartPolicy: Always`).
+pub fn is_restartable(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
 }
 
 fn succeeded(c: &Container, status: &PodStatus) -> bool {
@@ -95,46 +116,123 @@ pub fn is_init_container_failed(s: &ContainerStatus) -> bool {
     }
 }
 
-/// Progress of the init containers: the last failed status, the next to run, and whether all are done.
-pub fn next_init_container<'a>(
-    pod: &'a Pod,
-    status: &'a PodStatus,
-) -> (Option<&'a ContainerStatus>, Option<usize>, bool) {
-    let Some(spec) = pod.spec.as_ref() else { return (None, None, true) };
-    let inits = spec.init_containers.as_deref().unwrap_or(&[]);
-    if inits.is_empty() {
-        return (None, None, true);
-    }
-    // A running app container means initialization finished earlier.
-    if spec
-        .containers
-        .iter()
-        .any(|c| status.find_container(&c.name).is_some_and(|s| s.state == ContainerState::Running))
-    {
-        return (None, None, true);
-    }
-    for (i, c) in inits.iter().enumerate().rev() {
-        if let Some(s) = status.find_container(&c.name)
-            && is_init_container_failed(s)
-        {
-            return (Some(s), Some(i), false);
-        }
-    }
-    for (i, c) in inits.iter().enumerate().rev() {
-        let Some(s) = status.find_container(&c.name) else { continue };
-        match s.state {
-            ContainerState::Running => return (None, None, false),
-            ContainerState::Exited => {
-                return if i == inits.len() - 1 { (None, None, true) } else { (None, Some(i + 1), false) };
-            }
-            _ => {}
-        }
-    }
-    (None, Some(0), false)
+/// Whether any app container was created, running or exited (`hasAnyRegularContainerCreated`).
+fn any_regular_container_created(pod: &Pod, status: &PodStatus) -> bool {
+    let spec = pod.spec.as_ref();
+    spec.into_iter().flat_map(|s| s.containers.iter()).any(|c| {
+        status.find_container(&c.name).is_some_and(|s| {
+            matches!(s.state, ContainerState::Created | ContainerState::Running | ContainerState::Exited)
+        })
+    })
 }
 
-/// Computes the actions of a sync (`computePodActions`).
-pub fn compute_pod_actions(pod: &Pod, status: &PodStatus) -> PodActions {
+fn kill(map: &mut BTreeMap<String, KillInfo>, s: &ContainerStatus, message: String, reason: KillReason) {
+    map.insert(s.id.clone(), KillInfo { name: s.name.clone(), message, reason });
+}
+
+/// The init container actions (`computeInitContainerActions`); returns whether the pod has been initialized.
+/// Regular init containers run one at a time in order; a native sidecar counts as initialized once it runs and
+/// its startup probe (if any) passed, and is kept running (restarted when it exits, fails its liveness or
+/// startup probe, or its definition changed) for the life of the pod.
+fn compute_init_actions(pod: &Pod, status: &PodStatus, health: &dyn ContainerHealth, a: &mut PodActions) -> bool {
+    let inits = pod.spec.as_ref().and_then(|s| s.init_containers.as_deref()).unwrap_or(&[]);
+    if inits.is_empty() {
+        return true;
+    }
+    let spec = pod.spec.as_ref().expect("init containers imply a spec");
+    let mut initialized = spec.containers.iter().any(|c| {
+        status
+            .find_container(&c.name)
+            .is_some_and(|s| matches!(s.state, ContainerState::Created | ContainerState::Running))
+    });
+    let mut previously_initialized = initialized;
+    let restart_on_failure = should_restart_on_failure(pod);
+    let mut to_start = vec![];
+    for (i, c) in inits.iter().enumerate().rev() {
+        let sidecar = is_restartable(c);
+        let Some(s) = status.find_container(&c.name) else {
+            if previously_initialized && sidecar {
+                to_start.push(i);
+            }
+            continue;
+        };
+        if previously_initialized && !sidecar {
+            continue;
+        }
+        match s.state {
+            ContainerState::Created => to_start.push(i),
+            ContainerState::Running if sidecar => 'running: {
+                if c.startup_probe.is_some() {
+                    match health.result(ProbeType::Startup, &s.id) {
+                        None | Some(ProbeResult::Unknown) => break 'running,
+                        Some(ProbeResult::Failure) => {
+                            let m = format!("Init container {} failed startup probe", c.name);
+                            kill(&mut a.containers_to_kill, s, m, KillReason::StartupProbe);
+                            to_start.push(i);
+                            break 'running;
+                        }
+                        Some(ProbeResult::Success) => {}
+                    }
+                }
+                if i == inits.len() - 1 {
+                    initialized = true;
+                } else if !previously_initialized {
+                    to_start.push(i + 1);
+                }
+                if s.hash != hash_container(c) {
+                    let m = format!("Init container {} definition changed", c.name);
+                    kill(&mut a.containers_to_kill, s, m, KillReason::Unknown);
+                    to_start.push(i);
+                    break 'running;
+                }
+                if c.liveness_probe.is_some() && health.result(ProbeType::Liveness, &s.id) == Some(ProbeResult::Failure)
+                {
+                    let m = format!("Init container {} failed liveness probe", c.name);
+                    kill(&mut a.containers_to_kill, s, m, KillReason::LivenessProbe);
+                    to_start.push(i);
+                }
+            }
+            // A regular init container that runs: wait for it.
+            ContainerState::Running => {}
+            ContainerState::Exited if sidecar => to_start.push(i),
+            ContainerState::Exited => {
+                if is_init_container_failed(s) {
+                    if !restart_on_failure {
+                        a.kill_pod = true;
+                        a.init_containers_to_start.clear();
+                        return false;
+                    }
+                    to_start.push(i);
+                } else if i == inits.len() - 1 {
+                    initialized = true;
+                } else {
+                    to_start.push(i + 1);
+                }
+            }
+            ContainerState::Unknown => {
+                if !sidecar && !restart_on_failure {
+                    a.kill_pod = true;
+                    a.init_containers_to_start.clear();
+                    return false;
+                }
+                let m = "Init container is in \"unknown\" state, try killing it before restart".to_string();
+                kill(&mut a.containers_to_kill, s, m, KillReason::Unknown);
+                to_start.push(i);
+            }
+        }
+        previously_initialized = true;
+    }
+    if !previously_initialized {
+        to_start.push(0);
+    }
+    to_start.reverse();
+    to_start.dedup();
+    a.init_containers_to_start = to_start;
+    initialized
+}
+
+/// Computes the actions of a sync (`computePodActions`). `health` holds the liveness and startup results.
+pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, health: &dyn ContainerHealth) -> PodActions {
     let spec = pod.spec.clone().unwrap_or_default();
     let (create, attempt, sandbox_id) = sandbox_changed(pod, status);
     let mut a = PodActions { kill_pod: create, create_sandbox: create, sandbox_id, attempt, ..Default::default() };
@@ -151,75 +249,61 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus) -> PodActions {
             .filter(|(_, c)| !(restart_policy(pod) == "OnFailure" && succeeded(c, status)))
             .map(|(i, _)| i)
             .collect();
-        if to_start.is_empty() {
+        if any_regular_container_created(pod, status) && to_start.is_empty() {
             a.create_sandbox = false;
             return a;
         }
         if spec.init_containers.as_ref().is_some_and(|i| !i.is_empty()) {
-            a.next_init_container = Some(0);
+            a.init_containers_to_start = vec![0];
             return a;
         }
         a.containers_to_start = to_start;
         return a;
     }
 
-    let (last_failed, next, done) = next_init_container(pod, status);
-    if !done {
-        if let Some(next) = next {
-            if last_failed.is_some() && !should_restart_on_failure(pod) {
-                a.kill_pod = true;
-            } else {
-                if let Some(s) = last_failed.filter(|s| s.state == ContainerState::Unknown) {
-                    a.containers_to_kill.insert(
-                        s.id.clone(),
-                        KillInfo {
-                            name: s.name.clone(),
-                            message: "Init container is in unknown state, try killing it before restart".into(),
-                        },
-                    );
-                }
-                a.next_init_container = Some(next);
-            }
-        }
+    let initialized = compute_init_actions(pod, status, health, &mut a);
+    if a.kill_pod || !initialized {
         return a;
     }
 
     let mut keep = 0;
     for (i, c) in spec.containers.iter().enumerate() {
         let s = status.find_container(&c.name);
-        match s {
-            Some(s) if s.state == ContainerState::Running => {
-                if s.hash != hash_container(c) {
-                    a.containers_to_kill.insert(
-                        s.id.clone(),
-                        KillInfo {
-                            name: c.name.clone(),
-                            message: format!("Container {} definition changed, will be restarted", c.name),
-                        },
-                    );
-                    a.containers_to_start.push(i);
-                } else {
-                    keep += 1;
+        let Some(s) = s.filter(|s| s.state == ContainerState::Running) else {
+            if should_container_be_restarted(c, pod, status) {
+                a.containers_to_start.push(i);
+                if let Some(s) = s.filter(|s| s.state == ContainerState::Unknown) {
+                    let m = "Container is in \"unknown\" state, try killing it before restart".to_string();
+                    kill(&mut a.containers_to_kill, s, m, KillReason::Unknown);
                 }
             }
-            _ => {
-                if should_container_be_restarted(c, pod, status) {
-                    a.containers_to_start.push(i);
-                    if let Some(s) = s.filter(|s| s.state == ContainerState::Unknown) {
-                        a.containers_to_kill.insert(
-                            s.id.clone(),
-                            KillInfo {
-                                name: c.name.clone(),
-                                message: "Container is in unknown state, try killing it before removal".into(),
-                            },
-                        );
-                    }
-                }
-            }
-        }
+            continue;
+        };
+        let mut restart = should_restart_on_failure(pod);
+        let (message, reason) = if s.hash != hash_container(c) {
+            // A changed definition restarts regardless of the restart policy.
+            restart = true;
+            (format!("Container {} definition changed", c.name), KillReason::Unknown)
+        } else if health.result(ProbeType::Liveness, &s.id) == Some(ProbeResult::Failure) {
+            (format!("Container {} failed liveness probe", c.name), KillReason::LivenessProbe)
+        } else if health.result(ProbeType::Startup, &s.id) == Some(ProbeResult::Failure) {
+            (format!("Container {} failed startup probe", c.name), KillReason::StartupProbe)
+        } else {
+            keep += 1;
+            continue;
+        };
+        let message = if restart {
+            a.containers_to_start.push(i);
+            format!("{message}, will be restarted")
+        } else {
+            message
+        };
+        kill(&mut a.containers_to_kill, s, message, reason);
     }
     if keep == 0 && a.containers_to_start.is_empty() {
         a.kill_pod = true;
+        // Native sidecars must not keep a finished pod alive.
+        a.init_containers_to_start.clear();
     }
     a
 }
@@ -227,11 +311,33 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus) -> PodActions {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::PodSpec;
+    use k8s_openapi::api::core::v1::{PodSpec, Probe};
     use kubelet_types::SandboxStatus;
+    use kubelet_types::probe::NoProbes;
+    use std::collections::HashMap;
+
+    /// Probe results by (probe type, container ID).
+    #[derive(Default)]
+    struct Health(HashMap<(ProbeType, String), ProbeResult>);
+
+    impl ContainerHealth for Health {
+        fn result(&self, probe: ProbeType, id: &str) -> Option<ProbeResult> {
+            self.0.get(&(probe, id.to_string())).copied()
+        }
+    }
+
+    fn actions(p: &Pod, st: &PodStatus) -> PodActions {
+        compute_pod_actions(p, st, &NoProbes)
+    }
 
     fn pod(policy: &str, inits: &[&str], apps: &[&str]) -> Pod {
-        let mk = |n: &&str| Container { name: n.to_string(), image: Some("busybox".into()), ..Default::default() };
+        // An init container named `side*` is a native sidecar.
+        let mk = |n: &&str| Container {
+            name: n.to_string(),
+            image: Some("busybox".into()),
+            restart_policy: n.starts_with("side").then(|| "Always".to_string()),
+            ..Default::default()
+        };
         Pod {
             spec: Some(PodSpec {
                 restart_policy: Some(policy.into()),
@@ -275,34 +381,91 @@ mod tests {
         }
     }
 
+    fn running(list: Vec<ContainerStatus>) -> PodStatus {
+        PodStatus { sandbox_statuses: vec![sandbox(true)], container_statuses: list, ..Default::default() }
+    }
+
     #[test]
     fn new_pod_creates_sandbox_then_first_init() {
         let p = pod("Always", &["i1", "i2"], &["a"]);
-        let a = compute_pod_actions(&p, &PodStatus::default());
+        let a = actions(&p, &PodStatus::default());
         assert!(a.create_sandbox && a.kill_pod);
-        assert_eq!(a.next_init_container, Some(0));
+        assert_eq!(a.init_containers_to_start, vec![0]);
         assert!(a.containers_to_start.is_empty());
         let p2 = pod("Always", &[], &["a", "b"]);
-        assert_eq!(compute_pod_actions(&p2, &PodStatus::default()).containers_to_start, vec![0, 1]);
+        assert_eq!(actions(&p2, &PodStatus::default()).containers_to_start, vec![0, 1]);
     }
 
     #[test]
     fn init_containers_run_in_order() {
         let p = pod("Always", &["i1", "i2"], &["a"]);
-        let mut st = PodStatus { sandbox_statuses: vec![sandbox(true)], ..Default::default() };
+        let mut st = running(vec![]);
+        assert_eq!(actions(&p, &st).init_containers_to_start, vec![0], "nothing ran yet in a fresh sandbox");
         st.container_statuses = vec![cs(&p, "i1", ContainerState::Running, 0)];
-        let a = compute_pod_actions(&p, &st);
-        assert_eq!((a.next_init_container, a.containers_to_start.len()), (None, 0));
+        let a = actions(&p, &st);
+        assert_eq!((a.init_containers_to_start.len(), a.containers_to_start.len()), (0, 0));
         st.container_statuses = vec![cs(&p, "i1", ContainerState::Exited, 0)];
-        assert_eq!(compute_pod_actions(&p, &st).next_init_container, Some(1));
+        assert_eq!(actions(&p, &st).init_containers_to_start, vec![1]);
         st.container_statuses = vec![cs(&p, "i2", ContainerState::Exited, 0), cs(&p, "i1", ContainerState::Exited, 0)];
-        assert_eq!(compute_pod_actions(&p, &st).containers_to_start, vec![0]);
+        assert_eq!(actions(&p, &st).containers_to_start, vec![0]);
         // A failed init container is retried under Always, and kills the pod under Never.
         st.container_statuses = vec![cs(&p, "i1", ContainerState::Exited, 1)];
-        assert_eq!(compute_pod_actions(&p, &st).next_init_container, Some(0));
+        assert_eq!(actions(&p, &st).init_containers_to_start, vec![0]);
         let never = pod("Never", &["i1"], &["a"]);
         st.container_statuses = vec![cs(&never, "i1", ContainerState::Exited, 1)];
-        assert!(compute_pod_actions(&never, &st).kill_pod);
+        assert!(actions(&never, &st).kill_pod);
+    }
+
+    #[test]
+    fn sidecars_start_in_order_stay_running_and_gate_on_their_startup_probe() {
+        let mut p = pod("Never", &["side1", "i2", "side3"], &["a"]);
+        p.spec.as_mut().unwrap().init_containers.as_mut().unwrap()[2].startup_probe = Some(Probe::default());
+        // side1 runs: the next init container starts while side1 keeps running.
+        let mut st = running(vec![cs(&p, "side1", ContainerState::Running, 0)]);
+        assert_eq!(actions(&p, &st).init_containers_to_start, vec![1]);
+        st.container_statuses.push(cs(&p, "i2", ContainerState::Exited, 0));
+        assert_eq!(actions(&p, &st).init_containers_to_start, vec![2]);
+        // side3 runs but its startup probe has not passed: nothing else starts.
+        st.container_statuses.push(cs(&p, "side3", ContainerState::Running, 0));
+        let a = actions(&p, &st);
+        assert!(a.init_containers_to_start.is_empty() && a.containers_to_start.is_empty(), "{a:?}");
+        let mut h = Health::default();
+        h.0.insert((ProbeType::Startup, "id-side3".into()), ProbeResult::Success);
+        assert_eq!(compute_pod_actions(&p, &st, &h).containers_to_start, vec![0]);
+        // Once the app runs, a sidecar that exits is restarted even under restartPolicy Never.
+        st.container_statuses = vec![
+            cs(&p, "a", ContainerState::Running, 0),
+            cs(&p, "side1", ContainerState::Exited, 1),
+            cs(&p, "i2", ContainerState::Exited, 0),
+            cs(&p, "side3", ContainerState::Running, 0),
+        ];
+        let a = compute_pod_actions(&p, &st, &h);
+        assert_eq!(a.init_containers_to_start, vec![0]);
+        assert!(!a.kill_pod);
+        // The app finished (a Job): the pod is killed and the sidecars are not restarted.
+        st.container_statuses[0] = cs(&p, "a", ContainerState::Exited, 0);
+        let a = compute_pod_actions(&p, &st, &h);
+        assert!(a.kill_pod && a.init_containers_to_start.is_empty(), "{a:?}");
+    }
+
+    #[test]
+    fn probe_failures_restart_running_containers() {
+        let p = pod("Always", &[], &["a", "b"]);
+        let st = running(vec![cs(&p, "a", ContainerState::Running, 0), cs(&p, "b", ContainerState::Running, 0)]);
+        let mut h = Health::default();
+        h.0.insert((ProbeType::Liveness, "id-a".into()), ProbeResult::Failure);
+        h.0.insert((ProbeType::Startup, "id-b".into()), ProbeResult::Failure);
+        let a = compute_pod_actions(&p, &st, &h);
+        assert_eq!(a.containers_to_start, vec![0, 1]);
+        assert_eq!(a.containers_to_kill["id-a"].message, "Container a failed liveness probe, will be restarted");
+        assert_eq!(a.containers_to_kill["id-a"].reason, KillReason::LivenessProbe);
+        assert_eq!(a.containers_to_kill["id-b"].reason, KillReason::StartupProbe);
+        // Under Never the container is killed and not started again.
+        let never = pod("Never", &[], &["a"]);
+        let st = running(vec![cs(&never, "a", ContainerState::Running, 0)]);
+        let a = compute_pod_actions(&never, &st, &h);
+        assert!(a.containers_to_start.is_empty());
+        assert_eq!(a.containers_to_kill["id-a"].message, "Container a failed liveness probe");
     }
 
     #[test]
@@ -315,43 +478,27 @@ mod tests {
             ("Never", 1, false),
         ] {
             let p = pod(policy, &[], &["a", "b"]);
-            let st = PodStatus {
-                sandbox_statuses: vec![sandbox(true)],
-                container_statuses: vec![
-                    cs(&p, "a", ContainerState::Exited, code),
-                    cs(&p, "b", ContainerState::Running, 0),
-                ],
-                ..Default::default()
-            };
-            let a = compute_pod_actions(&p, &st);
+            let st = running(vec![cs(&p, "a", ContainerState::Exited, code), cs(&p, "b", ContainerState::Running, 0)]);
+            let a = actions(&p, &st);
             assert_eq!(a.containers_to_start == vec![0], restart, "{policy} exit {code}");
             assert!(!a.kill_pod);
         }
         // Nothing left to run under Never: the pod is killed (sandbox stopped).
         let p = pod("Never", &[], &["a"]);
-        let st = PodStatus {
-            sandbox_statuses: vec![sandbox(true)],
-            container_statuses: vec![cs(&p, "a", ContainerState::Exited, 0)],
-            ..Default::default()
-        };
-        assert!(compute_pod_actions(&p, &st).kill_pod);
+        let st = running(vec![cs(&p, "a", ContainerState::Exited, 0)]);
+        assert!(actions(&p, &st).kill_pod);
     }
 
     #[test]
     fn changed_spec_replaces_container_and_dead_sandbox_is_recreated() {
         let p = pod("Always", &[], &["a"]);
-        let mut running = cs(&p, "a", ContainerState::Running, 0);
-        running.hash = 1;
-        let st = PodStatus {
-            sandbox_statuses: vec![sandbox(true)],
-            container_statuses: vec![running],
-            ..Default::default()
-        };
-        let a = compute_pod_actions(&p, &st);
+        let mut r = cs(&p, "a", ContainerState::Running, 0);
+        r.hash = 1;
+        let a = actions(&p, &running(vec![r]));
         assert_eq!(a.containers_to_start, vec![0]);
         assert!(a.containers_to_kill.contains_key("id-a"));
         let st = PodStatus { sandbox_statuses: vec![sandbox(false)], ..Default::default() };
-        let a = compute_pod_actions(&p, &st);
+        let a = actions(&p, &st);
         assert!(a.create_sandbox && a.kill_pod);
         assert_eq!((a.attempt, a.sandbox_id.as_str()), (1, "s1"));
     }

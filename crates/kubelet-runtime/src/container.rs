@@ -15,7 +15,9 @@ use tracing::{info, warn};
 use kubelet_types::events::{NORMAL, WARNING, container_reference, reason};
 
 use crate::config_gen;
+use crate::lifecycle::run_handler;
 use crate::logs::restart_count_from_log_dir;
+use crate::manager::KillRequest;
 use crate::manager::{RuntimeManager, SyncError, ns_to_system_time};
 
 /// Default pull policy of an image (`Always` for `:latest` or no tag, else `IfNotPresent`).
@@ -265,8 +267,26 @@ impl RuntimeManager {
         self.runtime.start_container(&id).await.map_err(|e| err("RunContainerError", e.message()))?;
         self.recorder.event(&cref, NORMAL, reason::STARTED, format!("Started container {}", c.name));
         info!(pod = %pod_ref(pod), containerName = %c.name, containerID = %id, restartCount = restart_count, "started container");
-        // The /var/log/containers link, as upstream: `<pod>_<ns>_<container>-<id>.log` -> the CRI log file.
-        let link = config_gen::container_log_link(&self.cfg.container_logs_dir, pod, &c.name, &id);
+        if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
+            let ip = pod_ips.first().map(String::as_str).unwrap_or("");
+            if let Err(msg) = run_handler(self.runtime.as_ref(), pod, c, &id, h, ip).await {
+                warn!(pod = %pod_ref(pod), containerName = %c.name, containerID = %id, message = %msg, "failed to execute PostStartHook");
+                self.recorder.event(&cref, WARNING, reason::FAILED_POST_START_HOOK, msg.clone());
+                let kill = KillRequest { message: Some("FailedPostStartHook"), ..Default::default() };
+                if let Err(e) = self.kill_container(Some(pod), &id, &c.name, kill).await {
+                    warn!(pod = %pod_ref(pod), containerName = %c.name, error = %e, "failed to kill container after its postStart hook failed");
+                }
+                self.link_log(pod, c, &id, &log_dir, restart_count);
+                return Err(err("PostStartHookError", msg));
+            }
+        }
+        self.link_log(pod, c, &id, &log_dir, restart_count);
+        Ok(())
+    }
+
+    /// The /var/log/containers link, as upstream: `<pod>_<ns>_<container>-<id>.log` -> the CRI log file.
+    fn link_log(&self, pod: &Pod, c: &Container, id: &str, log_dir: &std::path::Path, restart_count: i32) {
+        let link = config_gen::container_log_link(&self.cfg.container_logs_dir, pod, &c.name, id);
         let target = log_dir.join(format!("{restart_count}.log"));
         if crate::logs::ensure_dir(&self.cfg.container_logs_dir).is_ok() {
             let _ = std::fs::remove_file(&link);
@@ -274,7 +294,6 @@ impl RuntimeManager {
                 warn!(pod = %pod_ref(pod), containerName = %c.name, error = %e, "failed to create container log symlink");
             }
         }
-        Ok(())
     }
 }
 

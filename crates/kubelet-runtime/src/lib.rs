@@ -12,6 +12,7 @@ pub mod config_gen;
 pub mod container;
 pub mod hash;
 pub mod labels;
+pub mod lifecycle;
 pub mod logs;
 pub mod manager;
 pub mod pleg;
@@ -20,6 +21,6 @@ pub mod reasons;
 
 pub use backoff::Backoff;
 pub use cache::PodCache;
-pub use manager::{RuntimeManager, RuntimeManagerConfig, SyncError, SyncResult};
+pub use manager::{KillRequest, RuntimeManager, RuntimeManagerConfig, SyncError, SyncResult};
 pub use pleg::{GenericPleg, PlegHealth};
 pub use reasons::ReasonCache;

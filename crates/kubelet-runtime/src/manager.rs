@@ -15,14 +15,16 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_cri::{CriError, CriResult, ImageService, RuntimeService, api};
 use kubelet_types::pod_update::pod_ref;
+use kubelet_types::probe::{ContainerHealth, NoProbes};
 use kubelet_types::{
     Clock, ContainerState, ContainerStatus, PodStatus, PodUid, RuntimeContainer, RuntimePod, SandboxState,
     SandboxStatus, labels as keys,
 };
 use tracing::{debug, info, warn};
 
-use crate::actions::{PodActions, compute_pod_actions};
+use crate::actions::{KillReason, PodActions, compute_pod_actions};
 use crate::labels::container_info;
+use crate::lifecycle::{TerminationOrdering, run_handler};
 use crate::logs::termination_message;
 use crate::reasons::ReasonCache;
 use crate::{Backoff, config_gen};
@@ -123,6 +125,7 @@ pub struct RuntimeManager {
     pub(crate) runtime_name: OnceLock<String>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) recorder: Arc<dyn Recorder>,
+    pub(crate) health: Arc<dyn ContainerHealth>,
 }
 
 impl std::fmt::Debug for RuntimeManager {
@@ -172,6 +175,7 @@ impl RuntimeManager {
             image_backoff: Backoff::new(CRASH_BACKOFF_INITIAL, CRASH_BACKOFF_MAX, clock.clone()),
             clock,
             recorder: Arc::new(LogRecorder),
+            health: Arc::new(NoProbes),
             reasons: Arc::new(ReasonCache::default()),
             runtime_name: OnceLock::new(),
         }
@@ -180,6 +184,12 @@ impl RuntimeManager {
     /// Records events to `recorder` (default: the log).
     pub fn with_recorder(mut self, recorder: Arc<dyn Recorder>) -> Self {
         self.recorder = recorder;
+        self
+    }
+
+    /// Reads liveness and startup results from `health` (default: no probes).
+    pub fn with_probe_results(mut self, health: Arc<dyn ContainerHealth>) -> Self {
+        self.health = health;
         self
     }
 
@@ -358,7 +368,7 @@ impl RuntimeManager {
     /// Brings the pod to its spec (`SyncPod`): kill what must go, create the sandbox, start the next init
     /// container or the app containers.
     pub async fn sync_pod(&self, pod: &Pod, status: &PodStatus) -> SyncResult {
-        let actions = compute_pod_actions(pod, status);
+        let actions = compute_pod_actions(pod, status, self.health.as_ref());
         debug!(pod = %pod_ref(pod), ?actions, "computed pod actions");
         let mut result = SyncResult::default();
         let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
@@ -384,7 +394,8 @@ impl RuntimeManager {
         } else {
             for (id, info) in &actions.containers_to_kill {
                 info!(pod = %pod_ref(pod), containerName = %info.name, containerID = %id, message = %info.message, "killing container");
-                if let Err(e) = self.kill_container(Some(pod), id, &info.name, None).await {
+                let kill = KillRequest { message: Some(&info.message), reason: info.reason, ..Default::default() };
+                if let Err(e) = self.kill_container(Some(pod), id, &info.name, kill).await {
                     result.errors.push(e);
                     return result;
                 }
@@ -424,13 +435,18 @@ impl RuntimeManager {
         result: &mut SyncResult,
     ) {
         let spec = pod.spec.clone().unwrap_or_default();
-        if let Some(i) = actions.next_init_container {
+        for &i in &actions.init_containers_to_start {
             let c = &spec.init_containers.as_deref().unwrap_or(&[])[i];
             match self.start_container(pod, c, status, sandbox_id, sandbox_config, pod_ips).await {
                 Ok(()) => result.started.push(c.name.clone()),
-                Err(e) => result.errors.push(e),
+                Err(e) => {
+                    result.errors.push(e);
+                    // A sidecar that fails to start does not hold back the others; a regular init container does.
+                    if !crate::actions::is_restartable(c) {
+                        return;
+                    }
+                }
             }
-            return;
         }
         for &i in &actions.containers_to_start {
             let c = &spec.containers[i];
@@ -512,37 +528,49 @@ impl RuntimeManager {
         Ok(())
     }
 
-    /// Stops one container with the pod's grace period (`killContainer`).
+    /// Stops one container (`killContainer`): the `Killing` event, the preStop hook within the grace period, the
+    /// wait for its turn (sidecars), then StopContainer with what is left of the grace period (at least 2 s).
     pub async fn kill_container(
         &self,
         pod: Option<&Pod>,
         id: &str,
         name: &str,
-        grace_override: Option<i64>,
+        req: KillRequest<'_>,
     ) -> Result<(), SyncError> {
-        let grace = match grace_override {
-            Some(g) => g,
+        let restored;
+        let pod = match pod {
+            Some(p) => p,
             None => {
-                let g = pod
-                    .and_then(|p| {
-                        p.metadata
-                            .deletion_grace_period_seconds
-                            .or_else(|| p.spec.as_ref().and_then(|s| s.termination_grace_period_seconds))
-                    })
-                    .unwrap_or(30);
-                g.max(MIN_GRACE_PERIOD_SECONDS)
+                // A pod known only from the runtime: what killing needs was written on the container.
+                restored = self.restore_spec(id).await;
+                &restored
             }
         };
-        debug!(containerName = %name, containerID = %id, gracePeriod = grace, "stopping container");
-        if let Some(p) = pod {
-            self.recorder.event(
-                &container_reference(p, name),
-                NORMAL,
-                reason::KILLING,
-                format!("Stopping container {name}"),
-            );
+        let spec = pod.spec.as_ref();
+        let container = spec
+            .into_iter()
+            .flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()))
+            .find(|c| c.name == name);
+        let mut grace = termination_grace_period(pod, container, req.reason);
+        let message = req.message.map(str::to_string).unwrap_or_else(|| format!("Stopping container {name}"));
+        self.recorder.event(&container_reference(pod, name), NORMAL, reason::KILLING, message);
+        if let Some(g) = req.grace_override {
+            grace = g;
         }
-        match self.runtime.stop_container(id, grace).await {
+        if let Some(c) = container
+            && let Some(h) = c.lifecycle.as_ref().and_then(|l| l.pre_stop.as_ref())
+            && grace > 0
+        {
+            grace -= self.run_pre_stop(pod, c, id, h, grace).await;
+        }
+        if let Some(o) = req.ordering
+            && grace > 0
+        {
+            grace -= o.wait_for_turn(name, grace).await;
+        }
+        let grace = grace.max(MIN_GRACE_PERIOD_SECONDS);
+        debug!(pod = %pod_ref(pod), containerName = %name, containerID = %id, gracePeriod = grace, "killing container with a grace period");
+        let res = match self.runtime.stop_container(id, grace).await {
             Ok(()) => Ok(()),
             Err(e) if e.is_not_found() => Ok(()),
             Err(e) => Err(SyncError {
@@ -551,6 +579,68 @@ impl RuntimeManager {
                 reason: "KillContainerError".into(),
                 message: e.message(),
             }),
+        };
+        if let Some(o) = req.ordering {
+            o.container_terminated(name);
+        }
+        res
+    }
+
+    /// Runs a preStop hook for at most `grace` seconds (`executePreStopHook`); returns the whole seconds it took.
+    /// A hook still running at the deadline is left behind: the container is stopped anyway.
+    async fn run_pre_stop(
+        &self,
+        pod: &Pod,
+        c: &k8s_openapi::api::core::v1::Container,
+        id: &str,
+        h: &k8s_openapi::api::core::v1::LifecycleHandler,
+        grace: i64,
+    ) -> i64 {
+        let start = tokio::time::Instant::now();
+        let ip = pod.status.as_ref().and_then(|s| s.pod_ip.clone()).unwrap_or_default();
+        let hook = run_handler(self.runtime.as_ref(), pod, c, id, h, &ip);
+        match tokio::time::timeout(Duration::from_secs(grace as u64), hook).await {
+            Ok(Ok(())) => debug!(pod = %pod_ref(pod), containerName = %c.name, "preStop hook completed"),
+            Ok(Err(msg)) => {
+                warn!(pod = %pod_ref(pod), containerName = %c.name, message = %msg, "preStop hook failed");
+                self.recorder.event(&container_reference(pod, &c.name), WARNING, reason::FAILED_PRE_STOP_HOOK, msg);
+            }
+            Err(_) => {
+                info!(pod = %pod_ref(pod), containerName = %c.name, gracePeriod = grace, "preStop hook not completed in grace period")
+            }
+        }
+        start.elapsed().as_secs() as i64
+    }
+
+    /// A pod and container rebuilt from a container's labels and annotations (`restoreSpecsFromContainerLabels`):
+    /// identity, grace periods and the preStop hook.
+    async fn restore_spec(&self, id: &str) -> Pod {
+        let Ok(st) = self.runtime.container_status(id).await else { return Pod::default() };
+        let info = container_info(&st.labels, &st.annotations);
+        let pre_stop = st
+            .annotations
+            .get(keys::CONTAINER_PRESTOP_HANDLER)
+            .and_then(|j| serde_json::from_str::<k8s_openapi::api::core::v1::LifecycleHandler>(j).ok());
+        let num = |k: &str| st.annotations.get(k).and_then(|v| v.parse::<i64>().ok());
+        Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some(info.pod_name),
+                namespace: Some(info.pod_namespace),
+                uid: st.labels.get(keys::POD_UID).cloned(),
+                deletion_grace_period_seconds: num(keys::POD_DELETION_GRACE_PERIOD),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::core::v1::PodSpec {
+                termination_grace_period_seconds: num(keys::POD_TERMINATION_GRACE_PERIOD),
+                containers: vec![k8s_openapi::api::core::v1::Container {
+                    name: info.name,
+                    lifecycle: pre_stop
+                        .map(|h| k8s_openapi::api::core::v1::Lifecycle { pre_stop: Some(h), ..Default::default() }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
         }
     }
 
@@ -567,10 +657,22 @@ impl RuntimeManager {
             .iter()
             .filter(|c| matches!(c.state, ContainerState::Running | ContainerState::Unknown | ContainerState::Created))
             .collect();
+        let has_sidecar = pod
+            .and_then(|p| p.spec.as_ref())
+            .is_some_and(|s| s.init_containers.iter().flatten().any(crate::actions::is_restartable));
+        let ordering = match pod {
+            Some(p) if has_sidecar => {
+                let names: Vec<&str> = running.iter().map(|c| c.name.as_str()).collect();
+                Some(TerminationOrdering::new(p, &names))
+            }
+            _ => None,
+        };
+        let ordering = ordering.as_ref();
         let kills = running.iter().map(|c| async move {
-            let over =
-                if pod.is_none() && grace_override.is_none() { Some(MIN_GRACE_PERIOD_SECONDS) } else { grace_override };
-            self.kill_container(pod, &c.id, &c.name, over).await
+            // A pod only the runtime knows is stopped quickly, as upstream stops orphans (grace 1).
+            let over = if pod.is_none() && grace_override.is_none() { Some(1) } else { grace_override };
+            let kill = KillRequest { grace_override: over, ordering, ..Default::default() };
+            self.kill_container(pod, &c.id, &c.name, kill).await
         });
         let results = futures::future::join_all(kills).await;
         if let Some(e) = results.into_iter().find_map(Result::err) {
@@ -628,6 +730,40 @@ impl RuntimeManager {
         }
         Ok(())
     }
+}
+
+/// How to kill one container.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct KillRequest<'a> {
+    /// The `Killing` event's message (default `Stopping container <name>`).
+    pub message: Option<&'a str>,
+    /// Why (a probe kill uses the probe's grace period).
+    pub reason: KillReason,
+    /// The grace period decided by the pod worker (deletion, eviction), replacing the pod's.
+    pub grace_override: Option<i64>,
+    /// The stop order of a pod with sidecars.
+    pub ordering: Option<&'a TerminationOrdering>,
+}
+
+/// The grace period of a container kill (`setTerminationGracePeriod`): the pod's deletion grace period, else the
+/// failed probe's own, else the pod's `terminationGracePeriodSeconds`, else 2 s.
+pub fn termination_grace_period(
+    pod: &Pod,
+    c: Option<&k8s_openapi::api::core::v1::Container>,
+    reason: KillReason,
+) -> i64 {
+    if let Some(g) = pod.metadata.deletion_grace_period_seconds {
+        return g;
+    }
+    let Some(pod_grace) = pod.spec.as_ref().and_then(|s| s.termination_grace_period_seconds) else {
+        return MIN_GRACE_PERIOD_SECONDS;
+    };
+    let probe = match reason {
+        KillReason::LivenessProbe => c.and_then(|c| c.liveness_probe.as_ref()),
+        KillReason::StartupProbe => c.and_then(|c| c.startup_probe.as_ref()),
+        KillReason::Unknown => None,
+    };
+    probe.and_then(|p| p.termination_grace_period_seconds).unwrap_or(pod_grace)
 }
 
 fn ignore_not_found(e: CriError) -> CriResult<()> {

@@ -47,11 +47,21 @@ impl FakeNode {
             resolv_conf: None,
             ..Default::default()
         };
-        let runtime = Arc::new(RuntimeManager::new(fake.clone(), fake, cfg, clock.clone()));
-        let cache = Arc::new(PodCache::default());
-        let status = Arc::new(StatusManager::new(clock));
+        let status = Arc::new(StatusManager::new(clock.clone()));
         let cancel = CancellationToken::new();
         let tracker = TaskTracker::new();
+        let (probes, probe_updates) = kubelet_prober::ProbeManager::new(kubelet_prober::ProbeManagerDeps {
+            runtime: fake.clone(),
+            status: status.clone(),
+            recorder: Arc::new(kubelet_types::events::LogRecorder),
+            clock: clock.clone(),
+            cancel: cancel.clone(),
+            tracker: tracker.clone(),
+        });
+        let probes = Arc::new(probes);
+        let runtime =
+            Arc::new(RuntimeManager::new(fake.clone(), fake, cfg, clock.clone()).with_probe_results(probes.clone()));
+        let cache = Arc::new(PodCache::default());
         let (pleg_tx, pleg_rx) = mpsc::channel(1000);
         let pleg_health = Arc::new(PlegHealth::new(RELIST_THRESHOLD));
         let pleg = GenericPleg::new(runtime.clone(), cache.clone(), pleg_tx, pleg_health, RELIST_PERIOD);
@@ -62,12 +72,15 @@ impl FakeNode {
             status: status.clone(),
             cgroups: Arc::new(NoCgroups),
             host_ips: vec!["192.0.2.10".into()],
+            probes: probes.clone(),
         });
         let workers = PodWorkers::new(syncer, Duration::from_secs(60), cancel.clone(), tracker.clone());
         let (updates, upd_rx) = mpsc::channel(10);
         let sync_loop = SyncLoop::new(SyncLoopDeps {
             updates: upd_rx,
             pleg_events: pleg_rx,
+            probe_updates,
+            probes,
             workers,
             runtime: runtime.clone(),
             cache,

@@ -16,6 +16,7 @@ pub mod mirror;
 pub mod nodestatus;
 pub mod pod_manager;
 pub mod pod_workers;
+pub mod probes;
 pub mod runtime_state;
 pub mod server;
 pub mod status;

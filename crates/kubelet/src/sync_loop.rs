@@ -2,7 +2,7 @@
 //! `kubelet_pods.go` HandlePodCleanups).
 //!
 //! One task owns the [`PodManager`]. Each iteration takes, in this priority order: a pod update from the
-//! PodConfig merge, a PLEG event, a housekeeping tick (every 2 s). Updates and events are handed to the pod
+//! PodConfig merge, a PLEG event, a changed probe result, a housekeeping tick (every 2 s). Updates and events are handed to the pod
 //! workers; housekeeping — only once every source has been seen, so a restarted kubelet never stops pods whose
 //! manifest it has not read yet — stops pods the runtime runs that no source wants, removes their leftovers
 //! (pod directories, cgroups), forgets finished workers, and every minute garbage-collects dead containers.
@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use kubelet_config::podconfig::SourcesReady;
 use kubelet_runtime::{PodCache, RuntimeManager};
+use kubelet_types::probe::{ProbeResult, ProbeType, ProbeUpdate};
 use kubelet_types::{Operation, Pod, PodLifecycleEvent, PodUid, PodUpdate};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
@@ -24,6 +25,7 @@ use crate::cm::PodCgroups;
 use crate::mirror::{MirrorClient, is_mirror_pod};
 use crate::pod_manager::PodManager;
 use crate::pod_workers::{PodWorkers, UpdatePodOptions, UpdateType, WorkerPhase};
+use crate::probes::PodProbes;
 use crate::server::SyncLoopHealth;
 use crate::syncer::PodKey;
 
@@ -40,6 +42,10 @@ pub struct SyncLoopDeps {
     pub updates: mpsc::Receiver<PodUpdate>,
     /// PLEG events.
     pub pleg_events: mpsc::Receiver<PodLifecycleEvent>,
+    /// Changed probe results.
+    pub probe_updates: mpsc::Receiver<ProbeUpdate>,
+    /// The probe manager.
+    pub probes: Arc<dyn PodProbes>,
     /// The pod workers.
     pub workers: PodWorkers,
     /// The runtime manager (for garbage collection).
@@ -111,6 +117,7 @@ impl SyncLoop {
                     None => return,
                 },
                 Some(e) = self.deps.pleg_events.recv() => self.handle_pleg(e),
+                Some(u) = self.deps.probe_updates.recv() => self.handle_probe(u),
                 _ = housekeeping.tick() => self.housekeeping().await,
                 _ = tokio::time::sleep_until(publish_at.unwrap_or_else(tokio::time::Instant::now)), if publish_at.is_some() => {
                     self.publish();
@@ -204,6 +211,18 @@ impl SyncLoop {
         }
     }
 
+    /// A probe result changed (`handleProbeSync`): the pod is synced so its status and, for a failed liveness or
+    /// startup probe, its containers follow. A liveness success changes nothing.
+    fn handle_probe(&mut self, u: ProbeUpdate) {
+        if u.probe == ProbeType::Liveness && u.result != ProbeResult::Failure {
+            return;
+        }
+        debug!(podUID = %u.pod_uid, containerID = %u.container_id, probe = %u.probe, result = ?u.result, "SyncLoop (probe)");
+        if let Some(p) = self.pods.get(&u.pod_uid).cloned() {
+            self.dispatch(UpdateType::Sync, &p, false);
+        }
+    }
+
     /// Starts a mirror pod reconciliation unless one is still running.
     fn reconcile_mirrors(&mut self) {
         let Some(client) = self.deps.mirror.clone() else { return };
@@ -229,6 +248,7 @@ impl SyncLoop {
         self.ticks += 1;
         let desired: HashSet<PodUid> = self.pods.pods().map(|p| kubelet_types::pod_update::pod_uid(p)).collect();
         self.deps.workers.forget_finished(&|u| desired.contains(u));
+        self.deps.probes.cleanup_pods(&desired);
         let known: HashSet<PodUid> = self.deps.workers.known().into_iter().collect();
 
         // Pods the runtime has that no source wants and no worker handles: stop and remove them.

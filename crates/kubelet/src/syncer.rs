@@ -14,6 +14,7 @@ use kubelet_types::{Pod, PodStatus, PodUid};
 use tracing::{info, warn};
 
 use crate::cm::PodCgroups;
+use crate::probes::PodProbes;
 use crate::status::generate::is_terminal_phase;
 use crate::status::{StatusInputs, StatusManager, generate_api_pod_status};
 
@@ -87,6 +88,8 @@ pub struct KubeletSyncer {
     pub cgroups: Arc<dyn PodCgroups>,
     /// The node's IPs.
     pub host_ips: Vec<String>,
+    /// The probe manager.
+    pub probes: Arc<dyn PodProbes>,
 }
 
 impl KubeletSyncer {
@@ -107,6 +110,7 @@ impl KubeletSyncer {
             runtime_name: &name,
             host_ips: &self.host_ips,
             pod_is_terminal: terminal,
+            probes: self.probes.as_ref(),
         };
         let status = generate_api_pod_status(pod, &inputs);
         let phase = status.phase.clone();
@@ -137,6 +141,8 @@ impl PodSyncer for KubeletSyncer {
                 return SyncOutcome::Retry(WORKER_BACKOFF);
             }
         }
+        // Ensure the pod is being probed.
+        self.probes.add_pod(pod);
         if let Err(e) = self.cgroups.ensure_pod(pod) {
             warn!(pod = %key, podUID = %key.uid, error = %e, "unable to ensure the pod cgroup");
         }
@@ -164,6 +170,8 @@ impl PodSyncer for KubeletSyncer {
         pod: Option<&Arc<Pod>>,
         grace: Option<i64>,
     ) -> Result<(), String> {
+        // Probes must not restart containers of a pod that stops.
+        self.probes.stop_liveness_and_startup(&key.uid);
         let rt = self.inspect(key).await?;
         info!(pod = %key, podUID = %key.uid, gracePeriod = ?grace, "killing pod");
         self.runtime.kill_pod(pod.map(|p| p.as_ref()), &rt, grace).await.map_err(|e| e.to_string())?;
@@ -178,6 +186,7 @@ impl PodSyncer for KubeletSyncer {
     }
 
     async fn sync_terminated_pod(&self, key: &PodKey, pod: Option<&Arc<Pod>>, removed: bool) -> Result<(), String> {
+        self.probes.remove_pod(&key.uid);
         if removed {
             self.runtime.remove_pod(&key.uid).await.map_err(|e| e.to_string())?;
             let log_dir = match pod {

@@ -197,10 +197,22 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     };
     // With an apiserver, events go to it as well as to the log.
     let events = kubeconfig.as_ref().map(|_| EventSink::new());
-    let mut runtime = RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone());
-    if let Some((sink, _)) = &events {
-        runtime = runtime.with_recorder(Arc::new(sink.clone()));
-    }
+    let recorder: Arc<dyn kubelet_types::events::Recorder> = match &events {
+        Some((sink, _)) => Arc::new(sink.clone()),
+        None => Arc::new(kubelet_types::events::LogRecorder),
+    };
+    let (probes, probe_updates) = kubelet_prober::ProbeManager::new(kubelet_prober::ProbeManagerDeps {
+        runtime: remote.clone(),
+        status: status.clone(),
+        recorder: recorder.clone(),
+        clock: clock.clone(),
+        cancel: cancel.clone(),
+        tracker: tracker.clone(),
+    });
+    let probes = Arc::new(probes);
+    let runtime = RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone())
+        .with_recorder(recorder)
+        .with_probe_results(probes.clone());
     let runtime = Arc::new(runtime);
     let cache = Arc::new(PodCache::default());
 
@@ -270,11 +282,14 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         status: status.clone(),
         cgroups: cgroups.clone(),
         host_ips,
+        probes: probes.clone(),
     });
     let workers = PodWorkers::new(syncer, cfg.sync_frequency.0, cancel.clone(), tracker.clone());
     let sync_loop = SyncLoop::new(SyncLoopDeps {
         updates: upd_rx,
         pleg_events: pleg_rx,
+        probe_updates,
+        probes,
         workers,
         runtime,
         cache,

@@ -12,10 +12,12 @@ use kubelet_runtime::ReasonCache;
 use kubelet_runtime::actions::should_container_be_restarted;
 use kubelet_runtime::qos::pod_qos;
 use kubelet_types::clock::api_time;
+use kubelet_types::pod_update::is_restartable_init_container;
+use kubelet_types::probe::PodProbeStatus;
 use kubelet_types::{ContainerState, ContainerStatus, Pod, PodStatus, PodUid, SandboxState};
 
 /// What the status computation needs besides the pod.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct StatusInputs<'a> {
     /// The runtime's view of the pod.
     pub runtime: &'a PodStatus,
@@ -27,6 +29,8 @@ pub struct StatusInputs<'a> {
     pub host_ips: &'a [String],
     /// Whether the pod has finished (no more containers will run).
     pub pod_is_terminal: bool,
+    /// Probe results: `started` and `ready` of each container.
+    pub probes: &'a dyn PodProbeStatus,
 }
 
 fn time_of(ns: i64) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
@@ -101,9 +105,12 @@ fn container_statuses(
                         ..Default::default()
                     });
                 }
-                let running = cur.state == ContainerState::Running;
-                s.started = Some(running);
-                s.ready = if is_init { cur.state == ContainerState::Exited && cur.exit_code == 0 } else { running };
+                // `started` and `ready` come from the probes (see PodProbeStatus); a regular init container is
+                // ready once it succeeded.
+                s.ready = is_init
+                    && !is_restartable_init_container(pod, &c.name)
+                    && cur.state == ContainerState::Exited
+                    && cur.exit_code == 0;
             }
             // A container that will be started again shows why it waits (CrashLoopBackOff, ErrImagePull, ...).
             let succeeded_init =
@@ -127,34 +134,62 @@ fn find<'a>(list: &'a [ApiContainerStatus], name: &str) -> Option<&'a ApiContain
     list.iter().find(|s| s.name == name)
 }
 
-/// The pod phase (`getPhase`).
+fn last_terminated(s: &ApiContainerStatus) -> Option<&ContainerStateTerminated> {
+    s.last_state.as_ref().and_then(|l| l.terminated.as_ref())
+}
+
+/// The pod phase (`getPhase`). Native sidecars count as running containers once started; a stopped sidecar never
+/// makes a pod fail or succeed.
 pub fn get_phase(pod: &Pod, init: &[ApiContainerStatus], apps: &[ApiContainerStatus], pod_is_terminal: bool) -> String {
     let spec = pod.spec.clone().unwrap_or_default();
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let (mut pending_init, mut failed_init) = (0, 0);
+    let (mut pending_regular_init, mut pending_sidecars, mut failed_init) = (0, 0, 0);
+    let (mut unknown, mut running, mut waiting_n, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
     for c in spec.init_containers.iter().flatten() {
+        let sidecar = c.restart_policy.as_deref() == Some("Always");
         let Some(s) = find(init, &c.name) else {
-            pending_init += 1;
+            if sidecar {
+                unknown += 1;
+            } else {
+                pending_regular_init += 1;
+            }
             continue;
         };
         let st = s.state.clone().unwrap_or_default();
+        if sidecar {
+            if st.running.is_some() {
+                if s.started != Some(true) {
+                    pending_sidecars += 1;
+                }
+                running += 1;
+            } else if st.terminated.is_some() || (st.waiting.is_some() && last_terminated(s).is_some()) {
+                // A stopped sidecar is ignored.
+            } else if st.waiting.is_some() {
+                pending_sidecars += 1;
+                waiting_n += 1;
+            } else {
+                pending_sidecars += 1;
+                unknown += 1;
+            }
+            continue;
+        }
         if st.running.is_some() {
-            pending_init += 1;
+            pending_regular_init += 1;
         } else if let Some(t) = st.terminated {
             if t.exit_code != 0 {
                 failed_init += 1;
             }
         } else if st.waiting.is_some() {
-            match s.last_state.as_ref().and_then(|l| l.terminated.as_ref()) {
+            match last_terminated(s) {
                 Some(t) if t.exit_code != 0 => failed_init += 1,
                 Some(_) => {}
-                None => pending_init += 1,
+                None => pending_regular_init += 1,
             }
         } else {
-            pending_init += 1;
+            pending_regular_init += 1;
         }
     }
-    let (mut unknown, mut running, mut waiting_n, mut stopped, mut succeeded) = (0, 0, 0, 0, 0);
+    let mut initialized = false;
     for c in &spec.containers {
         let Some(s) = find(apps, &c.name) else {
             unknown += 1;
@@ -163,14 +198,17 @@ pub fn get_phase(pod: &Pod, init: &[ApiContainerStatus], apps: &[ApiContainerSta
         let st = s.state.clone().unwrap_or_default();
         if st.running.is_some() {
             running += 1;
+            initialized = true;
         } else if let Some(t) = st.terminated {
             stopped += 1;
+            initialized = true;
             if t.exit_code == 0 {
                 succeeded += 1;
             }
         } else if st.waiting.is_some() {
-            if s.last_state.as_ref().and_then(|l| l.terminated.as_ref()).is_some() {
+            if last_terminated(s).is_some() {
                 stopped += 1;
+                initialized = true;
             } else {
                 waiting_n += 1;
             }
@@ -181,12 +219,12 @@ pub fn get_phase(pod: &Pod, init: &[ApiContainerStatus], apps: &[ApiContainerSta
     if failed_init > 0 && policy == "Never" {
         return "Failed".into();
     }
-    let phase = if pending_init > 0 || failed_init > 0 || waiting_n > 0 {
+    let phase = if pending_regular_init > 0 || (pending_sidecars > 0 && !initialized) || waiting_n > 0 {
         "Pending"
     } else if running > 0 && unknown == 0 {
         "Running"
     } else if running == 0 && stopped > 0 && unknown == 0 {
-        if pod_is_terminal {
+        if pod_is_terminal && !kubelet_types::pod_update::is_static_pod(pod) {
             if stopped == succeeded { "Succeeded" } else { "Failed" }
         } else if policy == "Always" {
             "Running"
@@ -217,6 +255,114 @@ fn list(names: &[String]) -> String {
     format!("[{}]", names.join(" "))
 }
 
+/// Whether an init container has done its part (`isInitContainerInitialized`): a sidecar once started, a regular
+/// one once it succeeded.
+fn init_container_initialized(pod: &Pod, s: &ApiContainerStatus) -> bool {
+    if is_restartable_init_container(pod, &s.name) {
+        return s.started == Some(true);
+    }
+    s.state.as_ref().and_then(|st| st.terminated.as_ref()).is_some_and(|t| t.exit_code == 0)
+}
+
+/// The `Initialized` condition (`GeneratePodInitializedCondition`).
+fn initialized_condition(
+    pod: &Pod,
+    init: &[ApiContainerStatus],
+    apps: &[ApiContainerStatus],
+    phase: &str,
+) -> PodCondition {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let inits = spec.init_containers.unwrap_or_default();
+    let unknown: Vec<String> = inits.iter().filter(|c| find(init, &c.name).is_none()).map(|c| c.name.clone()).collect();
+    if inits.is_empty() || (phase == "Succeeded" && unknown.is_empty()) {
+        let reason = (!inits.is_empty()).then_some("PodCompleted");
+        return condition("Initialized", true, reason, None);
+    }
+    // A regular container that ever started means initialization finished earlier.
+    let any_started = apps.iter().any(|s| {
+        let st = s.state.as_ref();
+        st.is_some_and(|st| st.running.is_some() || st.terminated.is_some()) || last_terminated(s).is_some()
+    });
+    if any_started {
+        return condition("Initialized", true, None, None);
+    }
+    let incomplete: Vec<String> = inits
+        .iter()
+        .filter(|c| find(init, &c.name).is_some_and(|s| !init_container_initialized(pod, s)))
+        .map(|c| c.name.clone())
+        .collect();
+    let mut messages = vec![];
+    if !unknown.is_empty() {
+        messages.push(format!("containers with unknown status: {}", list(&unknown)));
+    }
+    if !incomplete.is_empty() {
+        messages.push(format!("containers with incomplete status: {}", list(&incomplete)));
+    }
+    if messages.is_empty() {
+        return condition("Initialized", true, None, None);
+    }
+    condition("Initialized", false, Some("ContainersNotInitialized"), Some(messages.join(", ")))
+}
+
+/// `ContainersReady` (`GenerateContainersReadyCondition`): app containers and sidecars ready; or `Ready`
+/// (`GeneratePodReadyCondition`), which adds the pod's readiness gates.
+fn ready_condition(
+    pod: &Pod,
+    init: &[ApiContainerStatus],
+    apps: &[ApiContainerStatus],
+    phase: &str,
+    kind: &str,
+) -> PodCondition {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let (mut unknown, mut unready) = (vec![], vec![]);
+    let sidecars = spec.init_containers.iter().flatten().filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    for (c, list) in sidecars.map(|c| (c, init)).chain(spec.containers.iter().map(|c| (c, apps))) {
+        match find(list, &c.name) {
+            None => unknown.push(c.name.clone()),
+            Some(s) if !s.ready => unready.push(c.name.clone()),
+            Some(_) => {}
+        }
+    }
+    if phase == "Succeeded" && unknown.is_empty() {
+        return condition(kind, false, Some("PodCompleted"), None);
+    }
+    if phase == "Failed" {
+        return condition(kind, false, Some("PodFailed"), None);
+    }
+    let mut messages = vec![];
+    if !unknown.is_empty() {
+        messages.push(format!("containers with unknown status: {}", list(&unknown)));
+    }
+    if !unready.is_empty() {
+        messages.push(format!("containers with unready status: {}", list(&unready)));
+    }
+    if !messages.is_empty() {
+        return condition(kind, false, Some("ContainersNotReady"), Some(messages.join(", ")));
+    }
+    if kind == "Ready" {
+        // Readiness gates: conditions others (controllers) set on the pod.
+        let current = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+        let mut gate_messages = vec![];
+        for g in spec.readiness_gates.iter().flatten() {
+            match current.and_then(|cs| cs.iter().find(|c| c.type_ == g.condition_type)) {
+                None => gate_messages.push(format!(
+                    "corresponding condition of pod readiness gate {:?} does not exist.",
+                    g.condition_type
+                )),
+                Some(c) if c.status != "True" => gate_messages.push(format!(
+                    "the status of pod readiness gate {:?} is not \"True\", but {}",
+                    g.condition_type, c.status
+                )),
+                Some(_) => {}
+            }
+        }
+        if !gate_messages.is_empty() {
+            return condition(kind, false, Some("ReadinessGatesNotReady"), Some(gate_messages.join(", ")));
+        }
+    }
+    condition(kind, true, None, None)
+}
+
 /// The API status of a pod (`generateAPIPodStatus`). Times of conditions and `startTime` are filled by the
 /// status manager, which knows the previous status.
 pub fn generate_api_pod_status(pod: &Pod, inputs: &StatusInputs<'_>) -> ApiPodStatus {
@@ -229,20 +375,12 @@ pub fn generate_api_pod_status(pod: &Pod, inputs: &StatusInputs<'_>) -> ApiPodSt
         true,
         if inits.is_empty() { "ContainerCreating" } else { "PodInitializing" },
     );
-    let init_done = inits.iter().all(|c| {
-        find(&init_statuses, &c.name)
-            .and_then(|s| s.state.as_ref())
-            .and_then(|st| st.terminated.as_ref())
-            .is_some_and(|t| t.exit_code == 0)
-    }) || inputs
-        .runtime
-        .container_statuses
-        .iter()
-        .any(|c| c.state == ContainerState::Running && spec.containers.iter().any(|a| a.name == c.name));
     // As upstream, the waiting reason of a container not created yet is PodInitializing in a pod with init
     // containers, ContainerCreating otherwise.
     let default_reason = if inits.is_empty() { "ContainerCreating" } else { "PodInitializing" };
+    let mut init_statuses = init_statuses;
     let mut app_statuses = container_statuses(pod, &spec.containers, inputs, false, default_reason);
+    inputs.probes.update_pod_status(pod, &mut init_statuses, &mut app_statuses);
     app_statuses.sort_by(|a, b| a.name.cmp(&b.name));
     let phase = get_phase(pod, &init_statuses, &app_statuses, inputs.pod_is_terminal);
 
@@ -251,42 +389,13 @@ pub fn generate_api_pod_status(pod: &Pod, inputs: &StatusInputs<'_>) -> ApiPodSt
         .sandbox_statuses
         .first()
         .is_some_and(|s| s.state == SandboxState::Ready && (s.host_network || !s.ips.is_empty()));
-    let completed = phase == "Succeeded" || phase == "Failed";
-    let incomplete_init: Vec<String> = inits
-        .iter()
-        .filter(|c| !find(&init_statuses, &c.name).is_some_and(|s| s.ready))
-        .map(|c| c.name.clone())
-        .collect();
-    let unready: Vec<String> = spec
-        .containers
-        .iter()
-        .filter(|c| !find(&app_statuses, &c.name).is_some_and(|s| s.ready))
-        .map(|c| c.name.clone())
-        .collect();
-    let initialized = if init_done || incomplete_init.is_empty() {
-        condition("Initialized", true, None, None)
-    } else {
-        condition(
-            "Initialized",
-            false,
-            Some("ContainersNotInitialized"),
-            Some(format!("containers with incomplete status: {}", list(&incomplete_init))),
-        )
-    };
-    let containers_ready = if completed {
-        condition("ContainersReady", false, Some("PodCompleted"), None)
-    } else if unready.is_empty() {
-        condition("ContainersReady", true, None, None)
-    } else {
-        condition(
-            "ContainersReady",
-            false,
-            Some("ContainersNotReady"),
-            Some(format!("containers with unready status: {}", list(&unready))),
-        )
-    };
-    let mut ready = containers_ready.clone();
-    ready.type_ = "Ready".into();
+    let conditions = vec![
+        condition("PodReadyToStartContainers", sandbox_ready, None, None),
+        initialized_condition(pod, &init_statuses, &app_statuses, &phase),
+        ready_condition(pod, &init_statuses, &app_statuses, &phase, "Ready"),
+        ready_condition(pod, &init_statuses, &app_statuses, &phase, "ContainersReady"),
+        condition("PodScheduled", true, None, None),
+    ];
 
     let mut pod_ips: Vec<String> = inputs.runtime.ips.clone();
     if spec.host_network.unwrap_or(false) {
@@ -294,13 +403,7 @@ pub fn generate_api_pod_status(pod: &Pod, inputs: &StatusInputs<'_>) -> ApiPodSt
     }
     ApiPodStatus {
         phase: Some(phase),
-        conditions: Some(vec![
-            condition("PodReadyToStartContainers", sandbox_ready, None, None),
-            initialized,
-            ready,
-            containers_ready,
-            condition("PodScheduled", true, None, None),
-        ]),
+        conditions: Some(conditions),
         host_ip: inputs.host_ips.first().cloned(),
         host_ips: (!inputs.host_ips.is_empty())
             .then(|| inputs.host_ips.iter().map(|ip| HostIP { ip: ip.clone() }).collect()),
@@ -387,6 +490,7 @@ mod tests {
                 runtime_name: "containerd",
                 host_ips: &["192.0.2.10".into()],
                 pod_is_terminal: terminal,
+                probes: &kubelet_types::probe::NoProbes,
             },
         )
     }
@@ -472,5 +576,44 @@ mod tests {
         // A failed init container fails a Never pod.
         let r = rt(vec![cs("i1", "init", ContainerState::Exited, 2, 0)]);
         assert_eq!(status_of(&pod("Never"), &r, &reasons, false).phase.as_deref(), Some("Failed"));
+    }
+
+    #[test]
+    fn sidecars_count_as_running_and_readiness_gates_hold_ready() {
+        let reasons = ReasonCache::default();
+        let mut p = pod("Never");
+        p.spec.as_mut().unwrap().init_containers.as_mut().unwrap()[0].restart_policy = Some("Always".into());
+        // The sidecar runs (started without a startup probe), the apps are being created: Pending, initialized.
+        let r = rt(vec![cs("i1", "init", ContainerState::Running, 0, 0)]);
+        let s = status_of(&p, &r, &reasons, false);
+        assert_eq!(s.phase.as_deref(), Some("Pending"));
+        assert_eq!(cond(&s, "Initialized").status, "True");
+        assert!(s.init_container_statuses.as_ref().unwrap()[0].ready, "a running sidecar without probes is ready");
+        // The apps finished, the sidecar was stopped: the pod succeeded.
+        let r = rt(vec![
+            cs("a1", "a", ContainerState::Exited, 0, 0),
+            cs("b1", "b", ContainerState::Exited, 0, 0),
+            cs("i1", "init", ContainerState::Exited, 137, 0),
+        ]);
+        let s = status_of(&p, &r, &reasons, true);
+        assert_eq!(s.phase.as_deref(), Some("Succeeded"));
+        assert_eq!(cond(&s, "ContainersReady").reason.as_deref(), Some("PodCompleted"));
+
+        let mut gated = pod("Always");
+        gated.spec.as_mut().unwrap().readiness_gates =
+            Some(vec![k8s_openapi::api::core::v1::PodReadinessGate { condition_type: "example.com/lb".into() }]);
+        let r = rt(vec![
+            cs("a1", "a", ContainerState::Running, 0, 0),
+            cs("b1", "b", ContainerState::Running, 0, 0),
+            cs("i1", "init", ContainerState::Exited, 0, 0),
+        ]);
+        let s = status_of(&gated, &r, &reasons, false);
+        assert_eq!(cond(&s, "ContainersReady").status, "True");
+        let ready = cond(&s, "Ready");
+        assert_eq!((ready.status.as_str(), ready.reason.as_deref()), ("False", Some("ReadinessGatesNotReady")));
+        assert_eq!(
+            ready.message.as_deref(),
+            Some("corresponding condition of pod readiness gate \"example.com/lb\" does not exist.")
+        );
     }
 }

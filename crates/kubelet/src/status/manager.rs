@@ -175,6 +175,12 @@ impl StatusManager {
     }
 }
 
+impl kubelet_types::probe::PodStatusSource for StatusManager {
+    fn pod_status(&self, uid: &PodUid) -> Option<Arc<ApiPodStatus>> {
+        self.get(uid)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
