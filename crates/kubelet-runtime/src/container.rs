@@ -216,6 +216,8 @@ impl RuntimeManager {
                 ),
             ),
             "ImagePullBackOff" => self.recorder.event(&r, NORMAL, reason::BACKOFF, e.message.clone()),
+            // The hook's own event (FailedPostStartHook) was recorded already.
+            "PostStartHookError" => {}
             "ErrImageNeverPull" => self.recorder.event(&r, WARNING, "ErrImageNeverPull", e.message.clone()),
             "ErrImagePull" => {
                 self.recorder.event(

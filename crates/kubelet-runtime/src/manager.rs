@@ -193,6 +193,16 @@ impl RuntimeManager {
         self
     }
 
+    /// Where events go.
+    pub fn recorder(&self) -> &Arc<dyn Recorder> {
+        &self.recorder
+    }
+
+    /// The wall clock.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
     /// The runtime service.
     pub fn runtime(&self) -> &Arc<dyn RuntimeService> {
         &self.runtime

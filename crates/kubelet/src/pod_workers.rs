@@ -237,6 +237,7 @@ impl PodWorkers {
                     match self.syncer.sync_pod(&pod).instrument(span).await {
                         SyncOutcome::Synced => {}
                         SyncOutcome::Retry(d) => next_at = Some(Instant::now() + d),
+                        SyncOutcome::Requeue(d) => next_at = Some(Instant::now() + d.min(self.resync)),
                         SyncOutcome::Terminal => {
                             self.advance(&uid, WorkerPhase::Syncing, WorkerPhase::Terminating);
                             run_now = true;

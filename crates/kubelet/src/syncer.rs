@@ -15,7 +15,7 @@ use tracing::{info, warn};
 
 use crate::cm::PodCgroups;
 use crate::probes::PodProbes;
-use crate::status::generate::is_terminal_phase;
+use crate::status::generate::{DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE, is_terminal_phase};
 use crate::status::{StatusInputs, StatusManager, generate_api_pod_status};
 
 /// Retry delay after a failed step (`workerBackOffPeriod`).
@@ -58,6 +58,8 @@ pub enum SyncOutcome {
     Terminal,
     /// Something failed; retry after the delay.
     Retry(Duration),
+    /// The pod runs as it should; sync again after the delay if that comes before the periodic resync.
+    Requeue(Duration),
 }
 
 /// The three steps of a pod's life, as the pod workers call them.
@@ -102,8 +104,32 @@ impl KubeletSyncer {
         Ok(self.cache.set(st))
     }
 
+    /// How long until the pod's `activeDeadlineSeconds` runs out, counted from its start time (zero once it
+    /// has; None without a deadline). `activeDeadlineHandler.pastActiveDeadline`.
+    fn deadline_left(&self, pod: &Pod) -> Option<Duration> {
+        let deadline = pod.spec.as_ref()?.active_deadline_seconds?;
+        let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
+        let start = self
+            .status
+            .get(&uid)
+            .and_then(|s| s.start_time.clone())
+            .or_else(|| pod.status.as_ref().and_then(|s| s.start_time.clone()))?;
+        let now = self.runtime.clock().now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let end = Duration::from_secs((start.0.as_second() + deadline).max(0) as u64);
+        Some(end.saturating_sub(now))
+    }
+
     async fn publish(&self, pod: &Pod, rt: &PodStatus, terminal: bool) -> Option<String> {
         let name = self.runtime.runtime_name().await.unwrap_or_else(|_| "containerd".into());
+        let deadline_exceeded = self.deadline_left(pod).is_some_and(|d| d.is_zero());
+        if deadline_exceeded && !terminal {
+            self.runtime.recorder().event(
+                &kubelet_types::events::pod_reference(pod),
+                kubelet_types::events::NORMAL,
+                DEADLINE_EXCEEDED,
+                DEADLINE_EXCEEDED_MESSAGE.into(),
+            );
+        }
         let inputs = StatusInputs {
             runtime: rt,
             reasons: self.runtime.reasons(),
@@ -111,6 +137,7 @@ impl KubeletSyncer {
             host_ips: &self.host_ips,
             pod_is_terminal: terminal,
             probes: self.probes.as_ref(),
+            deadline_exceeded,
         };
         let status = generate_api_pod_status(pod, &inputs);
         let phase = status.phase.clone();
@@ -161,7 +188,14 @@ impl PodSyncer for KubeletSyncer {
                 return SyncOutcome::Terminal;
             }
         }
-        if result.ok() { SyncOutcome::Synced } else { SyncOutcome::Retry(WORKER_BACKOFF) }
+        if !result.ok() {
+            return SyncOutcome::Retry(WORKER_BACKOFF);
+        }
+        // A pod with an active deadline is synced again when it runs out.
+        match self.deadline_left(pod) {
+            Some(left) => SyncOutcome::Requeue(left + Duration::from_millis(100)),
+            None => SyncOutcome::Synced,
+        }
     }
 
     async fn sync_terminating_pod(

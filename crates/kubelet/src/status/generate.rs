@@ -31,7 +31,14 @@ pub struct StatusInputs<'a> {
     pub pod_is_terminal: bool,
     /// Probe results: `started` and `ready` of each container.
     pub probes: &'a dyn PodProbeStatus,
+    /// The pod ran longer than its `activeDeadlineSeconds`: it fails with `DeadlineExceeded`.
+    pub deadline_exceeded: bool,
 }
+
+/// The reason of a pod that outlived its `activeDeadlineSeconds`.
+pub const DEADLINE_EXCEEDED: &str = "DeadlineExceeded";
+/// Its message.
+pub const DEADLINE_EXCEEDED_MESSAGE: &str = "Pod was active on the node longer than the specified deadline";
 
 fn time_of(ns: i64) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
     (ns > 0).then(|| api_time(UNIX_EPOCH + Duration::from_nanos(ns as u64)))
@@ -382,7 +389,10 @@ pub fn generate_api_pod_status(pod: &Pod, inputs: &StatusInputs<'_>) -> ApiPodSt
     let mut app_statuses = container_statuses(pod, &spec.containers, inputs, false, default_reason);
     inputs.probes.update_pod_status(pod, &mut init_statuses, &mut app_statuses);
     app_statuses.sort_by(|a, b| a.name.cmp(&b.name));
-    let phase = get_phase(pod, &init_statuses, &app_statuses, inputs.pod_is_terminal);
+    let mut phase = get_phase(pod, &init_statuses, &app_statuses, inputs.pod_is_terminal);
+    if inputs.deadline_exceeded {
+        phase = "Failed".into();
+    }
 
     let sandbox_ready = inputs
         .runtime
@@ -404,6 +414,8 @@ pub fn generate_api_pod_status(pod: &Pod, inputs: &StatusInputs<'_>) -> ApiPodSt
     ApiPodStatus {
         phase: Some(phase),
         conditions: Some(conditions),
+        reason: inputs.deadline_exceeded.then(|| DEADLINE_EXCEEDED.to_string()),
+        message: inputs.deadline_exceeded.then(|| DEADLINE_EXCEEDED_MESSAGE.to_string()),
         host_ip: inputs.host_ips.first().cloned(),
         host_ips: (!inputs.host_ips.is_empty())
             .then(|| inputs.host_ips.iter().map(|ip| HostIP { ip: ip.clone() }).collect()),
@@ -491,6 +503,7 @@ mod tests {
                 host_ips: &["192.0.2.10".into()],
                 pod_is_terminal: terminal,
                 probes: &kubelet_types::probe::NoProbes,
+                deadline_exceeded: false,
             },
         )
     }

@@ -1,0 +1,259 @@
+//! End to end: the pod lifecycle's fine print on the real containerd through the real rkubelet binary — probes,
+//! lifecycle hooks, native sidecars, active deadlines and OOM kills (issue: pod lifecycle as upstream).
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use kubelet_cri::RuntimeService;
+use serde_json::Value;
+
+const START: Duration = Duration::from_secs(60);
+
+fn condition(p: &Value, t: &str) -> (String, String) {
+    let c = p["status"]["conditions"].as_array().and_then(|cs| cs.iter().find(|c| c["type"] == t).cloned());
+    let c = c.unwrap_or(Value::Null);
+    (c["status"].as_str().unwrap_or("").to_string(), c["message"].as_str().unwrap_or("").to_string())
+}
+
+/// The lines of a CRI log file as (timestamp in seconds of the day, text).
+fn log_lines(text: &str) -> Vec<(f64, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(4, ' ');
+            let ts = f.next()?;
+            let (_, time) = ts.split_once('T')?;
+            let time = time.trim_end_matches('Z');
+            let mut hms = time.split(':');
+            let h: f64 = hms.next()?.parse().ok()?;
+            let m: f64 = hms.next()?.parse().ok()?;
+            let s: f64 = hms.next()?.parse().ok()?;
+            let _stream = f.next()?;
+            let _tag = f.next()?;
+            Some((h * 3600.0 + m * 60.0 + s, f.next().unwrap_or("").to_string()))
+        })
+        .collect()
+}
+
+fn when(lines: &[(f64, String)], text: &str) -> f64 {
+    lines.iter().find(|(_, l)| l == text).map(|(t, _)| *t).unwrap_or_else(|| panic!("no line {text:?} in {lines:?}"))
+}
+
+async fn exec(rt: &kubelet_cri::RemoteRuntime, pod: &str, container: &str, cmd: &[&str]) {
+    let c = containers_of(rt, pod)
+        .await
+        .into_iter()
+        .find(|c| c.labels["io.kubernetes.container.name"] == container && c.state == 1)
+        .expect("running container");
+    let out = rt.exec_sync(&c.id, cmd.iter().map(|s| s.to_string()).collect(), Duration::from_secs(10)).await;
+    assert_eq!(out.unwrap().exit_code, 0, "{cmd:?}");
+}
+
+#[tokio::test]
+async fn http_readiness_flips_ready_and_a_failing_liveness_probe_restarts_the_container() {
+    let (_g, rt) = fresh_runtime().await;
+    let m = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: probed
+spec:
+  terminationGracePeriodSeconds: 2
+  containers:
+  - name: web
+    image: localhost/busybox:1
+    command: ["sh", "-c", "mkdir -p /www && echo ok > /www/ready && touch /tmp/alive && exec httpd -f -p 8080 -h /www"]
+    ports:
+    - name: http
+      containerPort: 8080
+    readinessProbe:
+      httpGet:
+        path: /ready
+        port: http
+      periodSeconds: 1
+      failureThreshold: 1
+    livenessProbe:
+      exec:
+        command: ["test", "-f", "/tmp/alive"]
+      periodSeconds: 1
+      failureThreshold: 2
+"#;
+    let mut node = Node::start(&[("probed.yaml", m)]);
+    let name = "probed-e2e-node";
+    node.wait_running(name).await;
+    let p = pod(name).await.unwrap();
+    assert_eq!(condition(&p, "Ready").0, "True");
+    assert_eq!(container_status(&p, "web").unwrap()["started"], true);
+
+    // Readiness fails (404): the container keeps running but is not ready, and neither is the pod.
+    exec(&rt, name, "web", &["rm", "/www/ready"]).await;
+    let p = node
+        .wait_for("pod not ready", START, || async { pod(name).await.filter(|p| condition(p, "Ready").0 == "False") })
+        .await;
+    assert_eq!(condition(&p, "Ready").1, "containers with unready status: [web]");
+    assert_eq!(condition(&p, "ContainersReady").0, "False");
+    let web = container_status(&p, "web").unwrap();
+    assert!(web["state"]["running"].is_object() && web["ready"] == false && web["restartCount"] == 0);
+    assert!(node.log().contains("Readiness probe failed: HTTP probe failed with statuscode: 404"), "Unhealthy event");
+
+    // Liveness fails twice: the container is killed and started again, ready once its readiness probe passes.
+    exec(&rt, name, "web", &["rm", "/tmp/alive"]).await;
+    let p = node
+        .wait_for("restart after the liveness failure", START, || async {
+            pod(name)
+                .await
+                .filter(|p| container_status(p, "web").is_some_and(|c| c["restartCount"] == 1) && all_running(p))
+        })
+        .await;
+    assert_eq!(condition(&p, "Ready").0, "True");
+    let log = node.log();
+    assert!(log.contains("Liveness probe failed: "), "Unhealthy event in the log");
+    assert!(log.contains("Container web failed liveness probe, will be restarted"), "Killing event message");
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test]
+async fn prestop_runs_before_sigterm_and_sidecars_stop_after_the_app_when_the_deadline_passes() {
+    let (_g, rt) = fresh_runtime().await;
+    let m = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: life
+spec:
+  terminationGracePeriodSeconds: 10
+  activeDeadlineSeconds: 4
+  initContainers:
+  - name: side
+    image: localhost/busybox:1
+    restartPolicy: Always
+    command: ["sh", "-c", "trap 'echo side-term; exit 0' TERM; echo side-up; while true; do sleep 0.1; done"]
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sh", "-c", "trap 'echo app-term; sleep 1; echo app-exit; exit 0' TERM; echo app-up; while true; do sleep 0.1; done"]
+    lifecycle:
+      preStop:
+        exec:
+          command: ["sh", "-c", "echo prestop > /proc/1/fd/1; sleep 1"]
+"#;
+    let mut node = Node::start(&[("life.yaml", m)]);
+    let name = "life-e2e-node";
+    let p = node.wait_running(name).await;
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    let side = &p["status"]["initContainerStatuses"][0];
+    assert!(side["state"]["running"].is_object() && side["started"] == true, "the sidecar keeps running: {side}");
+
+    // After 4 s the deadline kills the pod: Failed with upstream's reason, logs kept.
+    let p = node
+        .wait_for("pod failed by its deadline", START, || async {
+            pod(name).await.filter(|p| p["status"]["phase"] == "Failed")
+        })
+        .await;
+    assert_eq!(p["status"]["reason"], "DeadlineExceeded");
+    assert_eq!(p["status"]["message"], "Pod was active on the node longer than the specified deadline");
+    node.wait_for("every container stopped", START, || async {
+        let cs = containers_of(&rt, name).await;
+        cs.iter().all(|c| c.state == 2).then_some(())
+    })
+    .await;
+    let dir = node.logs.join(format!("default_{name}_{uid}"));
+    let app = log_lines(&std::fs::read_to_string(dir.join("app/0.log")).unwrap());
+    let side = log_lines(&std::fs::read_to_string(dir.join("side/0.log")).unwrap());
+    // preStop ran (and took its second) before the app got SIGTERM; the sidecar got its SIGTERM only after
+    // the app had exited.
+    assert!(when(&app, "prestop") + 0.9 <= when(&app, "app-term"), "app log: {app:?}");
+    assert!(when(&app, "app-exit") <= when(&side, "side-term"), "app {app:?} side {side:?}");
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test]
+async fn a_job_with_a_sidecar_succeeds_and_an_oom_killed_container_reports_oomkilled() {
+    let (_g, rt) = fresh_runtime().await;
+    let job = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: job
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 5
+  initContainers:
+  - name: side
+    image: localhost/busybox:1
+    restartPolicy: Always
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"]
+  containers:
+  - name: work
+    image: localhost/busybox:1
+    command: ["sh", "-c", "sleep 1; echo done"]
+"#;
+    let hog = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: hog
+spec:
+  restartPolicy: Never
+  containers:
+  - name: hog
+    image: localhost/busybox:1
+    command: ["dd", "if=/dev/zero", "of=/dev/null", "bs=64M", "count=1"]
+    resources:
+      limits:
+        memory: 16Mi
+"#;
+    let mut node = Node::start(&[("job.yaml", job), ("hog.yaml", hog)]);
+    let p = node
+        .wait_for("job Succeeded", START, || async {
+            pod("job-e2e-node").await.filter(|p| p["status"]["phase"] == "Succeeded")
+        })
+        .await;
+    let side = &p["status"]["initContainerStatuses"][0];
+    assert!(side["state"]["terminated"].is_object(), "the sidecar was stopped: {side}");
+    assert_eq!(container_status(&p, "work").unwrap()["state"]["terminated"]["exitCode"], 0);
+
+    let p = node
+        .wait_for("hog Failed", START, || async {
+            pod("hog-e2e-node").await.filter(|p| p["status"]["phase"] == "Failed")
+        })
+        .await;
+    let t = &container_status(&p, "hog").unwrap()["state"]["terminated"];
+    assert_eq!((t["reason"].as_str(), t["exitCode"].as_i64()), (Some("OOMKilled"), Some(137)), "{t}");
+    assert_eq!(p["status"]["qosClass"], "Burstable");
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test]
+async fn a_failing_poststart_hook_kills_the_container_with_upstreams_event() {
+    let (_g, rt) = fresh_runtime().await;
+    let m = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: hooked
+spec:
+  restartPolicy: Never
+  terminationGracePeriodSeconds: 5
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sh", "-c", "trap 'exit 0' TERM; while true; do sleep 0.1; done"]
+    lifecycle:
+      postStart:
+        exec:
+          command: ["sh", "-c", "echo nope >&2; exit 3"]
+"#;
+    let mut node = Node::start(&[("hooked.yaml", m)]);
+    node.wait_for("the container stopped", START, || async {
+        pod("hooked-e2e-node")
+            .await
+            .filter(|p| container_status(p, "app").is_some_and(|c| c["state"]["terminated"].is_object()))
+    })
+    .await;
+    let log = node.log();
+    assert!(log.contains(r#"reason="FailedPostStartHook""#), "event reason");
+    assert!(log.contains(r#"reason="Killing" FailedPostStartHook"#), "the container is killed with upstream's message");
+    assert!(
+        log.contains(r#"Exec lifecycle hook ([sh -c echo nope >&2; exit 3]) for Container "app" in Pod "hooked-e2e-node_default("#),
+        "upstream's message: {}",
+        tail(&log, 30)
+    );
+    node.stop_and_clean(&rt).await;
+}
