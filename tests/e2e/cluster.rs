@@ -399,3 +399,38 @@ async fn node_labels_and_kubectl_describe() {
     );
     node.stop_and_clean(&rt).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grace_period_shortened_during_termination_takes_effect() {
+    let (_g, rt) = fresh_runtime().await;
+    let c = cluster().await;
+    let mut node = Node::start_in_cluster(&[], &c.kubeconfig);
+    let kc = c.kubeconfig.clone();
+    // `sleep` as PID 1 ignores SIGTERM: only the end of the grace period stops it.
+    let stubborn = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: stubborn\nspec:\n  nodeName: e2e-node\n  terminationGracePeriodSeconds: 120\n  containers:\n  - name: app\n    image: localhost/busybox:1\n    command: [\"sleep\", \"3600\"]\n";
+    let manifest = c.kubeconfig.with_file_name("stubborn.yaml");
+    std::fs::write(&manifest, stubborn).unwrap();
+    kubectl(&kc, &["create", "-f", manifest.to_str().unwrap()]).await;
+    node.wait_for("stubborn Running", Duration::from_secs(60), || async {
+        get_json(&kc, &["pod", "stubborn"]).await.filter(|p| p["status"]["phase"] == "Running")
+    })
+    .await;
+    kubectl(&kc, &["delete", "pod", "stubborn", "--wait=false"]).await;
+    let log = node.log_path();
+    node.wait_for("the kubelet stopping the pod", Duration::from_secs(30), || async {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("killing container with a grace period").then_some(())
+    })
+    .await;
+    // 120 s are granted; a second delete asks for 2.
+    let t0 = Instant::now();
+    kubectl(&kc, &["delete", "pod", "stubborn", "--grace-period=2", "--wait=false"]).await;
+    node.wait_for("stubborn gone", Duration::from_secs(60), || async {
+        get_json(&kc, &["pod", "stubborn"]).await.is_none().then_some(())
+    })
+    .await;
+    let took = t0.elapsed();
+    assert!(took < Duration::from_secs(20), "the shortened grace period was used: {took:?}");
+    assert!(node.log().contains("grace period shortened during termination"));
+    node.stop_and_clean(&rt).await;
+}

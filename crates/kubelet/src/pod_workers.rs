@@ -70,9 +70,31 @@ struct PodState {
     pod: Option<Arc<Pod>>,
     phase: WorkerPhase,
     pending: bool,
-    grace_override: Option<i64>,
+    /// The effective grace period of the termination, once it started (`podSyncStatus.gracePeriod`).
+    grace: Option<i64>,
     removed: bool,
     notify: Arc<Notify>,
+    /// Cancels the termination step in flight (when the grace period is shortened).
+    terminating: Option<CancellationToken>,
+}
+
+/// The grace period a termination uses (`calculateEffectiveGracePeriod`): the shortest of the current one, the
+/// pod's deletion grace period and the kill's override; else the pod's `terminationGracePeriodSeconds`; at least
+/// 1 s. Also whether it shortened a grace period already in force.
+pub fn effective_grace_period(current: Option<i64>, pod: Option<&Pod>, override_: Option<i64>) -> (i64, bool) {
+    let mut g = current.unwrap_or(0);
+    for o in [pod.and_then(|p| p.metadata.deletion_grace_period_seconds), override_].into_iter().flatten() {
+        if g == 0 || o < g {
+            g = o;
+        }
+    }
+    if g == 0
+        && let Some(t) = pod.and_then(|p| p.spec.as_ref()).and_then(|s| s.termination_grace_period_seconds)
+    {
+        g = t;
+    }
+    let g = g.max(1);
+    (g, current.is_some_and(|c| c != 0 && c != g))
 }
 
 /// One step of work taken from a pod's state.
@@ -140,9 +162,10 @@ impl PodWorkers {
                         pod: None,
                         phase: WorkerPhase::Syncing,
                         pending: false,
-                        grace_override: None,
+                        grace: None,
                         removed: false,
                         notify: notify.clone(),
+                        terminating: None,
                     },
                 );
                 let this = self.clone();
@@ -158,12 +181,12 @@ impl PodWorkers {
             st.phase = WorkerPhase::Terminating;
         }
         if kill {
-            if opts.grace_override.is_some() {
-                // A shorter grace period wins, as upstream.
-                st.grace_override = match st.grace_override {
-                    Some(g) => Some(g.min(opts.grace_override.unwrap_or(g))),
-                    None => opts.grace_override,
-                };
+            // A shorter grace period wins, as upstream; shortening one in force restarts the termination with it.
+            let (grace, shortened) = effective_grace_period(st.grace, st.pod.as_deref(), opts.grace_override);
+            st.grace = Some(grace);
+            if shortened && let Some(t) = &st.terminating {
+                debug!(pod = %opts.key, gracePeriod = grace, "grace period shortened during termination");
+                t.cancel();
             }
             st.removed |= opts.removed;
         }
@@ -190,13 +213,7 @@ impl PodWorkers {
         let mut pods = self.shared.pods.lock().unwrap();
         let st = pods.get_mut(uid)?;
         st.pending = false;
-        Some(Work {
-            phase: st.phase,
-            key: st.key.clone(),
-            pod: st.pod.clone(),
-            grace: st.grace_override,
-            removed: st.removed,
-        })
+        Some(Work { phase: st.phase, key: st.key.clone(), pod: st.pod.clone(), grace: st.grace, removed: st.removed })
     }
 
     fn advance(&self, uid: &PodUid, from: WorkerPhase, to: WorkerPhase) {
@@ -246,7 +263,24 @@ impl PodWorkers {
                 }
                 WorkerPhase::Terminating => {
                     let span = info_span!("sync_terminating_pod", pod = %key, podUID = %uid);
-                    match self.syncer.sync_terminating_pod(&key, pod.as_ref(), grace).instrument(span).await {
+                    let token = CancellationToken::new();
+                    if let Some(st) = self.shared.pods.lock().unwrap().get_mut(&uid) {
+                        st.terminating = Some(token.clone());
+                    }
+                    let step = self.syncer.sync_terminating_pod(&key, pod.as_ref(), grace).instrument(span);
+                    let res = tokio::select! {
+                        r = step => Some(r),
+                        _ = token.cancelled() => None,
+                    };
+                    if let Some(st) = self.shared.pods.lock().unwrap().get_mut(&uid) {
+                        st.terminating = None;
+                    }
+                    let Some(res) = res else {
+                        // The grace period was shortened: stop again with the new one.
+                        run_now = true;
+                        continue;
+                    };
+                    match res {
                         Ok(()) => {
                             self.advance(&uid, WorkerPhase::Terminating, WorkerPhase::Terminated);
                             run_now = true;
@@ -399,5 +433,63 @@ mod tests {
         w.update_pod(opts(UpdateType::Sync, pod("1")));
         let log = wait_for(&rec, 5).await;
         assert_eq!(log[3..], ["terminating None".to_string(), "terminated removed=false".to_string()]);
+    }
+
+    #[test]
+    fn effective_grace_period_as_upstream() {
+        let mut p = (*pod("1")).clone();
+        p.spec = Some(k8s_openapi::api::core::v1::PodSpec {
+            termination_grace_period_seconds: Some(30),
+            ..Default::default()
+        });
+        assert_eq!(effective_grace_period(None, Some(&p), None), (30, false));
+        assert_eq!(effective_grace_period(None, Some(&p), Some(0)), (30, false), "zero asks for the pod's own");
+        p.metadata.deletion_grace_period_seconds = Some(10);
+        assert_eq!(effective_grace_period(None, Some(&p), None), (10, false));
+        assert_eq!(effective_grace_period(Some(10), Some(&p), Some(20)), (10, false), "never lengthened");
+        assert_eq!(effective_grace_period(Some(10), Some(&p), Some(3)), (3, true));
+        assert_eq!(effective_grace_period(None, None, None), (1, false), "a pod only the runtime knows");
+    }
+
+    /// Terminations that block until cancelled, unless the grace period is at most 2 s.
+    struct SlowKill(Mutex<Vec<i64>>);
+
+    #[async_trait]
+    impl PodSyncer for SlowKill {
+        async fn sync_pod(&self, _pod: &Arc<Pod>) -> SyncOutcome {
+            SyncOutcome::Synced
+        }
+        async fn sync_terminating_pod(&self, _k: &PodKey, _p: Option<&Arc<Pod>>, g: Option<i64>) -> Result<(), String> {
+            let g = g.unwrap_or(0);
+            self.0.lock().unwrap().push(g);
+            if g > 2 {
+                std::future::pending::<()>().await;
+            }
+            Ok(())
+        }
+        async fn sync_terminated_pod(&self, _k: &PodKey, _p: Option<&Arc<Pod>>, _r: bool) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_shortened_grace_period_restarts_the_termination_with_it() {
+        let s = Arc::new(SlowKill(Mutex::new(vec![])));
+        let w = PodWorkers::new(s.clone(), Duration::from_secs(60), CancellationToken::new(), TaskTracker::new());
+        let mut k = opts(UpdateType::Kill, pod("1"));
+        k.grace_override = Some(30);
+        w.update_pod(k);
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(*s.0.lock().unwrap(), vec![30]);
+        let mut k = opts(UpdateType::Kill, pod("1"));
+        k.grace_override = Some(2);
+        w.update_pod(k);
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(*s.0.lock().unwrap(), vec![30, 2]);
+        assert_eq!(w.phase(&"u1".into()), Some(WorkerPhase::Finished));
     }
 }
