@@ -434,3 +434,82 @@ async fn a_grace_period_shortened_during_termination_takes_effect() {
     assert!(node.log().contains("grace period shortened during termination"));
     node.stop_and_clean(&rt).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configmap_and_secret_references_and_service_links_reach_the_environment() {
+    let (_g, rt) = fresh_runtime().await;
+    let c = cluster().await;
+    let mut node = Node::start_in_cluster(&[], &c.kubeconfig);
+    let kc = c.kubeconfig.clone();
+    let objects = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\nstringData:\n  password: s3cr3t\n---\napiVersion: v1\nkind: Service\nmetadata:\n  name: my-db\nspec:\n  clusterIP: 10.96.0.50\n  ports:\n  - name: pg\n    port: 5432\n";
+    let pod = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: consumer
+spec:
+  nodeName: e2e-node
+  restartPolicy: Never
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sh", "-c", "env | sort"]
+    envFrom:
+    - prefix: CFG_
+      configMapRef:
+        name: settings
+    env:
+    - name: MODE
+      valueFrom:
+        configMapKeyRef:
+          name: settings
+          key: mode
+    - name: PASSWORD
+      valueFrom:
+        secretKeyRef:
+          name: creds
+          key: password
+    - name: MAYBE
+      valueFrom:
+        configMapKeyRef:
+          name: absent
+          key: x
+          optional: true
+"#;
+    let dir = c.kubeconfig.parent().unwrap().to_path_buf();
+    std::fs::write(dir.join("objects.yaml"), objects).unwrap();
+    std::fs::write(dir.join("pod.yaml"), pod).unwrap();
+    kubectl(&kc, &["create", "-f", dir.join("objects.yaml").to_str().unwrap()]).await;
+    kubectl(&kc, &["create", "-f", dir.join("pod.yaml").to_str().unwrap()]).await;
+    // The ConfigMap does not exist yet: upstream's reason and message, and the pod keeps being retried.
+    let p = node
+        .wait_for("CreateContainerConfigError", Duration::from_secs(60), || async {
+            get_json(&kc, &["pod", "consumer"]).await.filter(|p| {
+                p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "CreateContainerConfigError"
+            })
+        })
+        .await;
+    assert_eq!(p["status"]["containerStatuses"][0]["state"]["waiting"]["message"], "configmap \"settings\" not found");
+    kubectl(&kc, &["create", "configmap", "settings", "--from-literal=mode=fast", "--from-literal=level=3"]).await;
+    let p = node
+        .wait_for("consumer Succeeded", Duration::from_secs(60), || async {
+            get_json(&kc, &["pod", "consumer"]).await.filter(|p| p["status"]["phase"] == "Succeeded")
+        })
+        .await;
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    let log = std::fs::read_to_string(node.logs.join(format!("default_consumer_{uid}/app/0.log"))).unwrap();
+    for want in [
+        "MODE=fast",
+        "PASSWORD=s3cr3t",
+        "CFG_mode=fast",
+        "CFG_level=3",
+        "MY_DB_SERVICE_HOST=10.96.0.50",
+        "MY_DB_SERVICE_PORT=5432",
+        "MY_DB_SERVICE_PORT_PG=5432",
+        "MY_DB_PORT=tcp://10.96.0.50:5432",
+        "MY_DB_PORT_5432_TCP_ADDR=10.96.0.50",
+    ] {
+        assert!(log.contains(&format!(" {want}\n")), "missing {want} in\n{log}");
+    }
+    assert!(!log.contains("MAYBE="), "an optional reference to a missing ConfigMap is skipped");
+    node.stop_and_clean(&rt).await;
+}

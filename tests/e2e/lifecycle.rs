@@ -257,3 +257,92 @@ spec:
     );
     node.stop_and_clean(&rt).await;
 }
+
+#[tokio::test]
+async fn env_references_and_expansion_are_seen_inside_the_container() {
+    let (_g, rt) = fresh_runtime().await;
+    let m = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: envy
+  labels:
+    app: web
+  annotations:
+    note: hello
+spec:
+  restartPolicy: Never
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sh", "-c", "echo 'arg=$(GREETING) $$(GREETING) $(NOPE)'; env | sort"]
+    env:
+    - name: NAME
+      value: world
+    - name: GREETING
+      value: hello-$(NAME)-$$(NAME)
+    - name: POD_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+    - name: POD_NAMESPACE
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.namespace
+    - name: POD_IP
+      valueFrom:
+        fieldRef:
+          fieldPath: status.podIP
+    - name: NODE
+      valueFrom:
+        fieldRef:
+          fieldPath: spec.nodeName
+    - name: APP
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.labels['app']
+    - name: NOTE
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.annotations['note']
+    - name: MEM_MI
+      valueFrom:
+        resourceFieldRef:
+          resource: limits.memory
+          divisor: 1Mi
+    - name: CPU_M
+      valueFrom:
+        resourceFieldRef:
+          resource: requests.cpu
+          divisor: 1m
+    resources:
+      requests:
+        cpu: 250m
+      limits:
+        memory: 64Mi
+"#;
+    let mut node = Node::start(&[("envy.yaml", m)]);
+    let p = node
+        .wait_for("envy Succeeded", START, || async {
+            pod("envy-e2e-node").await.filter(|p| p["status"]["phase"] == "Succeeded")
+        })
+        .await;
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    let ip = p["status"]["podIP"].as_str().unwrap().to_string();
+    let log = std::fs::read_to_string(node.logs.join(format!("default_envy-e2e-node_{uid}/app/0.log"))).unwrap();
+    let lines: Vec<String> = log_lines(&log).into_iter().map(|(_, l)| l).collect();
+    for want in [
+        "arg=hello-world-$(NAME) $(GREETING) $(NOPE)".to_string(),
+        "GREETING=hello-world-$(NAME)".to_string(),
+        "POD_NAME=envy-e2e-node".to_string(),
+        "POD_NAMESPACE=default".to_string(),
+        format!("POD_IP={ip}"),
+        format!("NODE={NODE}"),
+        "APP=web".to_string(),
+        "NOTE=hello".to_string(),
+        "MEM_MI=64".to_string(),
+        "CPU_M=250".to_string(),
+    ] {
+        assert!(lines.contains(&want), "missing {want:?} in {lines:?}");
+    }
+    node.stop_and_clean(&rt).await;
+}

@@ -12,7 +12,7 @@ pub mod patch;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, Service};
 use thiserror::Error;
 
 /// Why an apiserver call failed.
@@ -130,4 +130,15 @@ pub trait EventApi: Send + Sync + 'static {
     async fn create_event(&self, event: &Event) -> ApiResult<()>;
     /// Updates a repeated event (count, lastTimestamp).
     async fn patch_event(&self, namespace: &str, name: &str, patch: &serde_json::Value) -> ApiResult<()>;
+}
+
+/// ConfigMaps, Secrets and Services a pod refers to (`configMapManager`, `secretManager`, `serviceLister`).
+#[async_trait]
+pub trait ObjectApi: Send + Sync + 'static {
+    /// A ConfigMap, or None.
+    async fn get_config_map(&self, namespace: &str, name: &str) -> ApiResult<Option<ConfigMap>>;
+    /// A Secret, or None.
+    async fn get_secret(&self, namespace: &str, name: &str) -> ApiResult<Option<Secret>>;
+    /// The Services of a namespace.
+    async fn list_services(&self, namespace: &str) -> ApiResult<Vec<Service>>;
 }

@@ -269,6 +269,25 @@ impl EventApi for KubeApi {
     }
 }
 
+#[async_trait]
+impl kubelet_apiclient::ObjectApi for KubeApi {
+    async fn get_config_map(&self, ns: &str, name: &str) -> ApiResult<Option<k8s_openapi::api::core::v1::ConfigMap>> {
+        self.limiter.acquire().await;
+        Api::namespaced(self.client.clone(), ns).get_opt(name).await.map_err(map_err)
+    }
+
+    async fn get_secret(&self, ns: &str, name: &str) -> ApiResult<Option<k8s_openapi::api::core::v1::Secret>> {
+        self.limiter.acquire().await;
+        Api::namespaced(self.client.clone(), ns).get_opt(name).await.map_err(map_err)
+    }
+
+    async fn list_services(&self, ns: &str) -> ApiResult<Vec<k8s_openapi::api::core::v1::Service>> {
+        self.limiter.acquire().await;
+        let list = Api::namespaced(self.client.clone(), ns).list(&ListParams::default()).await.map_err(map_err)?;
+        Ok(list.items)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

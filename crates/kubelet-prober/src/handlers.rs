@@ -104,13 +104,15 @@ pub fn expand(input: &str, lookup: &dyn Fn(&str) -> Option<String>) -> String {
                         i += 3 + end;
                     }
                     None => {
-                        out.push_str(&input[i..]);
-                        i = b.len();
+                        // An incomplete reference is kept as written; scanning goes on after `$(`.
+                        out.push_str("$(");
+                        i += 2;
                     }
                 },
                 _ => {
-                    out.push_str(&input[i..i + 2]);
-                    i += 2;
+                    // Not an expression: the `$` stays, and what follows is scanned as usual.
+                    out.push('$');
+                    i += 1;
                 }
             }
             last = i;

@@ -242,63 +242,6 @@ pub fn sandbox_config(cfg: &RuntimeManagerConfig, pod: &Pod, attempt: u32) -> ap
     }
 }
 
-/// `$(VAR)` expansion with `$$` escaping (`third_party/forked/golang/expansion`).
-pub fn expand(input: &str, vars: &HashMap<String, String>) -> String {
-    let b = input.as_bytes();
-    let mut out = String::with_capacity(input.len());
-    let mut i = 0;
-    let mut last = 0;
-    while i < b.len() {
-        if b[i] == b'$' && i + 1 < b.len() {
-            out.push_str(&input[last..i]);
-            match b[i + 1] {
-                b'$' => {
-                    out.push('$');
-                    i += 2;
-                }
-                b'(' => match input[i + 2..].find(')') {
-                    Some(end) => {
-                        let name = &input[i + 2..i + 2 + end];
-                        match vars.get(name) {
-                            Some(v) => out.push_str(v),
-                            None => out.push_str(&input[i..i + 3 + end]),
-                        }
-                        i += 3 + end;
-                    }
-                    None => {
-                        out.push_str(&input[i..]);
-                        i = b.len();
-                    }
-                },
-                _ => {
-                    out.push_str(&input[i..i + 2]);
-                    i += 2;
-                }
-            }
-            last = i;
-        } else {
-            i += 1;
-        }
-    }
-    if last < b.len() {
-        out.push_str(&input[last..]);
-    }
-    out
-}
-
-/// Environment of a container: literal values, expanded in order (references to secrets, config maps and
-/// fields come with the volume and API work).
-pub fn container_env(c: &Container) -> Vec<api::KeyValue> {
-    let mut vars: HashMap<String, String> = HashMap::new();
-    let mut out = vec![];
-    for e in c.env.iter().flatten() {
-        let v = expand(e.value.as_deref().unwrap_or(""), &vars);
-        vars.insert(e.name.clone(), v.clone());
-        out.push(api::KeyValue { key: e.name.clone(), value: v });
-    }
-    out
-}
-
 /// `MilliCPUToShares`: 1024 shares per CPU, integer arithmetic, within [2, 262144].
 pub fn milli_cpu_to_shares(milli: i64) -> i64 {
     if milli <= 0 {
@@ -418,18 +361,18 @@ fn container_security(pod: &Pod, c: &Container) -> api::LinuxContainerSecurityCo
     }
 }
 
-/// The `ContainerConfig` of a container at `restart_count`. `mounts` are the kubelet-managed mounts
-/// (etc-hosts, termination log).
+/// The `ContainerConfig` of a container at `restart_count`. `env` is the container's environment (see
+/// [`crate::env`]); `mounts` are the kubelet-managed mounts (etc-hosts, termination log).
 pub fn container_config(
     cfg: &RuntimeManagerConfig,
     pod: &Pod,
     c: &Container,
     restart_count: i32,
+    env: &[(String, String)],
     mounts: Vec<api::Mount>,
 ) -> api::ContainerConfig {
-    let env = container_env(c);
-    let vars: HashMap<String, String> = env.iter().map(|kv| (kv.key.clone(), kv.value.clone())).collect();
-    let exp = |v: &Option<Vec<String>>| v.iter().flatten().map(|s| expand(s, &vars)).collect::<Vec<_>>();
+    let exp = |v: &Option<Vec<String>>| crate::env::expand_command(v.as_deref().unwrap_or(&[]), env);
+    let env: Vec<api::KeyValue> = env.iter().map(|(k, v)| api::KeyValue { key: k.clone(), value: v.clone() }).collect();
     let image = c.image.clone().unwrap_or_default();
     api::ContainerConfig {
         metadata: Some(api::ContainerMetadata { name: c.name.clone(), attempt: restart_count as u32 }),
@@ -456,14 +399,6 @@ pub fn container_config(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn expansion_as_upstream() {
-        let vars: HashMap<String, String> = [("A".to_string(), "x".to_string())].into();
-        assert_eq!(expand("$(A)-$(B)-$$(A)-$$-$A", &vars), "x-$(B)-$(A)-$-$A");
-        assert_eq!(expand("tail $(A", &vars), "tail $(A");
-        assert_eq!(expand("", &vars), "");
-    }
 
     #[test]
     fn resolv_conf_parsing() {

@@ -258,7 +258,27 @@ impl RuntimeManager {
         let mounts = self
             .managed_mounts(pod, c, pod_ips)
             .map_err(|e| err("CreateContainerConfigError", format!("prepare kubelet-managed files: {e}")))?;
-        let config = config_gen::container_config(&self.cfg, pod, c, restart_count, mounts);
+        let env = crate::env::make_environment(crate::env::EnvInputs {
+            pod,
+            container: c,
+            pod_ips,
+            node: &self.node,
+            objects: self.objects.as_ref(),
+        })
+        .await
+        .map_err(|m| err("CreateContainerConfigError", m))?;
+        for (source, keys) in &env.invalid {
+            self.recorder.event(
+                &container_reference(pod, &c.name),
+                WARNING,
+                "InvalidEnvironmentVariableNames",
+                format!(
+                    "Keys [{}] from the EnvFrom {source} were skipped since they are considered invalid environment variable names.",
+                    keys.join(", ")
+                ),
+            );
+        }
+        let config = config_gen::container_config(&self.cfg, pod, c, restart_count, &env.vars, mounts);
         let id = self
             .runtime
             .create_container(sandbox_id, config, sandbox_config.clone())

@@ -126,6 +126,8 @@ pub struct RuntimeManager {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) recorder: Arc<dyn Recorder>,
     pub(crate) health: Arc<dyn ContainerHealth>,
+    pub(crate) objects: Arc<dyn crate::env::ObjectSource>,
+    pub(crate) node: crate::env::NodeFacts,
 }
 
 impl std::fmt::Debug for RuntimeManager {
@@ -176,6 +178,8 @@ impl RuntimeManager {
             clock,
             recorder: Arc::new(LogRecorder),
             health: Arc::new(NoProbes),
+            objects: Arc::new(crate::env::NoObjects),
+            node: crate::env::NodeFacts::default(),
             reasons: Arc::new(ReasonCache::default()),
             runtime_name: OnceLock::new(),
         }
@@ -190,6 +194,19 @@ impl RuntimeManager {
     /// Reads liveness and startup results from `health` (default: no probes).
     pub fn with_probe_results(mut self, health: Arc<dyn ContainerHealth>) -> Self {
         self.health = health;
+        self
+    }
+
+    /// Reads ConfigMaps, Secrets and Services for container environments from `objects` (default: none, as a
+    /// node without an apiserver).
+    pub fn with_objects(mut self, objects: Arc<dyn crate::env::ObjectSource>) -> Self {
+        self.objects = objects;
+        self
+    }
+
+    /// What containers learn of the node (host IPs, allocatable resources).
+    pub fn with_node_facts(mut self, node: crate::env::NodeFacts) -> Self {
+        self.node = node;
         self
     }
 

@@ -210,9 +210,19 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         tracker: tracker.clone(),
     });
     let probes = Arc::new(probes);
+    let objects = Arc::new(crate::objects::ApiObjects::default());
+    let node_facts = kubelet_runtime::env::NodeFacts {
+        host_ips: host_ips.clone(),
+        allocatable_milli_cpu: std::thread::available_parallelism().map(|n| n.get() as i64 * 1000).unwrap_or(1000),
+        allocatable_memory: node::memory_capacity() as i64,
+        allocatable_ephemeral_storage: kubelet::nodestatus::machine::read_machine_info(&root_dir).rootfs_capacity
+            as i64,
+    };
     let runtime = RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone())
         .with_recorder(recorder)
-        .with_probe_results(probes.clone());
+        .with_probe_results(probes.clone())
+        .with_objects(objects.clone())
+        .with_node_facts(node_facts);
     let runtime = Arc::new(runtime);
     let cache = Arc::new(PodCache::default());
 
@@ -268,6 +278,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
             events: events.expect("events exist with a kubeconfig"),
         };
         let kube = crate::cluster::start(deps, &tracker, &cancel).await?;
+        objects.bind(kube.clone());
         tracker.spawn(StatusSync::new(status.clone(), kube.clone()).run(cancel.clone()));
         api = Some(kube);
     }

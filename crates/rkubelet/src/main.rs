@@ -6,6 +6,7 @@ mod app;
 mod cli;
 mod cluster;
 mod node;
+mod objects;
 mod residency;
 
 use std::process::ExitCode;

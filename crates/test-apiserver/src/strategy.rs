@@ -253,12 +253,29 @@ pub fn prepare_create(def: &ResourceDef, ns: &str, mut obj: Value, user: &User) 
         ("", "services") => {
             obj["status"] = json!({ "loadBalancer": {} });
         }
-        ("", "secrets") if obj.get("type").and_then(Value::as_str).is_none_or(str::is_empty) => {
-            obj["type"] = json!("Opaque");
+        ("", "secrets") => {
+            if obj.get("type").and_then(Value::as_str).is_none_or(str::is_empty) {
+                obj["type"] = json!("Opaque");
+            }
+            merge_string_data(&mut obj);
         }
         _ => {}
     }
     Ok(obj)
+}
+
+/// A Secret's write-only `stringData` goes into `data`, base64-encoded, winning over the same key there (as the
+/// apiserver's secret strategy).
+fn merge_string_data(obj: &mut Value) {
+    use base64::Engine;
+    let Some(Value::Object(sd)) = obj.as_object_mut().and_then(|o| o.remove("stringData")) else { return };
+    if !obj.get("data").is_some_and(Value::is_object) {
+        obj["data"] = json!({});
+    }
+    for (k, v) in sd {
+        let text = v.as_str().unwrap_or_default();
+        obj["data"][k] = json!(base64::engine::general_purpose::STANDARD.encode(text));
+    }
 }
 
 /// Which part of an object a write may change.
@@ -286,6 +303,9 @@ pub fn prepare_update(
     is_patch: bool,
 ) -> Result<Outcome, ApiError> {
     check_type(def, &mut new)?;
+    if is(def, "", "secrets") {
+        merge_string_data(&mut new);
+    }
     let name = str_at(old, "/metadata/name").unwrap_or("").to_string();
     let old_rv = str_at(old, "/metadata/resourceVersion").unwrap_or("");
     let new_rv = str_at(&new, "/metadata/resourceVersion").unwrap_or("");
