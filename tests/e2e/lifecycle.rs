@@ -346,3 +346,106 @@ spec:
     }
     node.stop_and_clean(&rt).await;
 }
+
+#[tokio::test]
+async fn security_context_and_sysctls_reach_the_container_and_forbidden_ones_are_rejected() {
+    let (_g, rt) = fresh_runtime().await;
+    let secure = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: secure
+spec:
+  restartPolicy: Never
+  securityContext:
+    runAsUser: 1000
+    runAsGroup: 3000
+    fsGroup: 2000
+    supplementalGroups: [4000]
+    sysctls:
+    - name: net.ipv4.ip_local_port_range
+      value: "20000 30000"
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sh", "-c", "echo uid=$(id -u) gid=$(id -g) groups=$(id -G); echo ports=$(cat /proc/sys/net/ipv4/ip_local_port_range); echo masked=$(grep -c ' /proc/timer_list ' /proc/self/mountinfo) rosys=$(grep ' /proc/sys ' /proc/self/mountinfo | grep -c ' ro,'); touch /rootfs-write && echo rootfs=rw || echo rootfs=ro"]
+    securityContext:
+      readOnlyRootFilesystem: true
+      allowPrivilegeEscalation: false
+"#;
+    let nonroot = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: nonroot
+spec:
+  securityContext:
+    runAsNonRoot: true
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sleep", "3600"]
+"#;
+    let forbidden = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: tuned
+spec:
+  securityContext:
+    sysctls:
+    - name: kernel.sched_latency_ns
+      value: "1"
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sleep", "3600"]
+"#;
+    let mut node = Node::start(&[("secure.yaml", secure), ("nonroot.yaml", nonroot), ("tuned.yaml", forbidden)]);
+    let p = node
+        .wait_for("secure Succeeded", START, || async {
+            pod("secure-e2e-node").await.filter(|p| p["status"]["phase"] == "Succeeded")
+        })
+        .await;
+    let uid = p["metadata"]["uid"].as_str().unwrap();
+    let log = std::fs::read_to_string(node.logs.join(format!("default_secure-e2e-node_{uid}/app/0.log"))).unwrap();
+    let lines: Vec<String> = log_lines(&log).into_iter().map(|(_, l)| l).collect();
+    let line = |prefix: &str| lines.iter().find(|l| l.starts_with(prefix)).cloned().unwrap_or_default();
+    assert!(line("uid=").starts_with("uid=1000 gid=3000 groups=3000"), "{lines:?}");
+    assert!(
+        line("uid=").contains(" 2000") && line("uid=").contains(" 4000"),
+        "fsGroup and supplemental groups: {lines:?}"
+    );
+    assert_eq!(line("ports="), "ports=20000 30000", "a safe sysctl is applied");
+    assert_eq!(
+        line("masked="),
+        "masked=1 rosys=1",
+        "/proc/timer_list is masked, /proc/sys read-only (mounts of their own)"
+    );
+    assert_eq!(line("rootfs="), "rootfs=ro");
+
+    let p = node
+        .wait_for("nonroot refused", START, || async {
+            pod("nonroot-e2e-node").await.filter(|p| {
+                container_status(p, "app")
+                    .is_some_and(|c| c["state"]["waiting"]["reason"] == "CreateContainerConfigError")
+            })
+        })
+        .await;
+    let msg = container_status(&p, "app").unwrap()["state"]["waiting"]["message"].as_str().unwrap().to_string();
+    assert!(
+        msg.starts_with("container has runAsNonRoot and image will run as root (pod: \"nonroot-e2e-node_default("),
+        "{msg}"
+    );
+
+    let p = node
+        .wait_for("tuned rejected", START, || async {
+            pod("tuned-e2e-node").await.filter(|p| p["status"]["phase"] == "Failed")
+        })
+        .await;
+    assert_eq!(p["status"]["reason"], "SysctlForbidden");
+    assert_eq!(
+        p["status"]["message"],
+        "Pod was rejected: forbidden sysctl: \"kernel.sched_latency_ns\" not allowlisted"
+    );
+    assert!(containers_of(&rt, "tuned-e2e-node").await.is_empty(), "a rejected pod never runs");
+    assert!(sandboxes_of(&rt, "tuned-e2e-node").await.is_empty());
+    node.stop_and_clean(&rt).await;
+}

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, SecurityContext};
 use kubelet_cri::api;
 
 use crate::labels;
@@ -231,8 +231,13 @@ pub fn sandbox_config(cfg: &RuntimeManagerConfig, pod: &Pod, attempt: u32) -> ap
                 namespace_options: Some(namespace_options(pod)),
                 run_as_user: psc.and_then(|p| p.run_as_user).map(|value| api::Int64Value { value }),
                 run_as_group: psc.and_then(|p| p.run_as_group).map(|value| api::Int64Value { value }),
-                supplemental_groups: psc.and_then(|p| p.supplemental_groups.clone()).unwrap_or_default(),
+                supplemental_groups: supplemental_groups(pod),
                 privileged,
+                // The sandbox always runs under the runtime's default profile, so pods may use tighter ones.
+                seccomp: Some(api::SecurityProfile {
+                    profile_type: api::security_profile::ProfileType::RuntimeDefault as i32,
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
             sysctls,
@@ -334,35 +339,145 @@ fn linux_resources(cfg: &RuntimeManagerConfig, pod: &Pod, c: &Container) -> api:
     }
 }
 
-fn container_security(pod: &Pod, c: &Container) -> api::LinuxContainerSecurityContext {
+/// The user an image runs as (`getImageUser`): a numeric UID, else a user name; neither means root.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageUser {
+    /// Numeric UID.
+    pub uid: Option<i64>,
+    /// Non-numeric user name.
+    pub username: String,
+}
+
+/// The fsGroup and supplemental groups of the pod, in upstream's order.
+fn supplemental_groups(pod: &Pod) -> Vec<i64> {
     let psc = spec(pod).security_context.as_ref();
-    let sc = c.security_context.as_ref();
-    let caps = sc.and_then(|s| s.capabilities.as_ref());
-    api::LinuxContainerSecurityContext {
+    let mut g: Vec<i64> = psc.and_then(|p| p.fs_group).into_iter().collect();
+    g.extend(psc.and_then(|p| p.supplemental_groups.clone()).unwrap_or_default());
+    g
+}
+
+/// The container's security context with the pod's as fallback (`DetermineEffectiveSecurityContext`).
+pub fn effective_security_context(pod: &Pod, c: &Container) -> SecurityContext {
+    let mut sc = c.security_context.clone().unwrap_or_default();
+    if let Some(p) = spec(pod).security_context.as_ref() {
+        sc.run_as_user = sc.run_as_user.or(p.run_as_user);
+        sc.run_as_group = sc.run_as_group.or(p.run_as_group);
+        sc.run_as_non_root = sc.run_as_non_root.or(p.run_as_non_root);
+        if sc.se_linux_options.is_none() {
+            sc.se_linux_options = p.se_linux_options.clone();
+        }
+        if sc.seccomp_profile.is_none() {
+            sc.seccomp_profile = p.seccomp_profile.clone();
+        }
+        if sc.app_armor_profile.is_none() {
+            sc.app_armor_profile = p.app_armor_profile.clone();
+        }
+    }
+    sc
+}
+
+/// `runAsNonRoot` checked against the effective user and the image's (`verifyRunAsNonRoot`).
+pub fn verify_run_as_non_root(pod: &Pod, c: &Container, image: &ImageUser) -> Result<(), String> {
+    let sc = effective_security_context(pod, c);
+    if sc.run_as_non_root != Some(true) {
+        return Ok(());
+    }
+    let who = crate::lifecycle::format_pod(pod);
+    if let Some(uid) = sc.run_as_user {
+        if uid == 0 {
+            return Err(format!("container's runAsUser breaks non-root policy (pod: {who:?}, container: {})", c.name));
+        }
+        return Ok(());
+    }
+    match (image.uid, image.username.as_str()) {
+        (Some(0), _) | (None, "") => {
+            Err(format!("container has runAsNonRoot and image will run as root (pod: {who:?}, container: {})", c.name))
+        }
+        (None, name) => Err(format!(
+            "container has runAsNonRoot and image has non-numeric user ({name}), cannot verify user is non-root (pod: {who:?}, container: {})",
+            c.name
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The seccomp profile of a container (`getSeccompProfile`): the container's, else the pod's, else
+/// `RuntimeDefault` with `seccompDefault`, else `Unconfined`. Localhost profiles live under `<root-dir>/seccomp`.
+pub fn seccomp_profile(cfg: &RuntimeManagerConfig, sc: &SecurityContext) -> Result<api::SecurityProfile, String> {
+    use api::security_profile::ProfileType;
+    let profile = |t: ProfileType, r: String| api::SecurityProfile { profile_type: t as i32, localhost_ref: r };
+    Ok(match sc.seccomp_profile.as_ref() {
+        Some(p) if p.type_ == "RuntimeDefault" => profile(ProfileType::RuntimeDefault, String::new()),
+        Some(p) if p.type_ == "Localhost" => match p.localhost_profile.as_deref().filter(|l| !l.is_empty()) {
+            Some(l) => {
+                profile(ProfileType::Localhost, cfg.root_dir.join("seccomp").join(l).to_string_lossy().into_owned())
+            }
+            None => return Err("localhostProfile must be set if seccompProfile type is Localhost.".into()),
+        },
+        Some(_) => profile(ProfileType::Unconfined, String::new()),
+        None if cfg.seccomp_default => profile(ProfileType::RuntimeDefault, String::new()),
+        None => profile(ProfileType::Unconfined, String::new()),
+    })
+}
+
+/// Paths masked in /proc and /sys of a container with the default procMount (`DefaultMaskedPaths`).
+pub const DEFAULT_MASKED_PATHS: &[&str] = &[
+    "/proc/asound",
+    "/proc/acpi",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/latency_stats",
+    "/proc/timer_list",
+    "/proc/timer_stats",
+    "/proc/sched_debug",
+    "/proc/scsi",
+    "/sys/firmware",
+    "/sys/devices/virtual/powercap",
+];
+
+/// Paths read-only in /proc of a container with the default procMount (`DefaultReadonlyPaths`).
+pub const DEFAULT_READONLY_PATHS: &[&str] = &["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"];
+
+fn container_security(
+    cfg: &RuntimeManagerConfig,
+    pod: &Pod,
+    c: &Container,
+    image: &ImageUser,
+) -> Result<api::LinuxContainerSecurityContext, String> {
+    let sc = effective_security_context(pod, c);
+    let caps = sc.capabilities.as_ref();
+    let unmasked = sc.proc_mount.as_deref() == Some("Unmasked");
+    let paths = |list: &[&str]| if unmasked { vec![] } else { list.iter().map(|p| p.to_string()).collect() };
+    let mut out = api::LinuxContainerSecurityContext {
         capabilities: caps.map(|c| api::Capability {
             add_capabilities: c.add.clone().unwrap_or_default(),
             drop_capabilities: c.drop.clone().unwrap_or_default(),
             ..Default::default()
         }),
-        privileged: sc.and_then(|s| s.privileged).unwrap_or(false),
+        privileged: sc.privileged.unwrap_or(false),
         namespace_options: Some(namespace_options(pod)),
-        run_as_user: sc
-            .and_then(|s| s.run_as_user)
-            .or_else(|| psc.and_then(|p| p.run_as_user))
-            .map(|value| api::Int64Value { value }),
-        run_as_group: sc
-            .and_then(|s| s.run_as_group)
-            .or_else(|| psc.and_then(|p| p.run_as_group))
-            .map(|value| api::Int64Value { value }),
-        readonly_rootfs: sc.and_then(|s| s.read_only_root_filesystem).unwrap_or(false),
-        supplemental_groups: psc.and_then(|p| p.supplemental_groups.clone()).unwrap_or_default(),
-        no_new_privs: sc.and_then(|s| s.allow_privilege_escalation).map(|a| !a).unwrap_or(false),
+        run_as_user: sc.run_as_user.map(|value| api::Int64Value { value }),
+        run_as_group: sc.run_as_group.map(|value| api::Int64Value { value }),
+        readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
+        supplemental_groups: supplemental_groups(pod),
+        no_new_privs: sc.allow_privilege_escalation.map(|a| !a).unwrap_or(false),
+        masked_paths: paths(DEFAULT_MASKED_PATHS),
+        readonly_paths: paths(DEFAULT_READONLY_PATHS),
+        seccomp: Some(seccomp_profile(cfg, &sc)?),
         ..Default::default()
+    };
+    if out.run_as_user.is_none() {
+        match image.uid {
+            Some(uid) => out.run_as_user = Some(api::Int64Value { value: uid }),
+            None => out.run_as_username = image.username.clone(),
+        }
     }
+    Ok(out)
 }
 
 /// The `ContainerConfig` of a container at `restart_count`. `env` is the container's environment (see
 /// [`crate::env`]); `mounts` are the kubelet-managed mounts (etc-hosts, termination log).
+#[allow(clippy::too_many_arguments)]
 pub fn container_config(
     cfg: &RuntimeManagerConfig,
     pod: &Pod,
@@ -370,11 +485,14 @@ pub fn container_config(
     restart_count: i32,
     env: &[(String, String)],
     mounts: Vec<api::Mount>,
-) -> api::ContainerConfig {
+    image_user: &ImageUser,
+) -> Result<api::ContainerConfig, String> {
+    verify_run_as_non_root(pod, c, image_user)?;
+    let security = container_security(cfg, pod, c, image_user)?;
     let exp = |v: &Option<Vec<String>>| crate::env::expand_command(v.as_deref().unwrap_or(&[]), env);
     let env: Vec<api::KeyValue> = env.iter().map(|(k, v)| api::KeyValue { key: k.clone(), value: v.clone() }).collect();
     let image = c.image.clone().unwrap_or_default();
-    api::ContainerConfig {
+    Ok(api::ContainerConfig {
         metadata: Some(api::ContainerMetadata { name: c.name.clone(), attempt: restart_count as u32 }),
         image: Some(api::ImageSpec { image: image.clone(), user_specified_image: image, ..Default::default() }),
         command: exp(&c.command),
@@ -390,10 +508,10 @@ pub fn container_config(
         tty: c.tty.unwrap_or(false),
         linux: Some(api::LinuxContainerConfig {
             resources: Some(linux_resources(cfg, pod, c)),
-            security_context: Some(container_security(pod, c)),
+            security_context: Some(security),
         }),
         ..Default::default()
-    }
+    })
 }
 
 #[cfg(test)]
@@ -421,5 +539,87 @@ mod tests {
         assert_eq!(sysctl_dots("net/ipv4/ip_forward"), "net.ipv4.ip_forward");
         assert_eq!(sysctl_dots("net.ipv4.conf.eth0/1.rp_filter"), "net.ipv4.conf.eth0/1.rp_filter");
         assert_eq!(sysctl_dots("net/ipv4/conf/eth0.1/rp_filter"), "net.ipv4.conf.eth0/1.rp_filter");
+    }
+
+    fn sc_pod(
+        pod_sc: k8s_openapi::api::core::v1::PodSecurityContext,
+        c_sc: Option<SecurityContext>,
+    ) -> (Pod, Container) {
+        let c = Container { name: "app".into(), security_context: c_sc, ..Default::default() };
+        let pod = Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("ns".into()),
+                uid: Some("u".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec { containers: vec![c.clone()], security_context: Some(pod_sc), ..Default::default() }),
+            ..Default::default()
+        };
+        (pod, c)
+    }
+
+    #[test]
+    fn run_as_non_root_as_upstream() {
+        use k8s_openapi::api::core::v1::PodSecurityContext;
+        let root = ImageUser { uid: Some(0), username: String::new() };
+        let user = ImageUser { uid: Some(1000), username: String::new() };
+        let named = ImageUser { uid: None, username: "nobody".into() };
+        let non_root = || PodSecurityContext { run_as_non_root: Some(true), ..Default::default() };
+        let (p, c) = sc_pod(PodSecurityContext::default(), None);
+        assert_eq!(verify_run_as_non_root(&p, &c, &root), Ok(()), "not asked");
+        let (p, c) = sc_pod(non_root(), None);
+        assert_eq!(
+            verify_run_as_non_root(&p, &c, &root),
+            Err("container has runAsNonRoot and image will run as root (pod: \"p_ns(u)\", container: app)".into())
+        );
+        assert_eq!(verify_run_as_non_root(&p, &c, &user), Ok(()));
+        assert!(verify_run_as_non_root(&p, &c, &named).unwrap_err().contains("non-numeric user (nobody)"));
+        let (p, c) = sc_pod(non_root(), Some(SecurityContext { run_as_user: Some(0), ..Default::default() }));
+        assert!(
+            verify_run_as_non_root(&p, &c, &user)
+                .unwrap_err()
+                .starts_with("container's runAsUser breaks non-root policy")
+        );
+        let (p, c) = sc_pod(non_root(), Some(SecurityContext { run_as_user: Some(7), ..Default::default() }));
+        assert_eq!(verify_run_as_non_root(&p, &c, &root), Ok(()), "an explicit non-root user wins over the image");
+        // The container's own false overrides the pod's true.
+        let (p, c) = sc_pod(non_root(), Some(SecurityContext { run_as_non_root: Some(false), ..Default::default() }));
+        assert_eq!(verify_run_as_non_root(&p, &c, &root), Ok(()));
+    }
+
+    #[test]
+    fn seccomp_and_masked_paths_as_upstream() {
+        use api::security_profile::ProfileType;
+        use k8s_openapi::api::core::v1::{PodSecurityContext, SeccompProfile};
+        let cfg = RuntimeManagerConfig { root_dir: "/var/lib/kubelet".into(), ..Default::default() };
+        let prof =
+            |t: &str, l: Option<&str>| SeccompProfile { type_: t.into(), localhost_profile: l.map(str::to_string) };
+        let pod_sc = PodSecurityContext { seccomp_profile: Some(prof("RuntimeDefault", None)), ..Default::default() };
+        let (p, c) = sc_pod(pod_sc, None);
+        let sc = container_security(&cfg, &p, &c, &ImageUser::default()).unwrap();
+        assert_eq!(sc.seccomp.unwrap().profile_type, ProfileType::RuntimeDefault as i32, "the pod's profile");
+        assert_eq!(sc.masked_paths.len(), DEFAULT_MASKED_PATHS.len());
+        assert!(sc.readonly_paths.contains(&"/proc/sys".to_string()));
+        let c_sc = SecurityContext {
+            seccomp_profile: Some(prof("Localhost", Some("profiles/audit.json"))),
+            proc_mount: Some("Unmasked".into()),
+            ..Default::default()
+        };
+        let (p, c) = sc_pod(PodSecurityContext::default(), Some(c_sc));
+        let sc = container_security(&cfg, &p, &c, &ImageUser::default()).unwrap();
+        let s = sc.seccomp.unwrap();
+        assert_eq!(
+            (s.profile_type, s.localhost_ref.as_str()),
+            (ProfileType::Localhost as i32, "/var/lib/kubelet/seccomp/profiles/audit.json")
+        );
+        assert!(sc.masked_paths.is_empty() && sc.readonly_paths.is_empty(), "Unmasked procMount");
+        let (p, c) = sc_pod(PodSecurityContext::default(), None);
+        let sc = container_security(&cfg, &p, &c, &ImageUser { uid: None, username: "www".into() }).unwrap();
+        assert_eq!(sc.seccomp.unwrap().profile_type, ProfileType::Unconfined as i32);
+        assert_eq!((sc.run_as_user, sc.run_as_username.as_str()), (None, "www"), "the image's user");
+        let cfg = RuntimeManagerConfig { seccomp_default: true, ..cfg };
+        let sc = container_security(&cfg, &p, &c, &ImageUser::default()).unwrap();
+        assert_eq!(sc.seccomp.unwrap().profile_type, ProfileType::RuntimeDefault as i32, "seccompDefault");
     }
 }

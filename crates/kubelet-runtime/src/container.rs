@@ -134,6 +134,16 @@ impl RuntimeManager {
         }
     }
 
+    /// The user the container's image runs as (`getImageUser`); root when the runtime does not say.
+    async fn image_user(&self, c: &Container) -> config_gen::ImageUser {
+        let image = c.image.clone().unwrap_or_default();
+        let spec = api::ImageSpec { image, ..Default::default() };
+        match self.images.image_status(spec).await {
+            Ok(Some(img)) => config_gen::ImageUser { uid: img.uid.map(|u| u.value), username: img.username },
+            _ => config_gen::ImageUser { uid: Some(0), username: String::new() },
+        }
+    }
+
     fn pod_dir(&self, pod: &Pod) -> PathBuf {
         self.cfg.root_dir.join("pods").join(pod.metadata.uid.as_deref().unwrap_or("_"))
     }
@@ -278,7 +288,9 @@ impl RuntimeManager {
                 ),
             );
         }
-        let config = config_gen::container_config(&self.cfg, pod, c, restart_count, &env.vars, mounts);
+        let image_user = self.image_user(c).await;
+        let config = config_gen::container_config(&self.cfg, pod, c, restart_count, &env.vars, mounts, &image_user)
+            .map_err(|m| err("CreateContainerConfigError", m))?;
         let id = self
             .runtime
             .create_container(sandbox_id, config, sandbox_config.clone())

@@ -60,6 +60,8 @@ pub struct RuntimeManagerConfig {
     pub cpu_cfs_quota_period_us: i64,
     /// Node memory capacity in bytes (for OOM score of Burstable pods).
     pub memory_capacity: u64,
+    /// `seccompDefault`: containers without a profile get the runtime's default one.
+    pub seccomp_default: bool,
 }
 
 impl Default for RuntimeManagerConfig {
@@ -75,6 +77,7 @@ impl Default for RuntimeManagerConfig {
             cpu_cfs_quota: true,
             cpu_cfs_quota_period_us: 100_000,
             memory_capacity: 8 << 30,
+            seccomp_default: false,
         }
     }
 }

@@ -90,6 +90,9 @@ impl FakeNode {
             pods_out: watch::channel(Arc::new(vec![])).0,
             pods_dir: dir.join("root/pods"),
             mirror: None,
+            admit: vec![],
+            status: status.clone(),
+            recorder: Arc::new(kubelet_types::events::LogRecorder),
         });
         tracker.spawn(sync_loop.run(cancel.clone()));
         Self { runtime, status, updates, cancel, tracker }

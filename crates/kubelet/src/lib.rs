@@ -9,6 +9,7 @@
 //! - [`server`]: `/healthz` and the read-only API (`pkg/kubelet/server`).
 //! - [`runtime_state`]: whether the container runtime answers (`runtime.go` runtimeState).
 
+pub mod admission;
 pub mod cm;
 pub mod events;
 pub mod fake_node;

@@ -21,13 +21,17 @@ use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use crate::admission::PodAdmitHandler;
 use crate::cm::PodCgroups;
 use crate::mirror::{MirrorClient, is_mirror_pod};
 use crate::pod_manager::PodManager;
 use crate::pod_workers::{PodWorkers, UpdatePodOptions, UpdateType, WorkerPhase};
 use crate::probes::PodProbes;
 use crate::server::SyncLoopHealth;
+use crate::status::StatusManager;
+use crate::status::generate::is_terminal_phase;
 use crate::syncer::PodKey;
+use kubelet_types::events::{Recorder, WARNING, pod_reference};
 
 /// Housekeeping period (`housekeepingPeriod`).
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
@@ -64,6 +68,12 @@ pub struct SyncLoopDeps {
     pub pods_dir: PathBuf,
     /// Mirror pods in the apiserver (None when standalone).
     pub mirror: Option<Arc<dyn MirrorClient>>,
+    /// Admission checks of new pods.
+    pub admit: Vec<Arc<dyn PodAdmitHandler>>,
+    /// Where rejected pods get their status.
+    pub status: Arc<StatusManager>,
+    /// Where rejections are recorded.
+    pub recorder: Arc<dyn Recorder>,
 }
 
 /// The sync loop.
@@ -76,6 +86,8 @@ pub struct SyncLoop {
     ticks: u32,
     /// When the pod list last changed without being published yet (see [`PUBLISH_DELAY`]).
     unpublished_since: Option<tokio::time::Instant>,
+    /// Pods refused at admission: never run, only stopped (cleaned up) when deleted.
+    rejected: HashSet<PodUid>,
 }
 
 /// The pod list for the read-only API is published at most this long after a change: building it costs O(pods),
@@ -96,6 +108,7 @@ impl SyncLoop {
             mirror_task: None,
             ticks: 0,
             unpublished_since: None,
+            rejected: HashSet::new(),
         }
     }
 
@@ -163,19 +176,30 @@ impl SyncLoop {
                 let mut pods = u.pods;
                 pods.sort_by(|a, b| a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp));
                 for p in pods {
+                    let known = self.pods.get(&kubelet_types::pod_update::pod_uid(&p)).is_some();
                     self.pods.add_or_update(p.clone());
+                    if !known && !self.admit(&p) {
+                        continue;
+                    }
                     self.dispatch(UpdateType::Create, &p, false);
                 }
             }
             Operation::Update | Operation::Delete => {
                 for p in u.pods {
                     self.pods.add_or_update(p.clone());
+                    let uid = kubelet_types::pod_update::pod_uid(&p);
+                    // A rejected pod only ever gets stopped (so its deletion completes).
+                    if self.rejected.contains(&uid) && p.metadata.deletion_timestamp.is_none() {
+                        continue;
+                    }
                     self.dispatch(UpdateType::Update, &p, false);
                 }
             }
             Operation::Remove => {
                 for p in u.pods {
-                    self.pods.remove(&kubelet_types::pod_update::pod_uid(&p));
+                    let uid = kubelet_types::pod_update::pod_uid(&p);
+                    self.pods.remove(&uid);
+                    self.rejected.remove(&uid);
                     self.dispatch(UpdateType::Kill, &p, true);
                 }
             }
@@ -186,6 +210,28 @@ impl SyncLoop {
             }
         }
         self.unpublished_since.get_or_insert_with(tokio::time::Instant::now);
+    }
+
+    /// Runs the admit handlers on a new pod (`canAdmitPod`); a rejected pod gets its Failed status and an event
+    /// (`rejectPod`) and is not run. Pods already terminal are not checked.
+    fn admit(&mut self, pod: &Arc<Pod>) -> bool {
+        if is_terminal_phase(pod.status.as_ref().and_then(|s| s.phase.as_deref())) {
+            return true;
+        }
+        let Some(r) = self.deps.admit.iter().find_map(|h| h.admit(pod)) else { return true };
+        let uid = kubelet_types::pod_update::pod_uid(pod);
+        warn!(pod = %kubelet_types::pod_update::pod_ref(pod), podUID = %uid, reason = %r.reason, message = %r.message, "pod rejected at admission");
+        self.deps.recorder.event(&pod_reference(pod), WARNING, &r.reason, r.message.clone());
+        let status = k8s_openapi::api::core::v1::PodStatus {
+            phase: Some("Failed".into()),
+            reason: Some(r.reason),
+            message: Some(format!("Pod was rejected: {}", r.message)),
+            qos_class: Some(kubelet_runtime::qos::pod_qos(pod).as_str().into()),
+            ..Default::default()
+        };
+        self.deps.status.set_pod_status(pod, status);
+        self.rejected.insert(uid);
+        false
     }
 
     fn handle_pleg(&mut self, e: PodLifecycleEvent) {

@@ -194,6 +194,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         cpu_cfs_quota: cfg.cpu_cfs_quota.unwrap_or(true),
         cpu_cfs_quota_period_us: cfg.cpu_cfs_quota_period.map(|d| d.0.as_micros() as i64).unwrap_or(100_000),
         memory_capacity: node::memory_capacity(),
+        seccomp_default: cfg.seccomp_default.unwrap_or(false),
     };
     // With an apiserver, events go to it as well as to the log.
     let events = kubeconfig.as_ref().map(|_| EventSink::new());
@@ -218,8 +219,11 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         allocatable_ephemeral_storage: kubelet::nodestatus::machine::read_machine_info(&root_dir).rootfs_capacity
             as i64,
     };
+    let sysctls = kubelet::admission::SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls)
+        .map_err(|e| anyhow::anyhow!("allowedUnsafeSysctls: {e}"))?;
+    let admit: Vec<Arc<dyn kubelet::admission::PodAdmitHandler>> = vec![Arc::new(sysctls)];
     let runtime = RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone())
-        .with_recorder(recorder)
+        .with_recorder(recorder.clone())
         .with_probe_results(probes.clone())
         .with_objects(objects.clone())
         .with_node_facts(node_facts);
@@ -313,6 +317,9 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
             Arc::new(ApiMirrorClient { pods: a.clone(), nodes: a, node_name: node_name.clone() })
                 as Arc<dyn MirrorClient>
         }),
+        admit,
+        status: status.clone(),
+        recorder,
     });
     tracker.spawn(sync_loop.run(cancel.clone()));
     info!("started kubelet");

@@ -1,0 +1,145 @@
+//! Pod admission (`pkg/kubelet/lifecycle` PodAdmitHandler, `kubelet.go` canAdmitPod/rejectPod,
+//! `pkg/kubelet/sysctl` allowlist): every new pod is checked by the admit handlers before a worker runs it; a
+//! rejected pod is Failed with the handler's reason and `Pod was rejected: <message>`, and never started.
+//!
+//! Called by the sync loop for each pod it sees for the first time; handlers are pure checks.
+
+use kubelet_types::Pod;
+
+/// A handler's verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdmitResult {
+    /// Upstream's brief reason (`SysctlForbidden`).
+    pub reason: String,
+    /// What is wrong.
+    pub message: String,
+}
+
+/// One admission check (`PodAdmitHandler`).
+pub trait PodAdmitHandler: Send + Sync + 'static {
+    /// None admits the pod.
+    fn admit(&self, pod: &Pod) -> Option<AdmitResult>;
+}
+
+/// The sysctls every pod may set (`pkg/kubelet/sysctl/safe_sysctls.go`, kernels of 4.15 and later).
+pub const SAFE_SYSCTLS: &[&str] = &[
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
+];
+
+/// The namespace a sysctl lives in (`utilsysctl.GetNamespace`): `ipc`, `net`, or none (node-wide).
+pub fn sysctl_namespace(name: &str) -> Option<&'static str> {
+    if name.starts_with("kernel.shm")
+        || name.starts_with("kernel.msg")
+        || name == "kernel.sem"
+        || name.starts_with("fs.mqueue.")
+    {
+        Some("ipc")
+    } else if name.starts_with("net.") {
+        Some("net")
+    } else {
+        None
+    }
+}
+
+/// The sysctl allowlist (`patternAllowlist`): the safe set plus `allowedUnsafeSysctls` (`prefix*` patterns
+/// allowed), each only in its own namespace and not with the host's.
+#[derive(Debug, Clone)]
+pub struct SysctlAllowlist {
+    names: Vec<String>,
+    prefixes: Vec<String>,
+}
+
+impl SysctlAllowlist {
+    /// The safe sysctls plus `allowed_unsafe`; an unsafe entry that is not namespaced is refused, naming it.
+    pub fn new(allowed_unsafe: &[String]) -> Result<Self, String> {
+        let mut names: Vec<String> = SAFE_SYSCTLS.iter().map(|s| s.to_string()).collect();
+        let mut prefixes = vec![];
+        for s in allowed_unsafe {
+            let s = kubelet_runtime::config_gen::sysctl_dots(s);
+            match s.strip_suffix('*') {
+                Some(p) => {
+                    if sysctl_namespace(p).is_none() {
+                        return Err(format!("the sysctls {s} are not known to be namespaced"));
+                    }
+                    prefixes.push(p.to_string());
+                }
+                None => {
+                    if sysctl_namespace(&s).is_none() {
+                        return Err(format!("the sysctl {s} is not known to be namespaced"));
+                    }
+                    names.push(s);
+                }
+            }
+        }
+        Ok(Self { names, prefixes })
+    }
+
+    fn validate(&self, name: &str, host_net: bool, host_ipc: bool) -> Result<(), String> {
+        let name = kubelet_runtime::config_gen::sysctl_dots(name);
+        let allowed = self.names.contains(&name) || self.prefixes.iter().any(|p| name.starts_with(p.as_str()));
+        if !allowed {
+            return Err(format!("{name:?} not allowlisted"));
+        }
+        match sysctl_namespace(&name) {
+            Some("ipc") if host_ipc => Err(format!("{name:?} not allowed with host ipc enabled")),
+            Some("net") if host_net => Err(format!("{name:?} not allowed with host net enabled")),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl PodAdmitHandler for SysctlAllowlist {
+    fn admit(&self, pod: &Pod) -> Option<AdmitResult> {
+        let spec = pod.spec.as_ref()?;
+        let sysctls = spec.security_context.as_ref()?.sysctls.as_ref()?;
+        let (net, ipc) = (spec.host_network.unwrap_or(false), spec.host_ipc.unwrap_or(false));
+        sysctls
+            .iter()
+            .find_map(|s| self.validate(&s.name, net, ipc).err())
+            .map(|e| AdmitResult { reason: "SysctlForbidden".into(), message: format!("forbidden sysctl: {e}") })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{PodSecurityContext, PodSpec, Sysctl};
+
+    fn pod(names: &[&str], host_net: bool) -> Pod {
+        Pod {
+            spec: Some(PodSpec {
+                host_network: Some(host_net),
+                security_context: Some(PodSecurityContext {
+                    sysctls: Some(names.iter().map(|n| Sysctl { name: n.to_string(), value: "1".into() }).collect()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn safe_and_allowed_sysctls_are_admitted_others_refused_as_upstream() {
+        let a = SysctlAllowlist::new(&["net.core.somaxconn".into(), "kernel.msg*".into()]).unwrap();
+        assert_eq!(a.admit(&pod(&["net.ipv4.tcp_syncookies", "net.core.somaxconn", "kernel.msgmax"], false)), None);
+        assert_eq!(a.admit(&pod(&["net/ipv4/ip_local_port_range"], false)), None, "slash form");
+        let r = a.admit(&pod(&["kernel.sched_latency_ns"], false)).unwrap();
+        assert_eq!(r.reason, "SysctlForbidden");
+        assert_eq!(r.message, "forbidden sysctl: \"kernel.sched_latency_ns\" not allowlisted");
+        let r = a.admit(&pod(&["net.ipv4.tcp_syncookies"], true)).unwrap();
+        assert_eq!(r.message, "forbidden sysctl: \"net.ipv4.tcp_syncookies\" not allowed with host net enabled");
+        assert!(SysctlAllowlist::new(&["vm.swappiness".into()]).is_err(), "node-wide sysctls cannot be allowed");
+    }
+}
