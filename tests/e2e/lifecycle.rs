@@ -449,3 +449,90 @@ spec:
     assert!(sandboxes_of(&rt, "tuned-e2e-node").await.is_empty());
     node.stop_and_clean(&rt).await;
 }
+
+#[tokio::test]
+async fn hosts_dns_hostname_and_namespaces_as_configured() {
+    let (_g, rt) = fresh_runtime().await;
+    let named = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: named
+spec:
+  restartPolicy: Never
+  hostname: web-0
+  subdomain: backends
+  shareProcessNamespace: true
+  hostAliases:
+  - ip: 192.0.2.7
+    hostnames: [alias-a, alias-b]
+  dnsPolicy: None
+  dnsConfig:
+    nameservers: [192.0.2.53]
+    searches: [example.test]
+    options:
+    - name: ndots
+      value: "3"
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sh", "-c", "echo host=$(hostname); cat /etc/hosts /etc/resolv.conf; echo pid1=$(cat /proc/1/cmdline | tr '\\0' ' ')"]
+"#;
+    let hostnet = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: hostnet
+spec:
+  restartPolicy: Never
+  hostNetwork: true
+  hostAliases:
+  - ip: 192.0.2.8
+    hostnames: [alias-c]
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sh", "-c", "head -1 /etc/hosts; tail -1 /etc/hosts; echo host=$(hostname)"]
+"#;
+    let mut node = Node::start_with(&[("named.yaml", named), ("hostnet.yaml", hostnet)], |n| {
+        std::fs::read_to_string(&n.config).unwrap() + "clusterDomain: cluster.local\n"
+    });
+    let logs = node.logs.clone();
+    let read_log = |p: &Value, name: &str| {
+        let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+        let text = std::fs::read_to_string(logs.join(format!("default_{name}_{uid}/app/0.log"))).unwrap();
+        log_lines(&text).into_iter().map(|(_, l)| l).collect::<Vec<String>>()
+    };
+    let p = node
+        .wait_for("named Succeeded", START, || async {
+            pod("named-e2e-node").await.filter(|p| p["status"]["phase"] == "Succeeded")
+        })
+        .await;
+    let ip = p["status"]["podIP"].as_str().unwrap().to_string();
+    let lines = read_log(&p, "named-e2e-node");
+    let want = [
+        "host=web-0".to_string(),
+        "# Kubernetes-managed hosts file.".to_string(),
+        format!("{ip}\tweb-0.backends.default.svc.cluster.local\tweb-0"),
+        "# Entries added by HostAliases.".to_string(),
+        "192.0.2.7\talias-a\talias-b".to_string(),
+        "nameserver 192.0.2.53".to_string(),
+        "search example.test".to_string(),
+        "options ndots:3".to_string(),
+    ];
+    for w in want {
+        assert!(lines.contains(&w), "missing {w:?} in {lines:?}");
+    }
+    let pid1 = lines.iter().find(|l| l.starts_with("pid1=")).unwrap();
+    assert!(pid1.contains("pause"), "a shared process namespace shows the sandbox as PID 1: {pid1}");
+
+    let p = node
+        .wait_for("hostnet Succeeded", START, || async {
+            pod("hostnet-e2e-node").await.filter(|p| p["status"]["phase"] == "Succeeded")
+        })
+        .await;
+    let lines = read_log(&p, "hostnet-e2e-node");
+    assert_eq!(lines[0], "# Kubernetes-managed hosts file (host network).");
+    assert_eq!(lines[1], "192.0.2.8\talias-c");
+    let host = nix::unistd::gethostname().unwrap().to_string_lossy().into_owned();
+    assert_eq!(lines[2], format!("host={host}"), "the node's hostname");
+    node.stop_and_clean(&rt).await;
+}

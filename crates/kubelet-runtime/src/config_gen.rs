@@ -98,56 +98,117 @@ pub fn parse_resolv_conf(text: &str) -> (Vec<String>, Vec<String>, Vec<String>) 
     (ns, search, opts)
 }
 
-/// The sandbox DNS config for the pod's dnsPolicy (`dns.go` GetPodDNS).
-pub fn dns_config(cfg: &RuntimeManagerConfig, pod: &Pod) -> api::DnsConfig {
+/// Upstream's limit on the length of the search line (`MaxDNSSearchListChars`).
+const MAX_DNS_SEARCH_CHARS: usize = 2048;
+/// A search domain longer than this is dropped (`DNS1123SubdomainMaxLength`).
+const MAX_DNS_DOMAIN: usize = 253;
+
+fn omit_duplicates(v: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    v.into_iter().filter(|s| seen.insert(s.clone())).collect()
+}
+
+/// The sandbox DNS config for the pod's dnsPolicy (`dns.go` GetPodDNS), with the `DNSConfigForming` and
+/// `MissingClusterDNS` warnings upstream records as events.
+pub fn dns_config(cfg: &RuntimeManagerConfig, pod: &Pod) -> (api::DnsConfig, Vec<(&'static str, String)>) {
     let s = spec(pod);
+    let mut warnings = vec![];
+    let (mut servers, mut searches, mut options) = match &cfg.resolv_conf {
+        Some(p) => parse_resolv_conf(&std::fs::read_to_string(p).unwrap_or_default()),
+        None => (vec![], vec![], vec![]),
+    };
     let policy = s.dns_policy.as_deref().unwrap_or("ClusterFirst");
-    let host = || {
-        let text = cfg.resolv_conf.as_ref().and_then(|p| std::fs::read_to_string(p).ok()).unwrap_or_default();
-        parse_resolv_conf(&text)
+    let cluster = match policy {
+        "None" => {
+            (servers, searches, options) = (vec![], vec![], vec![]);
+            None
+        }
+        "ClusterFirstWithHostNet" => Some(true),
+        "Default" => Some(false),
+        _ => Some(!host_network(pod)),
     };
-    let cluster = |ns: &str| {
-        let d = &cfg.cluster_domain;
-        let mut search = vec![format!("{ns}.svc.{d}"), format!("svc.{d}"), d.clone()];
-        search.extend(host().1);
-        (cfg.cluster_dns.clone(), search, vec!["ndots:5".to_string()])
-    };
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    let use_cluster = !cfg.cluster_dns.is_empty()
-        && match policy {
-            "ClusterFirst" => !host_network(pod),
-            "ClusterFirstWithHostNet" => true,
-            _ => false,
-        };
-    let (mut servers, mut searches, mut options) = match policy {
-        "None" => (vec![], vec![], vec![]),
-        _ if use_cluster => cluster(ns),
-        // Default, or ClusterFirst without clusterDNS configured: the node's resolv.conf.
-        _ => host(),
-    };
+    let mut host = cluster == Some(false);
+    if cluster == Some(true) {
+        if cfg.cluster_dns.is_empty() {
+            warnings.push((
+                "MissingClusterDNS",
+                format!(
+                    "pod: {:?}. kubelet does not have ClusterDNS IP configured and cannot create Pod using \"ClusterFirst\" policy. Falling back to \"Default\" policy.",
+                    crate::lifecycle::format_pod(pod)
+                ),
+            ));
+            host = true;
+        } else {
+            servers = cfg.cluster_dns.clone();
+            if !cfg.cluster_domain.is_empty() {
+                let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+                let d = &cfg.cluster_domain;
+                let mut cs = vec![format!("{ns}.svc.{d}"), format!("svc.{d}"), d.clone()];
+                cs.append(&mut searches);
+                searches = omit_duplicates(cs);
+            }
+            options = vec!["ndots:5".to_string()];
+        }
+    }
+    if host && cfg.resolv_conf.is_none() {
+        // No resolv.conf for pods: lookups go to the local machine (the documented default of no nameserver line).
+        servers =
+            cfg.node_ips.iter().map(|ip| if ip.contains(':') { "::1" } else { "127.0.0.1" }.to_string()).collect();
+        if servers.is_empty() {
+            servers.push("127.0.0.1".into());
+        }
+        searches = vec![".".into()];
+    }
     if let Some(dc) = s.dns_config.as_ref() {
-        for n in dc.nameservers.iter().flatten() {
-            if !servers.contains(n) {
-                servers.push(n.clone());
-            }
-        }
-        for d in dc.searches.iter().flatten() {
-            if !searches.contains(d) {
-                searches.push(d.clone());
-            }
-        }
+        servers.extend(dc.nameservers.iter().flatten().cloned());
+        servers = omit_duplicates(servers);
+        searches.extend(dc.searches.iter().flatten().cloned());
+        searches = omit_duplicates(searches);
         for o in dc.options.iter().flatten() {
             let name = o.name.clone().unwrap_or_default();
             options.retain(|x: &String| x.split(':').next() != Some(name.as_str()));
-            options.push(match &o.value {
+            options.push(match o.value.as_deref().filter(|v| !v.is_empty()) {
                 Some(v) => format!("{name}:{v}"),
                 None => name,
             });
         }
     }
-    servers.truncate(MAX_DNS_NAMESERVERS);
-    searches.truncate(MAX_DNS_SEARCH);
-    api::DnsConfig { servers, searches, options }
+    if servers.len() > MAX_DNS_NAMESERVERS {
+        servers.truncate(MAX_DNS_NAMESERVERS);
+        warnings.push((
+            "DNSConfigForming",
+            format!(
+                "Nameserver limits were exceeded, some nameservers have been omitted, the applied nameserver line is: {}",
+                servers.join(" ")
+            ),
+        ));
+    }
+    let mut exceeded = false;
+    if searches.len() > MAX_DNS_SEARCH {
+        searches.truncate(MAX_DNS_SEARCH);
+        exceeded = true;
+    }
+    let before = searches.len();
+    searches.retain(|d| d.len() <= MAX_DNS_DOMAIN);
+    exceeded |= searches.len() != before;
+    let line_len = searches.join(" ").len();
+    if line_len > MAX_DNS_SEARCH_CHARS {
+        let mut cut = 0;
+        while line_len - cut > MAX_DNS_SEARCH_CHARS {
+            cut += searches.pop().map(|d| d.len() + 1).unwrap_or(line_len);
+        }
+        exceeded = true;
+    }
+    if exceeded {
+        warnings.push((
+            "DNSConfigForming",
+            format!(
+                "Search Line limits were exceeded, some search paths have been omitted, the applied search line is: {}",
+                searches.join(" ")
+            ),
+        ));
+    }
+    (api::DnsConfig { servers, searches, options }, warnings)
 }
 
 fn port_mappings(pod: &Pod) -> Vec<api::PortMapping> {
@@ -174,17 +235,33 @@ fn port_mappings(pod: &Pod) -> Vec<api::PortMapping> {
     out
 }
 
-/// The pod's hostname (`spec.hostname`, else the pod name, cut to 63 characters); empty for host network.
-pub fn pod_hostname(pod: &Pod) -> String {
-    if host_network(pod) {
-        return String::new();
-    }
-    let mut h = spec(pod).hostname.clone().unwrap_or_else(|| pod.metadata.name.clone().unwrap_or_default());
+/// The pod's hostname and domain (`GeneratePodHostNameAndDomain`): `spec.hostname` or the pod name, cut to 63
+/// characters; the domain `<subdomain>.<namespace>.svc.<clusterDomain>` when a subdomain is set.
+pub fn hostname_and_domain(pod: &Pod, cluster_domain: &str) -> (String, String) {
+    let s = spec(pod);
+    let mut h =
+        s.hostname.clone().filter(|h| !h.is_empty()).unwrap_or_else(|| pod.metadata.name.clone().unwrap_or_default());
     if h.len() > 63 {
         h.truncate(63);
         while h.ends_with(['-', '.']) {
             h.pop();
         }
+    }
+    let domain = match s.subdomain.as_deref().filter(|d| !d.is_empty()) {
+        Some(sub) => format!("{sub}.{}.svc.{cluster_domain}", pod.metadata.namespace.as_deref().unwrap_or("default")),
+        None => String::new(),
+    };
+    (h, domain)
+}
+
+/// The sandbox's hostname: empty for the host network; the FQDN with `setHostnameAsFQDN` and a subdomain.
+pub fn pod_hostname(cfg: &RuntimeManagerConfig, pod: &Pod) -> String {
+    if host_network(pod) {
+        return String::new();
+    }
+    let (h, domain) = hostname_and_domain(pod, &cfg.cluster_domain);
+    if spec(pod).set_hostname_as_fqdn == Some(true) && !domain.is_empty() {
+        return format!("{h}.{domain}");
     }
     h
 }
@@ -219,9 +296,9 @@ pub fn sandbox_config(cfg: &RuntimeManagerConfig, pod: &Pod, attempt: u32) -> ap
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             attempt,
         }),
-        hostname: pod_hostname(pod),
+        hostname: pod_hostname(cfg, pod),
         log_directory: pod_log_dir(&cfg.pod_logs_dir, pod).to_string_lossy().into_owned(),
-        dns_config: Some(dns_config(cfg, pod)),
+        dns_config: Some(dns_config(cfg, pod).0),
         port_mappings: port_mappings(pod),
         labels: labels::sandbox_labels(pod),
         annotations: labels::sandbox_annotations(pod),
@@ -621,5 +698,79 @@ mod tests {
         let cfg = RuntimeManagerConfig { seccomp_default: true, ..cfg };
         let sc = container_security(&cfg, &p, &c, &ImageUser::default()).unwrap();
         assert_eq!(sc.seccomp.unwrap().profile_type, ProfileType::RuntimeDefault as i32, "seccompDefault");
+    }
+
+    #[test]
+    fn dns_policies_as_upstream() {
+        use k8s_openapi::api::core::v1::{PodDNSConfig, PodDNSConfigOption};
+        let dir = tempfile::tempdir().unwrap();
+        let resolv = dir.path().join("resolv.conf");
+        std::fs::write(&resolv, "nameserver 192.0.2.53\nsearch corp.example\noptions ndots:2 timeout:1\n").unwrap();
+        let cfg = RuntimeManagerConfig {
+            cluster_dns: vec!["10.96.0.10".into()],
+            cluster_domain: "cluster.local".into(),
+            resolv_conf: Some(resolv.clone()),
+            ..Default::default()
+        };
+        let pod = |policy: &str, host_net: bool, dc: Option<PodDNSConfig>| Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("team".into()),
+                uid: Some("u".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                dns_policy: Some(policy.into()),
+                host_network: Some(host_net),
+                dns_config: dc,
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let (d, w) = dns_config(&cfg, &pod("ClusterFirst", false, None));
+        assert_eq!(d.servers, vec!["10.96.0.10"]);
+        assert_eq!(d.searches, vec!["team.svc.cluster.local", "svc.cluster.local", "cluster.local", "corp.example"]);
+        assert_eq!((d.options, w.len()), (vec!["ndots:5".to_string()], 0));
+        let (d, _) = dns_config(&cfg, &pod("ClusterFirst", true, None));
+        assert_eq!(
+            (d.servers, d.options),
+            (vec!["192.0.2.53".to_string()], vec!["ndots:2".to_string(), "timeout:1".to_string()]),
+            "host network falls back to Default"
+        );
+        assert_eq!(dns_config(&cfg, &pod("ClusterFirstWithHostNet", true, None)).0.servers, vec!["10.96.0.10"]);
+        let dc = PodDNSConfig {
+            nameservers: Some(vec!["1.1.1.1".into()]),
+            searches: Some(vec!["my.dns.search.suffix".into()]),
+            options: Some(vec![
+                PodDNSConfigOption { name: Some("ndots".into()), value: Some("2".into()) },
+                PodDNSConfigOption { name: Some("edns0".into()), value: None },
+            ]),
+        };
+        let (d, _) = dns_config(&cfg, &pod("None", false, Some(dc.clone())));
+        assert_eq!((d.servers, d.searches), (vec!["1.1.1.1".to_string()], vec!["my.dns.search.suffix".to_string()]));
+        assert_eq!(d.options, vec!["ndots:2", "edns0"]);
+        let (d, _) = dns_config(&cfg, &pod("ClusterFirst", false, Some(dc)));
+        assert_eq!(d.servers, vec!["10.96.0.10", "1.1.1.1"]);
+        assert_eq!(d.options, vec!["ndots:2", "edns0"], "the pod's ndots replaces the cluster's");
+        // No clusterDNS: Default with a MissingClusterDNS event.
+        let no_dns = RuntimeManagerConfig { cluster_dns: vec![], ..cfg.clone() };
+        let (d, w) = dns_config(&no_dns, &pod("ClusterFirst", false, None));
+        assert_eq!(d.servers, vec!["192.0.2.53"]);
+        assert_eq!(w[0].0, "MissingClusterDNS");
+        // Limits: three nameservers, 32 search domains.
+        let many = PodDNSConfig {
+            nameservers: Some((1..=5).map(|i| format!("10.0.0.{i}")).collect()),
+            searches: Some((0..40).map(|i| format!("d{i}.example")).collect()),
+            options: None,
+        };
+        let (d, w) = dns_config(&cfg, &pod("None", false, Some(many)));
+        assert_eq!(d.servers.len(), 3);
+        assert_eq!(d.searches.len(), 32);
+        assert!(w.iter().any(|(r, m)| *r == "DNSConfigForming" && m.starts_with("Nameserver limits were exceeded")));
+        assert!(w.iter().any(|(_, m)| m.starts_with("Search Line limits were exceeded")));
+        // resolvConf "": the local machine's resolver.
+        let none = RuntimeManagerConfig { resolv_conf: None, node_ips: vec!["192.0.2.1".into()], ..cfg };
+        let (d, _) = dns_config(&none, &pod("Default", false, None));
+        assert_eq!((d.servers, d.searches), (vec!["127.0.0.1".to_string()], vec![".".to_string()]));
     }
 }

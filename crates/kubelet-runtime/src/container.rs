@@ -148,21 +148,25 @@ impl RuntimeManager {
         self.cfg.root_dir.join("pods").join(pod.metadata.uid.as_deref().unwrap_or("_"))
     }
 
-    /// The kubelet-managed mounts: the termination message file and, for pod-network pods, /etc/hosts.
+    /// The kubelet-managed mounts: /etc/hosts (`makeHostsMount`) and the termination message file.
     fn managed_mounts(&self, pod: &Pod, c: &Container, pod_ips: &[String]) -> std::io::Result<Vec<api::Mount>> {
         let dir = self.pod_dir(pod);
         let mut mounts = vec![];
-        if !config_gen::host_network(pod)
-            && let Some(ip) = pod_ips.first()
-        {
+        let host_network = config_gen::host_network(pod);
+        let mounts_own_hosts = c.volume_mounts.iter().flatten().any(|m| m.mount_path == "/etc/hosts");
+        if !mounts_own_hosts && (host_network || !pod_ips.is_empty()) {
+            let aliases = pod.spec.as_ref().and_then(|s| s.host_aliases.clone()).unwrap_or_default();
+            let text = if host_network {
+                let node = std::fs::read_to_string(&self.cfg.node_hosts_file)?;
+                crate::hosts::node_hosts_file(&node, &aliases)
+            } else {
+                let (name, domain) = config_gen::hostname_and_domain(pod, &self.cfg.cluster_domain);
+                crate::hosts::managed_hosts_file(pod_ips, &name, &domain, &aliases)
+            };
             let hosts = dir.join("etc-hosts");
-            let hostname = config_gen::pod_hostname(pod);
-            let text = format!(
-                "# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n\
-                 fe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n{ip}\t{hostname}\n"
-            );
             crate::logs::ensure_dir(&dir)?;
             std::fs::write(&hosts, text)?;
+            std::fs::set_permissions(&hosts, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
             mounts.push(api::Mount {
                 container_path: "/etc/hosts".into(),
                 host_path: hosts.to_string_lossy().into_owned(),

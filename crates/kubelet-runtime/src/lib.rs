@@ -12,6 +12,7 @@ pub mod config_gen;
 pub mod container;
 pub mod env;
 pub mod hash;
+pub mod hosts;
 pub mod labels;
 pub mod lifecycle;
 pub mod logs;

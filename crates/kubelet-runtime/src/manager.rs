@@ -62,6 +62,10 @@ pub struct RuntimeManagerConfig {
     pub memory_capacity: u64,
     /// `seccompDefault`: containers without a profile get the runtime's default one.
     pub seccomp_default: bool,
+    /// The node's hosts file, copied for host-network pods.
+    pub node_hosts_file: PathBuf,
+    /// The node's IPs (for pods' DNS without a resolv.conf).
+    pub node_ips: Vec<String>,
 }
 
 impl Default for RuntimeManagerConfig {
@@ -78,6 +82,8 @@ impl Default for RuntimeManagerConfig {
             cpu_cfs_quota_period_us: 100_000,
             memory_capacity: 8 << 30,
             seccomp_default: false,
+            node_hosts_file: "/etc/hosts".into(),
+            node_ips: vec![],
         }
     }
 }
@@ -495,6 +501,10 @@ impl RuntimeManager {
             message,
         };
         let config = config_gen::sandbox_config(&self.cfg, pod, attempt);
+        for (r, message) in config_gen::dns_config(&self.cfg, pod).1 {
+            warn!(pod = %pod_ref(pod), reason = r, message = %message, "pod DNS");
+            self.recorder.event(&pod_reference(pod), WARNING, r, message);
+        }
         crate::logs::ensure_dir(std::path::Path::new(&config.log_directory)).map_err(|e| {
             err("CreatePodSandboxConfigError", format!("create log directory {}: {e}", config.log_directory))
         })?;

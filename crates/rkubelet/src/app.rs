@@ -195,6 +195,8 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         cpu_cfs_quota_period_us: cfg.cpu_cfs_quota_period.map(|d| d.0.as_micros() as i64).unwrap_or(100_000),
         memory_capacity: node::memory_capacity(),
         seccomp_default: cfg.seccomp_default.unwrap_or(false),
+        node_hosts_file: "/etc/hosts".into(),
+        node_ips: host_ips.clone(),
     };
     // With an apiserver, events go to it as well as to the log.
     let events = kubeconfig.as_ref().map(|_| EventSink::new());
