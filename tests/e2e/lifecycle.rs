@@ -536,3 +536,65 @@ spec:
     assert_eq!(lines[2], format!("host={host}"), "the node's hostname");
     node.stop_and_clean(&rt).await;
 }
+
+#[tokio::test]
+async fn resources_reach_the_pod_and_container_cgroups_by_qos() {
+    let (_g, rt) = fresh_runtime().await;
+    let guaranteed = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: gold
+spec:
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sh", "-c", "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.shares /sys/fs/cgroup/memory/memory.limit_in_bytes; exec sleep 3600"]
+    resources:
+      limits:
+        cpu: 500m
+        memory: 128Mi
+"#;
+    let burstable = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: silver
+spec:
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sleep", "3600"]
+    resources:
+      requests:
+        cpu: 250m
+      limits:
+        memory: 64Mi
+"#;
+    let mut node = Node::start(&[("gold.yaml", guaranteed), ("silver.yaml", burstable)]);
+    let gold = node.wait_running("gold-e2e-node").await;
+    let silver = node.wait_running("silver-e2e-node").await;
+    assert_eq!(gold["status"]["qosClass"], "Guaranteed");
+    assert_eq!(silver["status"]["qosClass"], "Burstable");
+    let read =
+        |p: &str| std::fs::read_to_string(p).map(|s| s.trim().to_string()).unwrap_or_else(|e| format!("{p}: {e}"));
+    let g = format!("pod{}", gold["metadata"]["uid"].as_str().unwrap());
+    assert_eq!(read(&format!("/sys/fs/cgroup/cpu/kubepods/{g}/cpu.shares")), "512");
+    assert_eq!(read(&format!("/sys/fs/cgroup/cpu/kubepods/{g}/cpu.cfs_quota_us")), "50000");
+    assert_eq!(read(&format!("/sys/fs/cgroup/memory/kubepods/{g}/memory.limit_in_bytes")), (128u64 << 20).to_string());
+    let s = format!("pod{}", silver["metadata"]["uid"].as_str().unwrap());
+    assert_eq!(read(&format!("/sys/fs/cgroup/cpu/kubepods/burstable/{s}/cpu.shares")), "256");
+    assert_eq!(
+        read(&format!("/sys/fs/cgroup/cpu/kubepods/burstable/{s}/cpu.cfs_quota_us")),
+        "-1",
+        "no CPU limit declared"
+    );
+    assert_eq!(
+        read(&format!("/sys/fs/cgroup/memory/kubepods/burstable/{s}/memory.limit_in_bytes")),
+        (64u64 << 20).to_string()
+    );
+    // The container's own cgroup, as the container sees it.
+    let uid = gold["metadata"]["uid"].as_str().unwrap();
+    let log = std::fs::read_to_string(node.logs.join(format!("default_gold-e2e-node_{uid}/app/0.log"))).unwrap();
+    let lines: Vec<String> = log_lines(&log).into_iter().map(|(_, l)| l).collect();
+    assert_eq!(lines, vec!["50000".to_string(), "512".to_string(), (128u64 << 20).to_string()]);
+    node.stop_and_clean(&rt).await;
+}

@@ -129,6 +129,84 @@ pub fn parse_quantity(s: &str) -> Option<f64> {
     None
 }
 
+/// A container's request of `res`, defaulting to its limit (as API defaulting does), in base units.
+fn request(c: &Container, res: &str) -> f64 {
+    let r = c.resources.as_ref();
+    let get = |m: Option<&BTreeMap<String, Quantity>>| m.and_then(|m| m.get(res)).and_then(|q| parse_quantity(&q.0));
+    get(r.and_then(|r| r.requests.as_ref())).or_else(|| get(r.and_then(|r| r.limits.as_ref()))).unwrap_or(0.0)
+}
+
+fn limit(c: &Container, res: &str) -> Option<f64> {
+    let m = c.resources.as_ref().and_then(|r| r.limits.as_ref());
+    m.and_then(|m| m.get(res)).and_then(|q| parse_quantity(&q.0)).filter(|v| *v > 0.0)
+}
+
+/// The pod's effective request or limit of `res` (`resource.PodRequests`/`PodLimits`): app containers and
+/// sidecars add up; a regular init container needs its own amount plus the sidecars started before it; the
+/// larger of the two. `value` gives a container's amount.
+fn pod_total(pod: &Pod, value: &dyn Fn(&Container) -> f64) -> f64 {
+    let Some(spec) = pod.spec.as_ref() else { return 0.0 };
+    let mut sidecars = 0.0;
+    let mut init_max: f64 = 0.0;
+    for c in spec.init_containers.iter().flatten() {
+        if c.restart_policy.as_deref() == Some("Always") {
+            sidecars += value(c);
+            init_max = init_max.max(sidecars);
+        } else {
+            init_max = init_max.max(sidecars + value(c));
+        }
+    }
+    let apps: f64 = spec.containers.iter().map(value).sum::<f64>() + sidecars;
+    apps.max(init_max)
+}
+
+/// The limits of the pod's cgroup (`ResourceConfigForPod`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PodResources {
+    /// `cpu.shares`.
+    pub cpu_shares: i64,
+    /// `cpu.cfs_quota_us` (-1: unlimited), when set.
+    pub cpu_quota: Option<i64>,
+    /// `cpu.cfs_period_us`, when set.
+    pub cpu_period: Option<i64>,
+    /// Memory limit in bytes, when set.
+    pub memory: Option<i64>,
+}
+
+/// What the pod cgroup gets: shares from the summed CPU requests for every class but BestEffort (2 shares); quota
+/// and memory limit for Guaranteed pods, and for Burstable pods whose every container declares that limit.
+pub fn pod_resources(pod: &Pod, cfs_quota: bool, period: i64) -> PodResources {
+    let qos = pod_qos(pod);
+    if qos == QosClass::BestEffort {
+        return PodResources { cpu_shares: 2, cpu_quota: None, cpu_period: None, memory: None };
+    }
+    let containers = || {
+        let spec = pod.spec.as_ref();
+        spec.into_iter().flat_map(|s| s.init_containers.iter().flatten().chain(s.containers.iter()))
+    };
+    let cpu_declared = containers().all(|c| limit(c, "cpu").is_some());
+    let mem_declared = containers().all(|c| limit(c, "memory").is_some());
+    let milli = |v: f64| (v * 1000.0).round() as i64;
+    let cpu_req = milli(pod_total(pod, &|c| request(c, "cpu")));
+    let cpu_lim = milli(pod_total(pod, &|c| limit(c, "cpu").unwrap_or(0.0)));
+    let mem_lim = pod_total(pod, &|c| limit(c, "memory").unwrap_or(0.0)) as i64;
+    let shares = if cpu_req <= 0 { 2 } else { (cpu_req * 1024 / 1000).clamp(2, 262_144) };
+    let quota = if !cfs_quota {
+        -1
+    } else if cpu_lim == 0 {
+        0
+    } else {
+        (cpu_lim * period / 1000).max(1000)
+    };
+    let guaranteed = qos == QosClass::Guaranteed;
+    PodResources {
+        cpu_shares: shares,
+        cpu_quota: (guaranteed || cpu_declared).then_some(quota),
+        cpu_period: (guaranteed || cpu_declared).then_some(period),
+        memory: (guaranteed || mem_declared).then_some(mem_lim),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,5 +249,38 @@ mod tests {
         assert_eq!(parse_quantity("2"), Some(2.0));
         assert_eq!(parse_quantity("1e3"), Some(1000.0));
         assert_eq!(parse_quantity("abc"), None);
+    }
+
+    #[test]
+    fn pod_cgroup_resources_as_upstream() {
+        let guaranteed = pod_with(&[], &[("cpu", "500m"), ("memory", "128Mi")]);
+        assert_eq!(
+            pod_resources(&guaranteed, true, 100_000),
+            PodResources {
+                cpu_shares: 512,
+                cpu_quota: Some(50_000),
+                cpu_period: Some(100_000),
+                memory: Some(128 << 20)
+            }
+        );
+        let burstable_mem = pod_with(&[("cpu", "250m")], &[("memory", "64Mi")]);
+        assert_eq!(
+            pod_resources(&burstable_mem, true, 100_000),
+            PodResources { cpu_shares: 256, cpu_quota: None, cpu_period: None, memory: Some(64 << 20) }
+        );
+        assert_eq!(pod_resources(&pod_with(&[], &[]), true, 100_000).cpu_shares, 2);
+        assert_eq!(pod_resources(&guaranteed, false, 100_000).cpu_quota, Some(-1), "cpuCFSQuota off");
+        // An init container larger than the apps sets the pod's request.
+        let mut p = pod_with(&[("cpu", "100m")], &[]);
+        let big = Container {
+            name: "init".into(),
+            resources: Some(k8s_openapi::api::core::v1::ResourceRequirements {
+                requests: Some([("cpu".to_string(), Quantity("2".into()))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        p.spec.as_mut().unwrap().init_containers = Some(vec![big]);
+        assert_eq!(pod_resources(&p, true, 100_000).cpu_shares, 2048);
     }
 }

@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use kubelet_runtime::qos::{QosClass, parse_quantity, pod_cgroup_parent, pod_qos};
+use kubelet_runtime::qos::{pod_cgroup_parent, pod_qos, pod_resources};
 use kubelet_types::{Pod, PodUid};
 use tracing::{debug, warn};
 
@@ -31,6 +31,10 @@ pub trait PodCgroups: Send + Sync + 'static {
 pub struct CgroupfsManager {
     root: PathBuf,
     v2: bool,
+    /// `cpuCFSQuota`.
+    cfs_quota: bool,
+    /// `podPidsLimit` (-1: none).
+    pids_limit: i64,
 }
 
 /// v1 hierarchies where the kubelet creates the pod cgroup and writes limits; runc creates the others.
@@ -41,7 +45,14 @@ impl CgroupfsManager {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         let root = root.into();
         let v2 = root.join("cgroup.controllers").exists();
-        Self { root, v2 }
+        Self { root, v2, cfs_quota: true, pids_limit: -1 }
+    }
+
+    /// With `cpuCFSQuota` and `podPidsLimit`.
+    pub fn with_limits(mut self, cfs_quota: bool, pids_limit: i64) -> Self {
+        self.cfs_quota = cfs_quota;
+        self.pids_limit = pids_limit;
+        self
     }
 
     /// Every hierarchy root (deduplicated: `cpu` and `cpuacct` are often links to `cpu,cpuacct`).
@@ -108,53 +119,42 @@ impl PodCgroups for CgroupfsManager {
         let uid = pod.metadata.uid.as_deref().unwrap_or("");
         let qos = pod_qos(pod);
         let path = pod_cgroup_parent(qos, uid);
-        let spec = pod.spec.as_ref();
-        let containers: Vec<_> = spec.map(|s| s.containers.iter().collect()).unwrap_or_default();
-        let sum = |kind: &str, res: &str| -> Option<f64> {
-            let mut total = 0.0;
-            for c in &containers {
-                let m = c
-                    .resources
-                    .as_ref()
-                    .and_then(|r| if kind == "limits" { r.limits.as_ref() } else { r.requests.as_ref() });
-                total += m.and_then(|m| m.get(res)).and_then(|q| parse_quantity(&q.0))?;
-            }
-            Some(total)
-        };
-        let cpu_req: f64 = containers
-            .iter()
-            .filter_map(|c| {
-                let r = c.resources.as_ref()?;
-                r.requests.as_ref().and_then(|m| m.get("cpu")).or_else(|| r.limits.as_ref().and_then(|m| m.get("cpu")))
-            })
-            .filter_map(|q| parse_quantity(&q.0))
-            .sum();
+        let r = pod_resources(pod, self.cfs_quota, 100_000);
         for h in self.managed() {
             let dir = h.join(rel(&path));
             // Every sync comes here: a stat is cheaper than a mkdir that fails with EEXIST.
             if !dir.is_dir() {
                 std::fs::create_dir_all(&dir)?;
             }
-            if qos == QosClass::BestEffort {
-                continue;
-            }
-            let shares = ((cpu_req * 1024.0).round() as i64).max(2);
             if self.v2 {
                 // cpu.weight from shares, as upstream's CpuSharesToCpuWeight.
-                let weight = 1 + ((shares - 2) * 9999) / 262142;
+                let weight = 1 + ((r.cpu_shares - 2) * 9999) / 262142;
                 Self::write(&dir, "cpu.weight", &weight.to_string());
-                if let Some(mem) = sum("limits", "memory") {
-                    Self::write(&dir, "memory.max", &(mem as i64).to_string());
+                if let (Some(q), Some(p)) = (r.cpu_quota, r.cpu_period) {
+                    let max = if q <= 0 { "max".to_string() } else { q.to_string() };
+                    Self::write(&dir, "cpu.max", &format!("{max} {p}"));
                 }
-            } else {
-                Self::write(&dir, "cpu.shares", &shares.to_string());
-                if let Some(cpu) = sum("limits", "cpu") {
-                    Self::write(&dir, "cpu.cfs_period_us", "100000");
-                    Self::write(&dir, "cpu.cfs_quota_us", &((cpu * 100_000.0) as i64).max(1000).to_string());
+                if let Some(mem) = r.memory {
+                    Self::write(&dir, "memory.max", &mem.to_string());
                 }
-                if let Some(mem) = sum("limits", "memory") {
-                    Self::write(&dir, "memory.limit_in_bytes", &(mem as i64).to_string());
+                if self.pids_limit > 0 {
+                    Self::write(&dir, "pids.max", &self.pids_limit.to_string());
                 }
+                continue;
+            }
+            let name = h.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if name.split(',').any(|c| c == "cpu") {
+                Self::write(&dir, "cpu.shares", &r.cpu_shares.to_string());
+                if let (Some(q), Some(p)) = (r.cpu_quota, r.cpu_period) {
+                    Self::write(&dir, "cpu.cfs_period_us", &p.to_string());
+                    Self::write(&dir, "cpu.cfs_quota_us", &q.to_string());
+                }
+            } else if name == "memory" {
+                if let Some(mem) = r.memory {
+                    Self::write(&dir, "memory.limit_in_bytes", &mem.to_string());
+                }
+            } else if name == "pids" && self.pids_limit > 0 {
+                Self::write(&dir, "pids.max", &self.pids_limit.to_string());
             }
         }
         Ok(())

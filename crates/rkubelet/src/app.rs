@@ -176,7 +176,8 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
 
     let cgroups: Arc<dyn PodCgroups> = if cfg.cgroups_per_qos.unwrap_or(true) {
         let root = PathBuf::from("/sys/fs/cgroup");
-        let m = CgroupfsManager::new(root.join(cfg.cgroup_root.trim_start_matches('/')));
+        let m = CgroupfsManager::new(root.join(cfg.cgroup_root.trim_start_matches('/')))
+            .with_limits(cfg.cpu_cfs_quota.unwrap_or(true), cfg.pod_pids_limit.unwrap_or(-1));
         m.setup_qos().context("create the kubepods QoS cgroups (is /sys/fs/cgroup writable?)")?;
         Arc::new(m)
     } else {
