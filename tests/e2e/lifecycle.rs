@@ -598,3 +598,72 @@ spec:
     assert_eq!(lines, vec!["50000".to_string(), "512".to_string(), (128u64 << 20).to_string()]);
     node.stop_and_clean(&rt).await;
 }
+
+#[tokio::test]
+async fn image_pull_policies_against_a_local_registry_with_pull_back_off() {
+    let (_g, rt) = fresh_runtime().await;
+    let layout = std::path::PathBuf::from(
+        std::env::var("RKUBELET_IMAGES_DIR").unwrap_or_else(|_| "/var/lib/rkubelet-dev/images".into()),
+    )
+    .join("busybox.layout");
+    assert!(
+        layout.join("index.json").exists(),
+        "{} is missing: run RKUBELET_REBUILD_IMAGES=1 scripts/node-setup.sh",
+        layout.display()
+    );
+    let reg = test_registry::Registry::start(&layout).await.unwrap();
+    let image = reg.add("e2e/pulled", "1");
+    let spec = |name: &str, image: &str, policy: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: app\n    image: {image}\n    imagePullPolicy: {policy}\n    command: [\"sleep\", \"3600\"]\n"
+        )
+    };
+    // IfNotPresent with the image absent: pulled from the registry.
+    let mut node = Node::start(&[("first.yaml", &spec("first", &image, "IfNotPresent"))]);
+    node.wait_running("first-e2e-node").await;
+    let after_first = reg.pulls("e2e/pulled");
+    assert!(after_first > 0, "the registry served the pull");
+    let log = node.log();
+    assert!(log.contains(&format!("Successfully pulled image \"{image}\" in ")), "Pulled event");
+    assert!(log.contains("Image size: "), "with the image size");
+
+    // IfNotPresent with the image present: no request to the registry. Always: pulled again.
+    node.write_manifest("again.yaml", &spec("again", &image, "IfNotPresent"));
+    node.wait_running("again-e2e-node").await;
+    assert_eq!(reg.pulls("e2e/pulled"), after_first, "IfNotPresent does not pull a present image");
+    node.write_manifest("always.yaml", &spec("always", &image, "Always"));
+    node.wait_running("always-e2e-node").await;
+    assert!(reg.pulls("e2e/pulled") > after_first, "Always pulls even when present");
+
+    // An image the registry does not have: ErrImagePull with the runtime's error, then ImagePullBackOff naming
+    // it; once the registry has it, the pod starts after its back-off.
+    let missing = format!("{}/e2e/later:1", reg.host());
+    node.write_manifest("later.yaml", &spec("later", &missing, "IfNotPresent"));
+    let waiting = |p: &Value| container_status(p, "app").map(|s| s["state"]["waiting"].clone()).unwrap_or(Value::Null);
+    let w = node
+        .wait_for("ErrImagePull", START, || async {
+            pod("later-e2e-node").await.map(|p| waiting(&p)).filter(|w| w["reason"] == "ErrImagePull")
+        })
+        .await;
+    assert!(w["message"].as_str().unwrap().starts_with("rpc error: code = NotFound desc = "), "{w}");
+    let w = node
+        .wait_for("ImagePullBackOff", START, || async {
+            pod("later-e2e-node").await.map(|p| waiting(&p)).filter(|w| w["reason"] == "ImagePullBackOff")
+        })
+        .await;
+    let m = w["message"].as_str().unwrap();
+    assert!(
+        m.starts_with(&format!("Back-off pulling image \"{missing}\": ErrImagePull: rpc error: code = NotFound")),
+        "{m}"
+    );
+    reg.add("e2e/later", "1");
+    node.wait_running("later-e2e-node").await;
+    node.stop_and_clean(&rt).await;
+    for i in [image, missing] {
+        let _ = kubelet_cri::ImageService::remove_image(
+            &rt,
+            kubelet_cri::api::ImageSpec { image: i, ..Default::default() },
+        )
+        .await;
+    }
+}

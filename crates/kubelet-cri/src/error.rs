@@ -85,6 +85,19 @@ impl CriError {
         }
     }
 
+    /// The error as Go's gRPC client prints it (`rpc error: code = NotFound desc = ...`), as upstream puts it in
+    /// events and container statuses.
+    pub fn grpc_text(&self) -> String {
+        let code = match self {
+            CriError::NotFound { .. } => "NotFound",
+            CriError::Unavailable { .. } => "Unavailable",
+            CriError::DeadlineExceeded { .. } => "DeadlineExceeded",
+            CriError::Unimplemented { .. } => "Unimplemented",
+            CriError::Other { code, .. } => code.as_str(),
+        };
+        format!("rpc error: code = {code} desc = {}", self.message())
+    }
+
     /// The tonic status this error stands for (for the gRPC adapter of the fake).
     pub fn to_status(&self) -> tonic::Status {
         match self {

@@ -70,6 +70,8 @@ impl RuntimeManager {
         None
     }
 
+    /// Makes sure the container's image is present (`EnsureImageExists`): by pull policy, with pull back-off per
+    /// pod and image, pulls limited by `serializeImagePulls` / `maxParallelImagePulls`, and upstream's events.
     async fn ensure_image(
         &self,
         pod: &Pod,
@@ -79,57 +81,79 @@ impl RuntimeManager {
         let image = c.image.clone().unwrap_or_default();
         let err = |reason: &str, message: String| start_error(c, reason, message);
         if image.is_empty() {
-            return Err(err("InvalidImageName", format!("container {} has no image", c.name)));
+            return Err(err(
+                "InvalidImageName",
+                format!(
+                    "Failed to apply default image tag {image:?}: couldn't parse image name {image:?}: invalid reference format"
+                ),
+            ));
         }
+        let cref = container_reference(pod, &c.name);
         let policy = c.image_pull_policy.clone().unwrap_or_else(|| default_pull_policy(&image).to_string());
         let spec = api::ImageSpec { image: image.clone(), user_specified_image: image.clone(), ..Default::default() };
-        let present = self
-            .images
-            .image_status(spec.clone())
-            .await
-            .map_err(|e| err("ImageInspectError", format!("Failed to inspect image {image:?}: {}", e.message())))?;
+        let present =
+            self.images.image_status(spec.clone()).await.map_err(|e| {
+                err("ImageInspectError", format!("Failed to inspect image {image:?}: {}", e.grpc_text()))
+            })?;
         match (policy.as_str(), present) {
             ("Never", None) => {
-                return Err(err(
-                    "ErrImageNeverPull",
-                    format!("Container image {image:?} is not present with pull policy of Never"),
-                ));
+                let m = format!("Container image {image:?} is not present with pull policy of Never");
+                self.recorder.event(&cref, WARNING, "ErrImageNeverPull", m.clone());
+                return Err(err("ErrImageNeverPull", m));
             }
             ("Never" | "IfNotPresent", Some(img)) => {
-                self.recorder.event(
-                    &container_reference(pod, &c.name),
-                    NORMAL,
-                    reason::PULLED,
-                    format!("Container image {image:?} already present on machine"),
-                );
+                let m = format!("Container image {image:?} already present on machine");
+                self.recorder.event(&cref, NORMAL, reason::PULLED, m);
                 return Ok(img.id);
             }
             _ => {}
         }
-        let key = format!("{}_{}", image, pod.metadata.uid.as_deref().unwrap_or(""));
-        let now = self.clock.now();
+        let key = format!("{}_{image}", pod.metadata.uid.as_deref().unwrap_or(""));
         if self.image_backoff.is_in_backoff_since_update(&key) {
-            return Err(err("ImagePullBackOff", format!("Back-off pulling image {image:?}")));
+            let m = format!("Back-off pulling image {image:?}");
+            self.recorder.event(&cref, NORMAL, reason::BACKOFF, m.clone());
+            let prev = self.pull_errors.lock().unwrap().get(&key).cloned();
+            return Err(err(
+                "ImagePullBackOff",
+                match prev {
+                    Some(p) => format!("{m}: {p}"),
+                    None => m,
+                },
+            ));
         }
+        self.pull_errors.lock().unwrap().remove(&key);
         info!(pod = %pod_ref(pod), containerName = %c.name, image = %image, "pulling image");
-        let cref = container_reference(pod, &c.name);
         self.recorder.event(&cref, NORMAL, reason::PULLING, format!("Pulling image {image:?}"));
+        let waiting_since = tokio::time::Instant::now();
+        let permit = self.pulls.clone().acquire_owned().await;
         let started = tokio::time::Instant::now();
-        match self.images.pull_image(spec, None, Some(sandbox_config.clone())).await {
+        let res = self.images.pull_image(spec.clone(), None, Some(sandbox_config.clone())).await;
+        drop(permit);
+        match res {
             Ok(r) => {
                 self.image_backoff.reset(&key);
-                let took = started.elapsed();
+                let size = match self.images.image_status(spec).await {
+                    Ok(Some(img)) => img.size,
+                    _ => 0,
+                };
                 self.recorder.event(
                     &cref,
                     NORMAL,
                     reason::PULLED,
-                    format!("Successfully pulled image {image:?} in {took:?} ({took:?} including waiting)"),
+                    format!(
+                        "Successfully pulled image {image:?} in {} ({} including waiting). Image size: {size} bytes.",
+                        go_duration(started.elapsed()),
+                        go_duration(waiting_since.elapsed())
+                    ),
                 );
                 Ok(r)
             }
             Err(e) => {
-                self.image_backoff.next(&key, now);
-                Err(err("ErrImagePull", e.message()))
+                let text = e.grpc_text();
+                self.recorder.event(&cref, WARNING, reason::FAILED, format!("Failed to pull image {image:?}: {text}"));
+                self.image_backoff.next(&key, self.clock.now());
+                self.pull_errors.lock().unwrap().insert(key, format!("ErrImagePull: {text}"));
+                Err(err("ErrImagePull", text))
             }
         }
     }
@@ -212,10 +236,9 @@ impl RuntimeManager {
         res
     }
 
-    /// The events of a failed start, as upstream records them.
+    /// The events of a failed start, as upstream records them (the image steps recorded their own before).
     fn record_failure(&self, pod: &Pod, c: &Container, e: &SyncError) {
         let r = container_reference(pod, &c.name);
-        let image = c.image.as_deref().unwrap_or("");
         match e.reason.as_str() {
             "CrashLoopBackOff" => self.recorder.event(
                 &r,
@@ -229,18 +252,10 @@ impl RuntimeManager {
                     pod.metadata.uid.as_deref().unwrap_or("")
                 ),
             ),
-            "ImagePullBackOff" => self.recorder.event(&r, NORMAL, reason::BACKOFF, e.message.clone()),
             // The hook's own event (FailedPostStartHook) was recorded already.
             "PostStartHookError" => {}
-            "ErrImageNeverPull" => self.recorder.event(&r, WARNING, "ErrImageNeverPull", e.message.clone()),
-            "ErrImagePull" => {
-                self.recorder.event(
-                    &r,
-                    WARNING,
-                    reason::FAILED,
-                    format!("Failed to pull image {image:?}: {}", e.message),
-                );
-                self.recorder.event(&r, WARNING, reason::FAILED, "Error: ErrImagePull".into());
+            "ErrImagePull" | "ImagePullBackOff" | "ErrImageNeverPull" | "InvalidImageName" | "ImageInspectError" => {
+                self.recorder.event(&r, WARNING, reason::FAILED, format!("Error: {}", e.reason))
             }
             _ => self.recorder.event(&r, WARNING, reason::FAILED, format!("Error: {}", e.message)),
         }
@@ -335,6 +350,21 @@ impl RuntimeManager {
     }
 }
 
+/// A duration as Go prints it after `Truncate(time.Millisecond)`: `523ms`, `1.234s`, `1m2.5s`.
+pub fn go_duration(d: Duration) -> String {
+    let ms = d.as_millis() as u64;
+    if ms == 0 {
+        return "0s".into();
+    }
+    if ms < 1000 {
+        return format!("{ms}ms");
+    }
+    let (m, rest) = (ms / 60_000, ms % 60_000);
+    let secs = format!("{}.{:03}", rest / 1000, rest % 1000);
+    let secs = secs.trim_end_matches('0').trim_end_matches('.');
+    if m > 0 { format!("{m}m{secs}s") } else { format!("{secs}s") }
+}
+
 /// Go-style duration text (`10s`, `5m0s`).
 pub fn humanize(d: Duration) -> String {
     let s = d.as_secs();
@@ -354,6 +384,15 @@ fn rand_u32() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn go_durations() {
+        assert_eq!(go_duration(Duration::from_micros(523_400)), "523ms");
+        assert_eq!(go_duration(Duration::from_millis(1234)), "1.234s");
+        assert_eq!(go_duration(Duration::from_millis(2000)), "2s");
+        assert_eq!(go_duration(Duration::from_millis(62_500)), "1m2.5s");
+        assert_eq!(go_duration(Duration::ZERO), "0s");
+    }
 
     #[test]
     fn pull_policy_defaults() {

@@ -137,6 +137,10 @@ pub struct RuntimeManager {
     pub(crate) health: Arc<dyn ContainerHealth>,
     pub(crate) objects: Arc<dyn crate::env::ObjectSource>,
     pub(crate) node: crate::env::NodeFacts,
+    /// Pulls allowed at once (`serializeImagePulls`, `maxParallelImagePulls`).
+    pub(crate) pulls: Arc<tokio::sync::Semaphore>,
+    /// The last pull error per pod and image, for the back-off message.
+    pub(crate) pull_errors: std::sync::Mutex<HashMap<String, String>>,
 }
 
 impl std::fmt::Debug for RuntimeManager {
@@ -189,6 +193,8 @@ impl RuntimeManager {
             health: Arc::new(NoProbes),
             objects: Arc::new(crate::env::NoObjects),
             node: crate::env::NodeFacts::default(),
+            pulls: Arc::new(tokio::sync::Semaphore::new(1)),
+            pull_errors: Default::default(),
             reasons: Arc::new(ReasonCache::default()),
             runtime_name: OnceLock::new(),
         }
@@ -216,6 +222,14 @@ impl RuntimeManager {
     /// What containers learn of the node (host IPs, allocatable resources).
     pub fn with_node_facts(mut self, node: crate::env::NodeFacts) -> Self {
         self.node = node;
+        self
+    }
+
+    /// How many image pulls may run at once: one with `serializeImagePulls` (the default), else
+    /// `maxParallelImagePulls` (None: unlimited).
+    pub fn with_pull_limit(mut self, serialize: bool, max_parallel: Option<usize>) -> Self {
+        let n = if serialize { 1 } else { max_parallel.unwrap_or(tokio::sync::Semaphore::MAX_PERMITS) };
+        self.pulls = Arc::new(tokio::sync::Semaphore::new(n.max(1)));
         self
     }
 

@@ -229,6 +229,10 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         .with_recorder(recorder.clone())
         .with_probe_results(probes.clone())
         .with_objects(objects.clone())
+        .with_pull_limit(
+            cfg.serialize_image_pulls.unwrap_or(true),
+            cfg.max_parallel_image_pulls.filter(|n| *n > 0).map(|n| n as usize),
+        )
         .with_node_facts(node_facts);
     let runtime = Arc::new(runtime);
     let cache = Arc::new(PodCache::default());
