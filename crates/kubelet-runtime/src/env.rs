@@ -250,7 +250,15 @@ impl Env {
 pub async fn make_environment(i: EnvInputs<'_>) -> Result<Environment, String> {
     let ns = i.pod.metadata.namespace.as_deref().unwrap_or("default");
     let links = i.pod.spec.as_ref().and_then(|s| s.enable_service_links).unwrap_or(true);
-    let service = service_env_map(i.objects, ns, links).await?;
+    let service = match service_env_map(i.objects, ns, links).await {
+        Ok(s) => s,
+        // A static pod must start without the apiserver (it may be the apiserver): no service links then.
+        Err(e) if kubelet_types::pod_update::is_static_pod(i.pod) => {
+            tracing::warn!(pod = %kubelet_types::pod_update::pod_ref(i.pod), error = %e, "starting a static pod without service environment variables");
+            HashMap::new()
+        }
+        Err(e) => return Err(e),
+    };
     let mut env = Env { order: vec![], values: HashMap::new() };
     let mut out = Environment::default();
     let mut cms: HashMap<String, Option<ConfigMap>> = HashMap::new();

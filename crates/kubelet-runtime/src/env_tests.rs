@@ -437,3 +437,35 @@ async fn missing_required_references_fail_with_upstreams_messages() {
     .unwrap_err();
     assert!(err.contains("no apiserver"), "{err}");
 }
+
+/// An apiserver that cannot be reached.
+struct Down;
+
+#[async_trait]
+impl ObjectSource for Down {
+    async fn config_map(&self, _ns: &str, _name: &str) -> Result<Option<ConfigMap>, String> {
+        Err("apiserver unavailable".into())
+    }
+    async fn secret(&self, _ns: &str, _name: &str) -> Result<Option<Secret>, String> {
+        Err("apiserver unavailable".into())
+    }
+    async fn services(&self, _ns: &str) -> Result<Vec<Service>, String> {
+        Err("failed to list services when setting up env vars: apiserver unavailable".into())
+    }
+}
+
+#[tokio::test]
+async fn static_pods_start_without_service_links_when_the_apiserver_is_down() {
+    let mut pod =
+        test_pod(Container { name: "app".into(), env: Some(vec![value("A", "1")]), ..Default::default() }, true);
+    let node = NodeFacts::default();
+    let c = pod.spec.as_ref().unwrap().containers[0].clone();
+    fn inputs<'a>(p: &'a Pod, c: &'a Container, node: &'a NodeFacts) -> EnvInputs<'a> {
+        EnvInputs { pod: p, container: c, pod_ips: &[], node, objects: &Down }
+    }
+    let err = make_environment(inputs(&pod, &c, &node)).await.unwrap_err();
+    assert!(err.starts_with("failed to list services"), "an API pod waits for the services: {err}");
+    pod.metadata.annotations = Some(BTreeMap::from([("kubernetes.io/config.source".into(), "file".into())]));
+    let e = make_environment(inputs(&pod, &c, &node)).await.unwrap();
+    assert_eq!(e.vars, vec![("A".to_string(), "1".to_string())]);
+}

@@ -2,16 +2,24 @@
 //! cluster (`kubelet.go` configMapManager, secretManager, serviceLister with the Get strategy). Until then, and on
 //! a standalone node, references cannot be resolved and there are no service links.
 
-use std::sync::{Arc, OnceLock};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kubelet_apiclient::ObjectApi;
 use kubelet_runtime::env::{NoObjects, ObjectSource};
 
-/// The objects source of the runtime manager, bound to the apiserver after start-up.
+/// How long a namespace's service list is reused (the kubelet's service informer is at most this stale here).
+const SERVICES_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+type ServiceCache = Mutex<HashMap<String, (Vec<Service>, tokio::time::Instant)>>;
+
+/// The objects source of the runtime manager, bound to the apiserver after start-up. Service lists are cached per
+/// namespace for [`SERVICES_TTL`], and the last list is used while the apiserver cannot be reached (as an
+/// informer's cache would be).
 #[derive(Default)]
-pub struct ApiObjects(OnceLock<Arc<dyn ObjectApi>>);
+pub struct ApiObjects(OnceLock<Arc<dyn ObjectApi>>, ServiceCache);
 
 impl ApiObjects {
     /// Reads from `api` from now on.
@@ -37,9 +45,22 @@ impl ObjectSource for ApiObjects {
     }
 
     async fn services(&self, ns: &str) -> Result<Vec<Service>, String> {
-        match self.0.get() {
-            Some(api) => api.list_services(ns).await.map_err(|e| e.to_string()),
-            None => Ok(vec![]),
+        let Some(api) = self.0.get() else { return Ok(vec![]) };
+        let now = tokio::time::Instant::now();
+        if let Some((list, at)) = self.1.lock().unwrap().get(ns)
+            && now.duration_since(*at) < SERVICES_TTL
+        {
+            return Ok(list.clone());
+        }
+        match api.list_services(ns).await {
+            Ok(list) => {
+                self.1.lock().unwrap().insert(ns.to_string(), (list.clone(), now));
+                Ok(list)
+            }
+            Err(e) => match self.1.lock().unwrap().get(ns) {
+                Some((list, _)) => Ok(list.clone()),
+                None => Err(format!("failed to list services when setting up env vars: {e}")),
+            },
         }
     }
 }
