@@ -66,6 +66,11 @@ spec:
     ports:
     - name: http
       containerPort: 8080
+    startupProbe:
+      tcpSocket:
+        port: 8080
+      periodSeconds: 1
+      failureThreshold: 30
     readinessProbe:
       httpGet:
         path: /ready
@@ -83,7 +88,7 @@ spec:
     node.wait_running(name).await;
     let p = pod(name).await.unwrap();
     assert_eq!(condition(&p, "Ready").0, "True");
-    assert_eq!(container_status(&p, "web").unwrap()["started"], true);
+    assert_eq!(container_status(&p, "web").unwrap()["started"], true, "the TCP startup probe passed");
 
     // Readiness fails (404): the container keeps running but is not ready, and neither is the pod.
     exec(&rt, name, "web", &["rm", "/www/ready"]).await;

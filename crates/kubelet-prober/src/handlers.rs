@@ -189,29 +189,11 @@ pub async fn tcp_probe(host: &str, port: u16, timeout: Duration) -> ProbeOutput 
     }
 }
 
-/// `grpc.health.v1.HealthCheckRequest`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct HealthCheckRequest {
-    /// The service to check; empty for the server as a whole.
-    #[prost(string, tag = "1")]
-    pub service: String,
-}
-
-/// `grpc.health.v1.HealthCheckResponse`.
-#[derive(Clone, PartialEq, prost::Message)]
-pub struct HealthCheckResponse {
-    /// `UNKNOWN` 0, `SERVING` 1, `NOT_SERVING` 2, `SERVICE_UNKNOWN` 3.
-    #[prost(int32, tag = "1")]
-    pub status: i32,
-}
+use kubelet_proto::health::v1::health_check_response::ServingStatus;
+use kubelet_proto::health::v1::{HealthCheckRequest, health_client::HealthClient};
 
 fn health_status_name(s: i32) -> &'static str {
-    match s {
-        1 => "SERVING",
-        2 => "NOT_SERVING",
-        3 => "SERVICE_UNKNOWN",
-        _ => "UNKNOWN",
-    }
+    ServingStatus::try_from(s).map(|s| s.as_str_name()).unwrap_or("UNKNOWN")
 }
 
 /// A gRPC probe: `grpc.health.v1.Health/Check` answers SERVING (`pkg/probe/grpc`).
@@ -239,17 +221,8 @@ pub async fn grpc_probe(host: &str, port: u16, service: &str, timeout: Duration)
             );
         }
     };
-    let mut grpc = tonic::client::Grpc::new(channel);
-    let call = async {
-        grpc.ready().await.map_err(|e| tonic::Status::unavailable(e.to_string()))?;
-        let codec = tonic_prost::ProstCodec::<HealthCheckRequest, HealthCheckResponse>::default();
-        grpc.unary(
-            tonic::Request::new(HealthCheckRequest { service: service.to_string() }),
-            tonic::codegen::http::uri::PathAndQuery::from_static("/grpc.health.v1.Health/Check"),
-            codec,
-        )
-        .await
-    };
+    let mut client = HealthClient::new(channel);
+    let call = client.check(HealthCheckRequest { service: service.to_string() });
     match tokio::time::timeout(timeout, call).await {
         Err(_) => ProbeOutput::new(
             Outcome::Failure,
@@ -264,7 +237,9 @@ pub async fn grpc_probe(host: &str, port: u16, service: &str, timeout: Duration)
             format!("timeout: health rpc did not complete within {}s", timeout.as_secs()),
         ),
         Ok(Err(s)) => ProbeOutput::new(Outcome::Failure, format!("error: health rpc probe failed: {s}")),
-        Ok(Ok(r)) if r.get_ref().status == 1 => ProbeOutput::new(Outcome::Success, "service is serving"),
+        Ok(Ok(r)) if r.get_ref().status == ServingStatus::Serving as i32 => {
+            ProbeOutput::new(Outcome::Success, "service is serving")
+        }
         Ok(Ok(r)) => ProbeOutput::new(
             Outcome::Failure,
             format!("service unhealthy (responded with {:?})", health_status_name(r.get_ref().status)),
@@ -384,5 +359,48 @@ mod tests {
         assert_eq!(r.output, "Get \"http://127.0.0.1:1/\": dial tcp 127.0.0.1:1: connect: connection refused");
         assert_eq!(tcp_probe("127.0.0.1", port, d).await.outcome, Outcome::Success);
         assert_eq!(tcp_probe("127.0.0.1", 1, d).await.outcome, Outcome::Failure);
+    }
+
+    /// A health service answering with a settable status.
+    struct Health(std::sync::Arc<std::sync::atomic::AtomicI32>);
+
+    #[tonic::async_trait]
+    impl kubelet_proto::health::v1::health_server::Health for Health {
+        async fn check(
+            &self,
+            r: tonic::Request<HealthCheckRequest>,
+        ) -> Result<tonic::Response<kubelet_proto::health::v1::HealthCheckResponse>, tonic::Status> {
+            if r.get_ref().service == "absent" {
+                return Err(tonic::Status::not_found("unknown service"));
+            }
+            let status = self.0.load(std::sync::atomic::Ordering::SeqCst);
+            Ok(tonic::Response::new(kubelet_proto::health::v1::HealthCheckResponse { status }))
+        }
+    }
+
+    #[tokio::test]
+    async fn grpc_probe_outcomes_as_upstream() {
+        use kubelet_proto::health::v1::health_server::HealthServer;
+        let status = std::sync::Arc::new(std::sync::atomic::AtomicI32::new(ServingStatus::Serving as i32));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+        let server = tonic::transport::Server::builder().add_service(HealthServer::new(Health(status.clone())));
+        let task = tokio::spawn(server.serve_with_incoming(incoming));
+        let d = Duration::from_secs(2);
+        assert_eq!(
+            grpc_probe("127.0.0.1", port, "", d).await,
+            ProbeOutput::new(Outcome::Success, "service is serving")
+        );
+        status.store(ServingStatus::NotServing as i32, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            grpc_probe("127.0.0.1", port, "", d).await,
+            ProbeOutput::new(Outcome::Failure, "service unhealthy (responded with \"NOT_SERVING\")")
+        );
+        let r = grpc_probe("127.0.0.1", port, "absent", d).await;
+        assert!(r.outcome == Outcome::Failure && r.output.starts_with("error: health rpc probe failed: "), "{r:?}");
+        task.abort();
+        let r = grpc_probe("127.0.0.1", 1, "", d).await;
+        assert!(r.outcome == Outcome::Failure && r.output.starts_with("error: failed to connect service at"), "{r:?}");
     }
 }

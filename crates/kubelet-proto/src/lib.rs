@@ -20,3 +20,12 @@ pub mod runtime {
         tonic::include_proto!("runtime.v1");
     }
 }
+
+/// The gRPC health checking protocol `grpc.health.v1`, which gRPC probes call (`Health/Check`).
+pub mod health {
+    /// `grpc.health.v1`.
+    #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all, unreachable_pub, unused_qualifications)]
+    pub mod v1 {
+        tonic::include_proto!("grpc.health.v1");
+    }
+}
