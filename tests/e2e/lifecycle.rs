@@ -205,7 +205,19 @@ spec:
       limits:
         memory: 16Mi
 "#;
-    let mut node = Node::start(&[("job.yaml", job), ("hog.yaml", hog)]);
+    let fallback = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: fallback
+spec:
+  restartPolicy: Never
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sh", "-c", "echo first; echo 'last words'; exit 4"]
+    terminationMessagePolicy: FallbackToLogsOnError
+"#;
+    let mut node = Node::start(&[("job.yaml", job), ("hog.yaml", hog), ("fallback.yaml", fallback)]);
     let p = node
         .wait_for("job Succeeded", START, || async {
             pod("job-e2e-node").await.filter(|p| p["status"]["phase"] == "Succeeded")
@@ -223,6 +235,15 @@ spec:
     let t = &container_status(&p, "hog").unwrap()["state"]["terminated"];
     assert_eq!((t["reason"].as_str(), t["exitCode"].as_i64()), (Some("OOMKilled"), Some(137)), "{t}");
     assert_eq!(p["status"]["qosClass"], "Burstable");
+
+    let p = node
+        .wait_for("fallback Failed", START, || async {
+            pod("fallback-e2e-node").await.filter(|p| p["status"]["phase"] == "Failed")
+        })
+        .await;
+    let t = &container_status(&p, "app").unwrap()["state"]["terminated"];
+    assert_eq!(t["exitCode"], 4);
+    assert_eq!(t["message"], "first\nlast words\n", "FallbackToLogsOnError: the log's tail is the message");
     node.stop_and_clean(&rt).await;
 }
 
