@@ -36,6 +36,11 @@ fn log_lines(text: &str) -> Vec<(f64, String)> {
         .collect()
 }
 
+/// Only the texts of a CRI log's lines.
+fn texts(log: &str) -> Vec<String> {
+    log_lines(log).into_iter().map(|(_, l)| l).collect()
+}
+
 fn when(lines: &[(f64, String)], text: &str) -> f64 {
     lines.iter().find(|(_, l)| l == text).map(|(t, _)| *t).unwrap_or_else(|| panic!("no line {text:?} in {lines:?}"))
 }
@@ -144,7 +149,6 @@ spec:
     let mut node = Node::start(&[("life.yaml", m)]);
     let name = "life-e2e-node";
     let p = node.wait_running(name).await;
-    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
     let side = &p["status"]["initContainerStatuses"][0];
     assert!(side["state"]["running"].is_object() && side["started"] == true, "the sidecar keeps running: {side}");
 
@@ -161,9 +165,8 @@ spec:
         cs.iter().all(|c| c.state == 2).then_some(())
     })
     .await;
-    let dir = node.logs.join(format!("default_{name}_{uid}"));
-    let app = log_lines(&std::fs::read_to_string(dir.join("app/0.log")).unwrap());
-    let side = log_lines(&std::fs::read_to_string(dir.join("side/0.log")).unwrap());
+    let app = log_lines(&node.container_log(&p, "app"));
+    let side = log_lines(&node.container_log(&p, "side"));
     // preStop ran (and took its second) before the app got SIGTERM; the sidecar got its SIGTERM only after
     // the app had exited.
     assert!(when(&app, "prestop") + 0.9 <= when(&app, "app-term"), "app log: {app:?}");
@@ -218,29 +221,17 @@ spec:
     terminationMessagePolicy: FallbackToLogsOnError
 "#;
     let mut node = Node::start(&[("job.yaml", job), ("hog.yaml", hog), ("fallback.yaml", fallback)]);
-    let p = node
-        .wait_for("job Succeeded", START, || async {
-            pod("job-e2e-node").await.filter(|p| p["status"]["phase"] == "Succeeded")
-        })
-        .await;
+    let p = node.wait_phase("job-e2e-node", "Succeeded").await;
     let side = &p["status"]["initContainerStatuses"][0];
     assert!(side["state"]["terminated"].is_object(), "the sidecar was stopped: {side}");
     assert_eq!(container_status(&p, "work").unwrap()["state"]["terminated"]["exitCode"], 0);
 
-    let p = node
-        .wait_for("hog Failed", START, || async {
-            pod("hog-e2e-node").await.filter(|p| p["status"]["phase"] == "Failed")
-        })
-        .await;
+    let p = node.wait_phase("hog-e2e-node", "Failed").await;
     let t = &container_status(&p, "hog").unwrap()["state"]["terminated"];
     assert_eq!((t["reason"].as_str(), t["exitCode"].as_i64()), (Some("OOMKilled"), Some(137)), "{t}");
     assert_eq!(p["status"]["qosClass"], "Burstable");
 
-    let p = node
-        .wait_for("fallback Failed", START, || async {
-            pod("fallback-e2e-node").await.filter(|p| p["status"]["phase"] == "Failed")
-        })
-        .await;
+    let p = node.wait_phase("fallback-e2e-node", "Failed").await;
     let t = &container_status(&p, "app").unwrap()["state"]["terminated"];
     assert_eq!(t["exitCode"], 4);
     assert_eq!(t["message"], "first\nlast words\n", "FallbackToLogsOnError: the log's tail is the message");
@@ -347,15 +338,9 @@ spec:
         memory: 64Mi
 "#;
     let mut node = Node::start(&[("envy.yaml", m)]);
-    let p = node
-        .wait_for("envy Succeeded", START, || async {
-            pod("envy-e2e-node").await.filter(|p| p["status"]["phase"] == "Succeeded")
-        })
-        .await;
-    let uid = p["metadata"]["uid"].as_str().unwrap();
+    let p = node.wait_phase("envy-e2e-node", "Succeeded").await;
     let ip = p["status"]["podIP"].as_str().unwrap().to_string();
-    let log = std::fs::read_to_string(node.logs.join(format!("default_envy-e2e-node_{uid}/app/0.log"))).unwrap();
-    let lines: Vec<String> = log_lines(&log).into_iter().map(|(_, l)| l).collect();
+    let lines = texts(&node.container_log(&p, "app"));
     for want in [
         "arg=hello-world-$(NAME) $(GREETING) $(NOPE)".to_string(),
         "GREETING=hello-world-$(NAME)".to_string(),
@@ -425,14 +410,8 @@ spec:
     command: ["sleep", "3600"]
 "#;
     let mut node = Node::start(&[("secure.yaml", secure), ("nonroot.yaml", nonroot), ("tuned.yaml", forbidden)]);
-    let p = node
-        .wait_for("secure Succeeded", START, || async {
-            pod("secure-e2e-node").await.filter(|p| p["status"]["phase"] == "Succeeded")
-        })
-        .await;
-    let uid = p["metadata"]["uid"].as_str().unwrap();
-    let log = std::fs::read_to_string(node.logs.join(format!("default_secure-e2e-node_{uid}/app/0.log"))).unwrap();
-    let lines: Vec<String> = log_lines(&log).into_iter().map(|(_, l)| l).collect();
+    let p = node.wait_phase("secure-e2e-node", "Succeeded").await;
+    let lines = texts(&node.container_log(&p, "app"));
     let line = |prefix: &str| lines.iter().find(|l| l.starts_with(prefix)).cloned().unwrap_or_default();
     assert!(line("uid=").starts_with("uid=1000 gid=3000 groups=3000"), "{lines:?}");
     assert!(
@@ -461,11 +440,7 @@ spec:
         "{msg}"
     );
 
-    let p = node
-        .wait_for("tuned rejected", START, || async {
-            pod("tuned-e2e-node").await.filter(|p| p["status"]["phase"] == "Failed")
-        })
-        .await;
+    let p = node.wait_phase("tuned-e2e-node", "Failed").await;
     assert_eq!(p["status"]["reason"], "SysctlForbidden");
     assert_eq!(
         p["status"]["message"],
@@ -521,19 +496,9 @@ spec:
     let mut node = Node::start_with(&[("named.yaml", named), ("hostnet.yaml", hostnet)], |n| {
         std::fs::read_to_string(&n.config).unwrap() + "clusterDomain: cluster.local\n"
     });
-    let logs = node.logs.clone();
-    let read_log = |p: &Value, name: &str| {
-        let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
-        let text = std::fs::read_to_string(logs.join(format!("default_{name}_{uid}/app/0.log"))).unwrap();
-        log_lines(&text).into_iter().map(|(_, l)| l).collect::<Vec<String>>()
-    };
-    let p = node
-        .wait_for("named Succeeded", START, || async {
-            pod("named-e2e-node").await.filter(|p| p["status"]["phase"] == "Succeeded")
-        })
-        .await;
+    let p = node.wait_phase("named-e2e-node", "Succeeded").await;
     let ip = p["status"]["podIP"].as_str().unwrap().to_string();
-    let lines = read_log(&p, "named-e2e-node");
+    let lines = texts(&node.container_log(&p, "app"));
     let want = [
         "host=web-0".to_string(),
         "# Kubernetes-managed hosts file.".to_string(),
@@ -550,12 +515,8 @@ spec:
     let pid1 = lines.iter().find(|l| l.starts_with("pid1=")).unwrap();
     assert!(pid1.contains("pause"), "a shared process namespace shows the sandbox as PID 1: {pid1}");
 
-    let p = node
-        .wait_for("hostnet Succeeded", START, || async {
-            pod("hostnet-e2e-node").await.filter(|p| p["status"]["phase"] == "Succeeded")
-        })
-        .await;
-    let lines = read_log(&p, "hostnet-e2e-node");
+    let p = node.wait_phase("hostnet-e2e-node", "Succeeded").await;
+    let lines = texts(&node.container_log(&p, "app"));
     assert_eq!(lines[0], "# Kubernetes-managed hosts file (host network).");
     assert_eq!(lines[1], "192.0.2.8\talias-c");
     let host = nix::unistd::gethostname().unwrap().to_string_lossy().into_owned();
@@ -618,9 +579,7 @@ spec:
         (64u64 << 20).to_string()
     );
     // The container's own cgroup, as the container sees it.
-    let uid = gold["metadata"]["uid"].as_str().unwrap();
-    let log = std::fs::read_to_string(node.logs.join(format!("default_gold-e2e-node_{uid}/app/0.log"))).unwrap();
-    let lines: Vec<String> = log_lines(&log).into_iter().map(|(_, l)| l).collect();
+    let lines = texts(&node.container_log(&gold, "app"));
     assert_eq!(lines, vec!["50000".to_string(), "512".to_string(), (128u64 << 20).to_string()]);
     node.stop_and_clean(&rt).await;
 }

@@ -13,6 +13,7 @@ pub mod container;
 pub mod env;
 pub mod hash;
 pub mod hosts;
+pub mod kill;
 pub mod labels;
 pub mod lifecycle;
 pub mod logs;

@@ -36,6 +36,18 @@ pub struct FakeNode {
     pub tracker: TaskTracker,
 }
 
+/// An in-memory runtime with `images`, whose timestamps come from a test clock that moves with tokio's paused
+/// clock; and that clock, for the node.
+pub fn fake_runtime_on_test_clock(images: &[&str]) -> (Arc<FakeRuntime>, Arc<kubelet_types::TestClock>) {
+    let clock = Arc::new(kubelet_types::TestClock::fixed());
+    let c2 = clock.clone();
+    let fake = Arc::new(FakeRuntime::with_time(
+        images,
+        Box::new(move || c2.now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos() as i64),
+    ));
+    (fake, clock)
+}
+
 impl FakeNode {
     /// Starts the core over `fake`, with its files under `dir`, reading wall time from `clock`; housekeeping waits
     /// for `sources_ready`. Call inside a tokio runtime.

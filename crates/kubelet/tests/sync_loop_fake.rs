@@ -2,7 +2,7 @@
 //! housekeeping — on the in-memory runtime and tokio's paused clock.
 
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -10,7 +10,7 @@ use kubelet::fake_node::FakeNode;
 use kubelet::status::StatusManager;
 use kubelet_config::podconfig::SourcesReady;
 use kubelet_cri::{FakeRuntime, RuntimeService, api};
-use kubelet_types::{Clock, Operation, PodSource, PodUid, PodUpdate, TestClock};
+use kubelet_types::{Operation, PodSource, PodUid, PodUpdate, TestClock};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -42,12 +42,7 @@ struct Harness {
 }
 
 fn start() -> Harness {
-    let clock = Arc::new(TestClock::fixed());
-    let c2 = clock.clone();
-    let fake = Arc::new(FakeRuntime::with_time(
-        &["busybox:1"],
-        Box::new(move || c2.now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64),
-    ));
+    let (fake, clock) = kubelet::fake_node::fake_runtime_on_test_clock(&["busybox:1"]);
     let dir = tempfile::tempdir().unwrap();
     let ready = SourcesReady::new([PodSource::File]);
     let node = FakeNode::start(fake.clone(), clock, dir.path(), ready.clone());

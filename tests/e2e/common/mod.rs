@@ -240,6 +240,27 @@ impl Node {
         .await
     }
 
+    /// Waits until the static pod `name` reports `phase` (e.g. `Succeeded`).
+    pub async fn wait_phase(&mut self, name: &str, phase: &str) -> Value {
+        self.wait_for(&format!("pod {name} {phase}"), Duration::from_secs(60), || async {
+            pod(name).await.filter(|p| p["status"]["phase"] == phase)
+        })
+        .await
+    }
+
+    /// The CRI log file of the first instance of `container` of `pod` (as reported on the read-only API).
+    pub fn container_log(&self, pod: &Value, container: &str) -> String {
+        let m = &pod["metadata"];
+        let dir = format!(
+            "{}_{}_{}",
+            m["namespace"].as_str().unwrap(),
+            m["name"].as_str().unwrap(),
+            m["uid"].as_str().unwrap()
+        );
+        let path = self.logs.join(dir).join(container).join("0.log");
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()))
+    }
+
     /// Waits until `/healthz` answers ok.
     pub async fn wait_healthy(&mut self) {
         self.wait_for("healthz ok", Duration::from_secs(30), || async {
