@@ -158,6 +158,58 @@ impl RuntimeManager {
         }
     }
 
+    /// The container's volumeMounts as CRI mounts (`makeMounts`): the volume's host path (and subPath), read-only
+    /// when the mount or the volume is, with the mount propagation asked for.
+    fn volume_mounts(&self, pod: &Pod, c: &Container) -> std::io::Result<Vec<api::Mount>> {
+        let uid = kubelet_types::PodUid(pod.metadata.uid.clone().unwrap_or_default());
+        let volumes = self.volumes.volumes(&uid);
+        let mut out = vec![];
+        for m in c.volume_mounts.iter().flatten() {
+            let Some(v) = volumes.get(&m.name) else {
+                return Err(std::io::Error::other(format!(
+                    "cannot find volume {:?} to mount into container {:?}",
+                    m.name, c.name
+                )));
+            };
+            let mut host = v.host_path.clone();
+            if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+                if std::path::Path::new(sub).is_absolute()
+                    || std::path::Path::new(sub).components().any(|p| p == std::path::Component::ParentDir)
+                {
+                    return Err(std::io::Error::other(format!(
+                        "subPath {sub:?} of volume {:?} must be a relative path without '..'",
+                        m.name
+                    )));
+                }
+                host = host.join(sub);
+                if std::fs::symlink_metadata(&host).is_err() {
+                    std::fs::create_dir_all(&host)?;
+                }
+                // A link must not lead out of the volume (`safe_join` of the subpath checks).
+                let real = std::fs::canonicalize(&host)?;
+                if !real.starts_with(std::fs::canonicalize(&v.host_path)?) {
+                    return Err(std::io::Error::other(format!(
+                        "subPath {sub:?} of volume {:?} leads out of the volume",
+                        m.name
+                    )));
+                }
+            }
+            let propagation = match m.mount_propagation.as_deref() {
+                Some("HostToContainer") => api::MountPropagation::PropagationHostToContainer,
+                Some("Bidirectional") => api::MountPropagation::PropagationBidirectional,
+                _ => api::MountPropagation::PropagationPrivate,
+            } as i32;
+            out.push(api::Mount {
+                container_path: m.mount_path.clone(),
+                host_path: host.to_string_lossy().into_owned(),
+                readonly: m.read_only.unwrap_or(false) || v.read_only,
+                propagation,
+                ..Default::default()
+            });
+        }
+        Ok(out)
+    }
+
     /// The user the container's image runs as (`getImageUser`); root when the runtime does not say.
     async fn image_user(&self, c: &Container) -> config_gen::ImageUser {
         let image = c.image.clone().unwrap_or_default();
@@ -175,7 +227,7 @@ impl RuntimeManager {
     /// The kubelet-managed mounts: /etc/hosts (`makeHostsMount`) and the termination message file.
     fn managed_mounts(&self, pod: &Pod, c: &Container, pod_ips: &[String]) -> std::io::Result<Vec<api::Mount>> {
         let dir = self.pod_dir(pod);
-        let mut mounts = vec![];
+        let mut mounts = self.volume_mounts(pod, c)?;
         let host_network = config_gen::host_network(pod);
         let mounts_own_hosts = c.volume_mounts.iter().flatten().any(|m| m.mount_path == "/etc/hosts");
         if !mounts_own_hosts && (host_network || !pod_ips.is_empty()) {

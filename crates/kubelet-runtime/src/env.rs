@@ -8,40 +8,12 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
 use kubelet_prober::handlers::expand;
 
 use crate::qos::parse_quantity;
 
-/// ConfigMaps, Secrets and Services, as the environment needs them (`configMapManager`, `secretManager`,
-/// `serviceLister`). `Ok(None)` is "not found".
-#[async_trait]
-pub trait ObjectSource: Send + Sync + 'static {
-    /// A ConfigMap.
-    async fn config_map(&self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, String>;
-    /// A Secret.
-    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, String>;
-    /// The Services of a namespace.
-    async fn services(&self, namespace: &str) -> Result<Vec<Service>, String>;
-}
-
-/// A node without an apiserver: no services, and references to ConfigMaps or Secrets cannot be resolved.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct NoObjects;
-
-#[async_trait]
-impl ObjectSource for NoObjects {
-    async fn config_map(&self, namespace: &str, name: &str) -> Result<Option<ConfigMap>, String> {
-        Err(format!("cannot get configmap {namespace}/{name}: this node has no apiserver (no --kubeconfig)"))
-    }
-    async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, String> {
-        Err(format!("cannot get secret {namespace}/{name}: this node has no apiserver (no --kubeconfig)"))
-    }
-    async fn services(&self, _namespace: &str) -> Result<Vec<Service>, String> {
-        Ok(vec![])
-    }
-}
+pub use kubelet_types::objects::{NoObjects, ObjectSource};
 
 /// What the environment needs of the node.
 #[derive(Debug, Clone, Default)]

@@ -137,6 +137,8 @@ pub struct RuntimeManager {
     pub(crate) health: Arc<dyn ContainerHealth>,
     pub(crate) objects: Arc<dyn crate::env::ObjectSource>,
     pub(crate) node: crate::env::NodeFacts,
+    /// Mounted volumes of pods.
+    pub(crate) volumes: Arc<dyn kubelet_types::objects::PodVolumes>,
     /// Pulls allowed at once (`serializeImagePulls`, `maxParallelImagePulls`).
     pub(crate) pulls: Arc<tokio::sync::Semaphore>,
     /// The last pull error per pod and image, for the back-off message.
@@ -193,6 +195,7 @@ impl RuntimeManager {
             health: Arc::new(NoProbes),
             objects: Arc::new(crate::env::NoObjects),
             node: crate::env::NodeFacts::default(),
+            volumes: Arc::new(kubelet_types::objects::NoVolumes),
             pulls: Arc::new(tokio::sync::Semaphore::new(1)),
             pull_errors: Default::default(),
             reasons: Arc::new(ReasonCache::default()),
@@ -216,6 +219,12 @@ impl RuntimeManager {
     /// node without an apiserver).
     pub fn with_objects(mut self, objects: Arc<dyn crate::env::ObjectSource>) -> Self {
         self.objects = objects;
+        self
+    }
+
+    /// Reads the pods' mounted volumes from `volumes` (default: none).
+    pub fn with_volumes(mut self, volumes: Arc<dyn kubelet_types::objects::PodVolumes>) -> Self {
+        self.volumes = volumes;
         self
     }
 

@@ -8,6 +8,7 @@
 pub mod clock;
 pub mod events;
 pub mod labels;
+pub mod objects;
 pub mod pleg;
 pub mod pod_update;
 pub mod probe;

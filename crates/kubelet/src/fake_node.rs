@@ -71,8 +71,17 @@ impl FakeNode {
             tracker: tracker.clone(),
         });
         let probes = Arc::new(probes);
-        let runtime =
-            Arc::new(RuntimeManager::new(fake.clone(), fake, cfg, clock.clone()).with_probe_results(probes.clone()));
+        let volumes = Arc::new(kubelet_volume::VolumeManager::new(
+            dir.join("root/pods"),
+            Arc::new(kubelet_types::objects::NoObjects),
+            Arc::new(crate::volumes::PodDownward::default()),
+            Arc::new(kubelet_volume::SystemMounter),
+        ));
+        let runtime = Arc::new(
+            RuntimeManager::new(fake.clone(), fake, cfg, clock.clone())
+                .with_probe_results(probes.clone())
+                .with_volumes(volumes.clone()),
+        );
         let cache = Arc::new(PodCache::default());
         let (pleg_tx, pleg_rx) = mpsc::channel(1000);
         let pleg_health = Arc::new(PlegHealth::new(RELIST_THRESHOLD));
@@ -85,6 +94,7 @@ impl FakeNode {
             cgroups: Arc::new(NoCgroups),
             host_ips: vec!["192.0.2.10".into()],
             probes: probes.clone(),
+            volumes: volumes.clone(),
         });
         let workers = PodWorkers::new(syncer, Duration::from_secs(60), cancel.clone(), tracker.clone());
         let (updates, upd_rx) = mpsc::channel(10);
@@ -102,6 +112,7 @@ impl FakeNode {
             pods_out: watch::channel(Arc::new(vec![])).0,
             pods_dir: dir.join("root/pods"),
             mirror: None,
+            volumes: volumes.clone(),
             admit: vec![],
             status: status.clone(),
             recorder: Arc::new(kubelet_types::events::LogRecorder),

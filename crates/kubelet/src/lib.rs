@@ -23,3 +23,4 @@ pub mod server;
 pub mod status;
 pub mod sync_loop;
 pub mod syncer;
+pub mod volumes;

@@ -68,6 +68,8 @@ pub struct SyncLoopDeps {
     pub pods_dir: PathBuf,
     /// Mirror pods in the apiserver (None when standalone).
     pub mirror: Option<Arc<dyn MirrorClient>>,
+    /// The volume manager (orphaned pods' volumes are torn down before their directories go).
+    pub volumes: Arc<dyn crate::volumes::Volumes>,
     /// Admission checks of new pods.
     pub admit: Vec<Arc<dyn PodAdmitHandler>>,
     /// Where rejected pods get their status.
@@ -321,6 +323,10 @@ impl SyncLoop {
                 let uid = PodUid(e.file_name().to_string_lossy().into_owned());
                 if !active.contains(&uid) {
                     info!(podUID = %uid, path = %e.path().display(), "removing orphaned pod directory");
+                    if let Err(err) = self.deps.volumes.unmount_pod(&uid) {
+                        warn!(podUID = %uid, error = %err, "unable to tear down volumes of an orphaned pod");
+                        continue;
+                    }
                     if let Err(err) = std::fs::remove_dir_all(e.path()) {
                         warn!(podUID = %uid, error = %err, "unable to remove orphaned pod directory");
                     }

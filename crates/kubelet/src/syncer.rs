@@ -17,6 +17,7 @@ use crate::cm::PodCgroups;
 use crate::probes::PodProbes;
 use crate::status::generate::{DEADLINE_EXCEEDED, DEADLINE_EXCEEDED_MESSAGE, is_terminal_phase};
 use crate::status::{StatusInputs, StatusManager, generate_api_pod_status};
+use crate::volumes::Volumes;
 
 /// Retry delay after a failed step (`workerBackOffPeriod`).
 pub const WORKER_BACKOFF: Duration = Duration::from_secs(10);
@@ -92,6 +93,8 @@ pub struct KubeletSyncer {
     pub host_ips: Vec<String>,
     /// The probe manager.
     pub probes: Arc<dyn PodProbes>,
+    /// The volume manager.
+    pub volumes: Arc<dyn Volumes>,
 }
 
 impl KubeletSyncer {
@@ -168,6 +171,18 @@ impl PodSyncer for KubeletSyncer {
                 return SyncOutcome::Retry(WORKER_BACKOFF);
             }
         }
+        // Volumes before containers (`WaitForAttachAndMount`).
+        if let Err(f) = self.volumes.mount_pod(pod).await {
+            let message = format!("MountVolume.SetUp failed for volume {:?} : {}", f.volume, f.error);
+            warn!(pod = %key, podUID = %key.uid, volume = %f.volume, error = %f.error, "unable to mount volumes; will retry");
+            self.runtime.recorder().event(
+                &kubelet_types::events::pod_reference(pod),
+                kubelet_types::events::WARNING,
+                "FailedMount",
+                message,
+            );
+            return SyncOutcome::Retry(WORKER_BACKOFF);
+        }
         // Ensure the pod is being probed.
         self.probes.add_pod(pod);
         if let Err(e) = self.cgroups.ensure_pod(pod) {
@@ -221,6 +236,8 @@ impl PodSyncer for KubeletSyncer {
 
     async fn sync_terminated_pod(&self, key: &PodKey, pod: Option<&Arc<Pod>>, removed: bool) -> Result<(), String> {
         self.probes.remove_pod(&key.uid);
+        // Volumes go once nothing of the pod runs (`WaitForUnmount`).
+        self.volumes.unmount_pod(&key.uid).map_err(|e| format!("unmount volumes of pod {key}: {e}"))?;
         if removed {
             self.runtime.remove_pod(&key.uid).await.map_err(|e| e.to_string())?;
             let log_dir = match pod {

@@ -225,7 +225,14 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     let sysctls = kubelet::admission::SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls)
         .map_err(|e| anyhow::anyhow!("allowedUnsafeSysctls: {e}"))?;
     let admit: Vec<Arc<dyn kubelet::admission::PodAdmitHandler>> = vec![Arc::new(sysctls)];
+    let volumes = Arc::new(kubelet_volume::VolumeManager::new(
+        pods_dir.clone(),
+        objects.clone(),
+        Arc::new(kubelet::volumes::PodDownward(Arc::new(node_facts.clone()))),
+        Arc::new(kubelet_volume::SystemMounter),
+    ));
     let runtime = RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone())
+        .with_volumes(volumes.clone())
         .with_recorder(recorder.clone())
         .with_probe_results(probes.clone())
         .with_objects(objects.clone())
@@ -305,6 +312,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         cgroups: cgroups.clone(),
         host_ips,
         probes: probes.clone(),
+        volumes: volumes.clone(),
     });
     let workers = PodWorkers::new(syncer, cfg.sync_frequency.0, cancel.clone(), tracker.clone());
     let sync_loop = SyncLoop::new(SyncLoopDeps {
@@ -324,6 +332,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
             Arc::new(ApiMirrorClient { pods: a.clone(), nodes: a, node_name: node_name.clone() })
                 as Arc<dyn MirrorClient>
         }),
+        volumes: volumes.clone(),
         admit,
         status: status.clone(),
         recorder,

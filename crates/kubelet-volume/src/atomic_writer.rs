@@ -1,0 +1,181 @@
+//! The atomic writer of ConfigMap, Secret, downward API and projected volumes
+//! (`pkg/volume/util/atomic_writer.go`): the files of an update go into a new timestamped directory, a `..data`
+//! link is swapped to it with one rename, and the user-visible names are links through `..data`. A reader sees
+//! either the old set of files or the new one, never a mix.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{PermissionsExt, symlink};
+use std::path::{Component, Path, PathBuf};
+
+use crate::VolumeError;
+
+/// The link to the current timestamped directory.
+pub const DATA_DIR: &str = "..data";
+const DATA_DIR_TMP: &str = "..data_tmp";
+
+/// One file of a volume: content and mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileProjection {
+    /// Content.
+    pub data: Vec<u8>,
+    /// Permission bits.
+    pub mode: u32,
+}
+
+/// Checks a payload path as upstream's `validatePath`: relative, no `..` element, not starting with `..`, at most
+/// 4096 bytes, no element longer than 255.
+pub fn validate_path(p: &str) -> Result<(), String> {
+    if p.is_empty() {
+        return Err("invalid path: must not be empty".into());
+    }
+    if p.len() > 4096 {
+        return Err(format!("invalid path: must be less than or equal to 4096 characters: {p:?}"));
+    }
+    if Path::new(p).is_absolute() {
+        return Err(format!("invalid path: must be relative path: {p}"));
+    }
+    if p.starts_with("..") {
+        return Err(format!("invalid path: must not start with '..': {p}"));
+    }
+    for c in Path::new(p).components() {
+        match c {
+            Component::ParentDir => return Err(format!("invalid path: must not contain '..': {p}")),
+            Component::Normal(n) if n.len() > 255 => {
+                return Err(format!("invalid path: element must be at most 255 characters: {p}"));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn io(path: &Path, e: std::io::Error) -> VolumeError {
+    VolumeError::Io { path: path.display().to_string(), message: e.to_string() }
+}
+
+/// What `..data` holds now: relative path -> content and mode.
+fn current(dir: &Path) -> Option<BTreeMap<String, FileProjection>> {
+    let data = dir.join(DATA_DIR);
+    std::fs::read_link(&data).ok()?;
+    let mut out = BTreeMap::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for e in std::fs::read_dir(data.join(&rel)).ok()?.flatten() {
+            let r = rel.join(e.file_name());
+            let meta = e.metadata().ok()?;
+            if meta.is_dir() {
+                stack.push(r);
+            } else {
+                let bytes = std::fs::read(e.path()).ok()?;
+                out.insert(
+                    r.to_string_lossy().into_owned(),
+                    FileProjection { data: bytes, mode: meta.permissions().mode() & 0o7777 },
+                );
+            }
+        }
+    }
+    Some(out)
+}
+
+/// The user-visible top-level names of a payload (`a/b` is visible as `a`).
+fn top_level(payload: &BTreeMap<String, FileProjection>) -> std::collections::BTreeSet<String> {
+    payload.keys().map(|k| k.split('/').next().unwrap_or(k).to_string()).collect()
+}
+
+/// Writes `payload` into the volume directory `dir` (`AtomicWriter.Write`); returns whether anything changed.
+pub fn write(dir: &Path, payload: &BTreeMap<String, FileProjection>, timestamp: &str) -> Result<bool, VolumeError> {
+    for k in payload.keys() {
+        validate_path(k).map_err(|message| VolumeError::InvalidPath { path: k.clone(), message })?;
+    }
+    std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
+    let old = current(dir);
+    if old.as_ref() == Some(payload) {
+        return Ok(false);
+    }
+    let old_target = std::fs::read_link(dir.join(DATA_DIR)).ok();
+    // A new timestamped directory with the files.
+    let mut n = 0;
+    let ts = loop {
+        let candidate = dir.join(format!("..{timestamp}.{n}"));
+        match std::fs::create_dir(&candidate) {
+            Ok(()) => break candidate,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => n += 1,
+            Err(e) => return Err(io(&candidate, e)),
+        }
+    };
+    std::fs::set_permissions(&ts, std::fs::Permissions::from_mode(0o755)).map_err(|e| io(&ts, e))?;
+    for (k, f) in payload {
+        let path = ts.join(k);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+        }
+        std::fs::write(&path, &f.data).map_err(|e| io(&path, e))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(f.mode)).map_err(|e| io(&path, e))?;
+    }
+    // Swap `..data` in one rename.
+    let tmp = dir.join(DATA_DIR_TMP);
+    let _ = std::fs::remove_file(&tmp);
+    let name = ts.file_name().expect("timestamped dir has a name");
+    symlink(name, &tmp).map_err(|e| io(&tmp, e))?;
+    std::fs::rename(&tmp, dir.join(DATA_DIR)).map_err(|e| io(dir, e))?;
+    // User-visible links through `..data`, then what the new payload no longer has.
+    let new_top = top_level(payload);
+    for t in &new_top {
+        let link = dir.join(t);
+        if std::fs::symlink_metadata(&link).is_err() {
+            symlink(Path::new(DATA_DIR).join(t), &link).map_err(|e| io(&link, e))?;
+        }
+    }
+    if let Some(old) = old {
+        for t in top_level(&old).difference(&new_top) {
+            let _ = std::fs::remove_file(dir.join(t));
+        }
+    }
+    if let Some(t) = old_target {
+        let _ = std::fs::remove_dir_all(dir.join(t));
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload(items: &[(&str, &str, u32)]) -> BTreeMap<String, FileProjection> {
+        items
+            .iter()
+            .map(|(k, v, m)| (k.to_string(), FileProjection { data: v.as_bytes().to_vec(), mode: *m }))
+            .collect()
+    }
+
+    #[test]
+    fn paths_validated_as_upstream() {
+        for ok in ["a", "a/b", "a..b", ".hidden", "a/..b"] {
+            assert_eq!(validate_path(ok), Ok(()), "{ok}");
+        }
+        for bad in ["", "/abs", "..", "../x", "a/../b", "..a", "...", &"x".repeat(256)] {
+            assert!(validate_path(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn updates_swap_data_atomically_and_drop_stale_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("vol");
+        assert!(write(&dir, &payload(&[("a", "1", 0o644), ("sub/b", "2", 0o400)]), "t1").unwrap());
+        assert_eq!(std::fs::read_to_string(dir.join("a")).unwrap(), "1");
+        assert_eq!(std::fs::read_to_string(dir.join("sub/b")).unwrap(), "2");
+        assert_eq!(std::fs::metadata(dir.join("sub/b")).unwrap().permissions().mode() & 0o777, 0o400);
+        assert_eq!(std::fs::read_link(dir.join("a")).unwrap(), Path::new("..data/a"));
+        let first = std::fs::read_link(dir.join(DATA_DIR)).unwrap();
+        assert!(!write(&dir, &payload(&[("a", "1", 0o644), ("sub/b", "2", 0o400)]), "t2").unwrap(), "no change");
+        assert!(write(&dir, &payload(&[("a", "one", 0o644)]), "t3").unwrap());
+        assert_eq!(std::fs::read_to_string(dir.join("a")).unwrap(), "one");
+        assert!(std::fs::symlink_metadata(dir.join("sub")).is_err(), "a key gone from the payload is gone");
+        assert!(!dir.join(first).exists(), "the old timestamped directory is removed");
+        let names: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        assert_eq!(names.len(), 3, "a, ..data and one timestamped dir: {names:?}");
+        assert!(matches!(write(&dir, &payload(&[("../x", "", 0o644)]), "t4"), Err(VolumeError::InvalidPath { .. })));
+    }
+}

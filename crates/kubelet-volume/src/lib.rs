@@ -1,0 +1,75 @@
+//! The volume manager (`pkg/kubelet/volumemanager`, `pkg/volume/{emptydir,hostpath,configmap,secret,downwardapi,
+//! projected}`): sets up a pod's volumes under `<root-dir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>` before
+//! its containers start, and tears them down after they stopped.
+//!
+//! Contract: the pod worker calls [`VolumeManager::mount_pod`] at every sync of a running pod (idempotent; it also
+//! rewrites ConfigMap, Secret and downward API contents that changed) and [`VolumeManager::unmount_pod`] once the
+//! pod's containers are gone. The runtime manager reads the mounted volumes through
+//! [`kubelet_types::objects::PodVolumes`]. Errors name the volume and are returned for the caller to report
+//! (`FailedMount`) and retry; volume types rkubelet does not support are refused with an error naming the type.
+
+pub mod atomic_writer;
+pub mod hostpath;
+mod manager;
+pub mod sources;
+
+pub use manager::{Mounter, SystemMounter, VolumeManager};
+pub use sources::DownwardValues;
+
+/// Why a volume could not be set up or torn down.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VolumeError {
+    /// A file system operation failed.
+    #[error("{path}: {message}")]
+    Io {
+        /// The path.
+        path: String,
+        /// The error.
+        message: String,
+    },
+    /// A payload path is not allowed (absolute, `..`).
+    #[error("invalid path {path:?}: {message}")]
+    InvalidPath {
+        /// The path.
+        path: String,
+        /// Why.
+        message: String,
+    },
+    /// The object behind a volume could not be read or lacks a key.
+    #[error("{source_kind} {name}: {message}")]
+    Source {
+        /// `configmap`, `secret`, `downwardAPI`.
+        source_kind: &'static str,
+        /// The object's name.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// A hostPath `type` check failed.
+    #[error("{0}")]
+    HostPath(String),
+    /// A mount or unmount failed.
+    #[error("mount {path}: {message}")]
+    Mount {
+        /// The mount point.
+        path: String,
+        /// The error.
+        message: String,
+    },
+    /// A volume type rkubelet does not support.
+    #[error("volume type {kind} is not supported by rkubelet")]
+    Unsupported {
+        /// The type (`persistentVolumeClaim`, `csi`, ...).
+        kind: String,
+    },
+}
+
+/// A volume that failed, named.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("volume {volume:?}: {error}")]
+pub struct MountFailure {
+    /// The volume's name in the pod.
+    pub volume: String,
+    /// What failed.
+    pub error: VolumeError,
+}

@@ -1,0 +1,271 @@
+//! Setting up and tearing down the volumes of a pod (`volumemanager` reconciler with the plugins' SetUp/TearDown).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::{Pod, Volume};
+use kubelet_types::objects::{MountedVolume, ObjectSource, PodVolumes};
+use kubelet_types::{PodUid, pod_update::pod_ref};
+use tracing::{debug, info, warn};
+
+use crate::sources::{DEFAULT_MODE, DownwardValues, config_map_payload, downward_payload, secret_payload};
+use crate::{MountFailure, VolumeError, atomic_writer, hostpath};
+
+/// Mounting of tmpfs (memory-backed emptyDir, secret and projected volumes).
+pub trait Mounter: Send + Sync + 'static {
+    /// Mounts a tmpfs at `path`, of at most `size` bytes.
+    fn mount_tmpfs(&self, path: &Path, size: Option<u64>) -> Result<(), String>;
+    /// Unmounts `path` (lazily, as nothing of the pod runs any more).
+    fn unmount(&self, path: &Path) -> Result<(), String>;
+    /// Mount points at or below `path`.
+    fn mounts_under(&self, path: &Path) -> Vec<PathBuf>;
+}
+
+/// The real mounts, through mount(2) and /proc/self/mountinfo.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemMounter;
+
+impl Mounter for SystemMounter {
+    fn mount_tmpfs(&self, path: &Path, size: Option<u64>) -> Result<(), String> {
+        use nix::mount::{MsFlags, mount};
+        let data = size.map(|s| format!("size={s}"));
+        mount(Some("tmpfs"), path, Some("tmpfs"), MsFlags::empty(), data.as_deref()).map_err(|e| e.to_string())
+    }
+
+    fn unmount(&self, path: &Path) -> Result<(), String> {
+        nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH).map_err(|e| e.to_string())
+    }
+
+    fn mounts_under(&self, path: &Path) -> Vec<PathBuf> {
+        let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        text.lines()
+            .filter_map(|l| l.split(' ').nth(4))
+            .map(|m| PathBuf::from(m.replace("\\040", " ")))
+            .filter(|m| m.starts_with(path))
+            .collect()
+    }
+}
+
+/// The volume manager.
+pub struct VolumeManager {
+    pods_dir: PathBuf,
+    objects: Arc<dyn ObjectSource>,
+    downward: Arc<dyn DownwardValues>,
+    mounter: Arc<dyn Mounter>,
+    mounted: Mutex<HashMap<PodUid, HashMap<String, MountedVolume>>>,
+}
+
+impl std::fmt::Debug for VolumeManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VolumeManager").field("pods_dir", &self.pods_dir).finish()
+    }
+}
+
+/// The plugin directory name and whether the volume lives on tmpfs.
+fn plugin(v: &Volume) -> Result<Option<(&'static str, bool)>, VolumeError> {
+    Ok(Some(if let Some(e) = &v.empty_dir {
+        ("kubernetes.io~empty-dir", e.medium.as_deref() == Some("Memory"))
+    } else if v.config_map.is_some() {
+        ("kubernetes.io~configmap", false)
+    } else if v.secret.is_some() {
+        ("kubernetes.io~secret", true)
+    } else if v.downward_api.is_some() {
+        ("kubernetes.io~downward-api", false)
+    } else if v.projected.is_some() {
+        ("kubernetes.io~projected", true)
+    } else if v.host_path.is_some() {
+        return Ok(None);
+    } else {
+        return Err(VolumeError::Unsupported { kind: volume_kind(v).into() });
+    }))
+}
+
+/// The API name of a volume's type, for messages.
+pub fn volume_kind(v: &Volume) -> &'static str {
+    let kinds: [(&str, bool); 12] = [
+        ("persistentVolumeClaim", v.persistent_volume_claim.is_some()),
+        ("csi", v.csi.is_some()),
+        ("ephemeral", v.ephemeral.is_some()),
+        ("nfs", v.nfs.is_some()),
+        ("iscsi", v.iscsi.is_some()),
+        ("image", v.image.is_some()),
+        ("fc", v.fc.is_some()),
+        ("rbd", v.rbd.is_some()),
+        ("cephfs", v.cephfs.is_some()),
+        ("gitRepo", v.git_repo.is_some()),
+        ("local", false),
+        ("flexVolume", v.flex_volume.is_some()),
+    ];
+    kinds.iter().find(|(_, set)| *set).map(|(k, _)| *k).unwrap_or("unknown")
+}
+
+/// `YYYY_MM_DD_HH_MM_SS` of now, for timestamped directories.
+fn timestamp() -> String {
+    #[allow(clippy::disallowed_methods)] // only names a directory; nothing is timed by it
+    let now = std::time::SystemTime::now();
+    let t = kubelet_types::clock::api_time(now).0;
+    t.strftime("%Y_%m_%d_%H_%M_%S.%f").to_string()
+}
+
+/// The memory limit of the pod (the sum of its containers' limits when every container has one).
+fn pod_memory_limit(pod: &Pod) -> Option<u64> {
+    let spec = pod.spec.as_ref()?;
+    let mut total = 0u64;
+    for c in &spec.containers {
+        let q = c.resources.as_ref()?.limits.as_ref()?.get("memory")?;
+        total += parse_bytes(&q.0)?;
+    }
+    Some(total)
+}
+
+fn parse_bytes(q: &str) -> Option<u64> {
+    let units: [(&str, u64); 8] = [
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("k", 1000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+        ("", 1),
+    ];
+    units
+        .iter()
+        .find_map(|(u, m)| q.strip_suffix(u).and_then(|n| n.parse::<f64>().ok()).map(|n| (n * *m as f64) as u64))
+}
+
+impl VolumeManager {
+    /// A manager of the volumes under `pods_dir` (`<root-dir>/pods`).
+    pub fn new(
+        pods_dir: PathBuf,
+        objects: Arc<dyn ObjectSource>,
+        downward: Arc<dyn DownwardValues>,
+        mounter: Arc<dyn Mounter>,
+    ) -> Self {
+        Self { pods_dir, objects, downward, mounter, mounted: Mutex::new(HashMap::new()) }
+    }
+
+    fn volumes_dir(&self, uid: &str) -> PathBuf {
+        self.pods_dir.join(uid).join("volumes")
+    }
+
+    /// Sets up every volume of the pod (`WaitForAttachAndMount` with the plugins' SetUp). The first failure is
+    /// returned, naming the volume; what was set up stays for the next try.
+    pub async fn mount_pod(&self, pod: &Pod) -> Result<(), MountFailure> {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let mut mounted = HashMap::new();
+        for v in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
+            let fail = |error: VolumeError| MountFailure { volume: v.name.clone(), error };
+            if let Some(h) = &v.host_path {
+                hostpath::check_type(Path::new(&h.path), h.type_.as_deref().unwrap_or(""))
+                    .map_err(|e| fail(VolumeError::HostPath(e)))?;
+                mounted.insert(v.name.clone(), MountedVolume { host_path: PathBuf::from(&h.path), read_only: false });
+                continue;
+            }
+            let (dir_name, tmpfs) = plugin(v).map_err(fail)?.expect("non-hostPath volumes have a plugin");
+            let dir = self.volumes_dir(&uid).join(dir_name).join(&v.name);
+            self.set_up_dir(&dir, tmpfs, v, pod).map_err(fail)?;
+            let read_only = v.empty_dir.is_none();
+            self.write_contents(&dir, v, pod, &ns).await.map_err(fail)?;
+            mounted.insert(v.name.clone(), MountedVolume { host_path: dir, read_only });
+        }
+        self.mounted.lock().unwrap().insert(PodUid(uid), mounted);
+        Ok(())
+    }
+
+    fn set_up_dir(&self, dir: &Path, tmpfs: bool, v: &Volume, pod: &Pod) -> Result<(), VolumeError> {
+        let io = |e: std::io::Error| VolumeError::Io { path: dir.display().to_string(), message: e.to_string() };
+        if !dir.is_dir() {
+            std::fs::create_dir_all(dir).map_err(io)?;
+            // emptyDir is world-writable, as upstream (0777 with the sticky bit off).
+            if v.empty_dir.is_some() {
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).map_err(io)?;
+            }
+        }
+        if tmpfs && self.mounter.mounts_under(dir).iter().all(|m| m != dir) {
+            let size = v
+                .empty_dir
+                .as_ref()
+                .and_then(|e| e.size_limit.as_ref())
+                .and_then(|q| parse_bytes(&q.0))
+                .or_else(|| pod_memory_limit(pod));
+            self.mounter
+                .mount_tmpfs(dir, size)
+                .map_err(|message| VolumeError::Mount { path: dir.display().to_string(), message })?;
+            debug!(pod = %pod_ref(pod), volume = %v.name, path = %dir.display(), "mounted tmpfs");
+        }
+        Ok(())
+    }
+
+    async fn write_contents(&self, dir: &Path, v: &Volume, pod: &Pod, ns: &str) -> Result<(), VolumeError> {
+        let objects = self.objects.as_ref();
+        let payload = if let Some(c) = &v.config_map {
+            let mode = c.default_mode.unwrap_or(DEFAULT_MODE);
+            config_map_payload(objects, ns, &c.name, c.items.as_deref(), mode, c.optional == Some(true)).await?
+        } else if let Some(s) = &v.secret {
+            let mode = s.default_mode.unwrap_or(DEFAULT_MODE);
+            let name = s.secret_name.clone().unwrap_or_default();
+            secret_payload(objects, ns, &name, s.items.as_deref(), mode, s.optional == Some(true)).await?
+        } else if let Some(d) = &v.downward_api {
+            let mode = d.default_mode.unwrap_or(DEFAULT_MODE);
+            downward_payload(pod, d.items.as_deref().unwrap_or(&[]), mode, self.downward.as_ref())?
+        } else if let Some(p) = &v.projected {
+            let mode = p.default_mode.unwrap_or(DEFAULT_MODE);
+            let mut all = std::collections::BTreeMap::new();
+            for src in p.sources.iter().flatten() {
+                if let Some(c) = &src.config_map {
+                    let opt = c.optional == Some(true);
+                    all.extend(config_map_payload(objects, ns, &c.name, c.items.as_deref(), mode, opt).await?);
+                } else if let Some(s) = &src.secret {
+                    let opt = s.optional == Some(true);
+                    all.extend(secret_payload(objects, ns, &s.name, s.items.as_deref(), mode, opt).await?);
+                } else if let Some(d) = &src.downward_api {
+                    all.extend(downward_payload(pod, d.items.as_deref().unwrap_or(&[]), mode, self.downward.as_ref())?);
+                } else if src.service_account_token.is_some() {
+                    // TokenRequest comes with the rest of the volume work; the other sources are still projected.
+                    warn!(pod = %pod_ref(pod), volume = %v.name, "serviceAccountToken projections are not written yet");
+                }
+            }
+            all
+        } else {
+            return Ok(());
+        };
+        if atomic_writer::write(dir, &payload, &timestamp())? {
+            info!(pod = %pod_ref(pod), volume = %v.name, files = payload.len(), "volume contents written");
+        }
+        Ok(())
+    }
+
+    /// Tears down every volume of a pod whose containers are gone: unmounts what is mounted below its volumes
+    /// directory and removes the directory.
+    pub fn unmount_pod(&self, uid: &PodUid) -> Result<(), VolumeError> {
+        let dir = self.volumes_dir(uid.as_str());
+        if !dir.exists() {
+            self.mounted.lock().unwrap().remove(uid);
+            return Ok(());
+        }
+        let mut mounts = self.mounter.mounts_under(&dir);
+        mounts.sort_by_key(|m| std::cmp::Reverse(m.components().count()));
+        for m in mounts {
+            self.mounter
+                .unmount(&m)
+                .map_err(|message| VolumeError::Mount { path: m.display().to_string(), message })?;
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(VolumeError::Io { path: dir.display().to_string(), message: e.to_string() }),
+        }
+        self.mounted.lock().unwrap().remove(uid);
+        Ok(())
+    }
+}
+
+impl PodVolumes for VolumeManager {
+    fn volumes(&self, uid: &PodUid) -> HashMap<String, MountedVolume> {
+        self.mounted.lock().unwrap().get(uid).cloned().unwrap_or_default()
+    }
+}
