@@ -513,3 +513,104 @@ spec:
     assert!(!log.contains("MAYBE="), "an optional reference to a missing ConfigMap is skipped");
     node.stop_and_clean(&rt).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn configmap_secret_and_projected_volumes_are_mounted_and_configmap_updates_reach_the_pod() {
+    let (_g, rt) = fresh_runtime().await;
+    let c = cluster().await;
+    let mut node = Node::start_full(
+        &[],
+        |n| std::fs::read_to_string(&n.config).unwrap() + "syncFrequency: 5s\n",
+        vec![format!("--kubeconfig={}", c.kubeconfig.display())],
+    );
+    let kc = c.kubeconfig.clone();
+    kubectl(&kc, &["create", "configmap", "app-config", "--from-literal=mode=fast", "--from-literal=level=3"]).await;
+    kubectl(&kc, &["create", "secret", "generic", "app-secret", "--from-literal=password=s3cr3t"]).await;
+    let pod = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: mounted
+  labels:
+    tier: db
+spec:
+  nodeName: e2e-node
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sleep", "3600"]
+    volumeMounts:
+    - name: cfg
+      mountPath: /cfg
+    - name: sec
+      mountPath: /sec
+    - name: all
+      mountPath: /all
+  volumes:
+  - name: cfg
+    configMap:
+      name: app-config
+  - name: sec
+    secret:
+      secretName: app-secret
+      defaultMode: 256
+  - name: all
+    projected:
+      sources:
+      - configMap:
+          name: app-config
+          items:
+          - key: level
+            path: conf/level
+      - secret:
+          name: app-secret
+      - downwardAPI:
+          items:
+          - path: labels
+            fieldRef:
+              fieldPath: metadata.labels
+"#;
+    let dir = c.kubeconfig.parent().unwrap().to_path_buf();
+    std::fs::write(dir.join("mounted.yaml"), pod).unwrap();
+    kubectl(&kc, &["create", "-f", dir.join("mounted.yaml").to_str().unwrap()]).await;
+    node.wait_running("mounted").await;
+    let id = containers_of(&rt, "mounted").await.into_iter().find(|c| c.state == 1).expect("running").id;
+    let sh = |cmd: &str| {
+        let rt = &rt;
+        let id = id.clone();
+        let cmd = cmd.to_string();
+        async move {
+            let out = kubelet_cri::RuntimeService::exec_sync(
+                rt,
+                &id,
+                vec!["sh".into(), "-c".into(), cmd],
+                Duration::from_secs(10),
+            )
+            .await
+            .unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        }
+    };
+    assert_eq!(sh("cat /cfg/mode; echo; cat /cfg/level").await, "fast\n3");
+    assert_eq!(sh("cat /sec/password; echo; stat -L -c %a /sec/password").await, "s3cr3t\n400");
+    assert_eq!(sh("grep -c ' /sec tmpfs ' /proc/mounts").await, "1", "secrets live on tmpfs");
+    assert_eq!(sh("cat /all/conf/level /all/password; echo; cat /all/labels").await, "3s3cr3t\ntier=\"db\"");
+    assert_eq!(sh("touch /cfg/new 2>/dev/null && echo rw || echo ro").await, "ro");
+
+    // An update of the ConfigMap reaches the running container, in one atomic step.
+    let updated =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app-config\ndata:\n  mode: slow\n  level: \"3\"\n";
+    std::fs::write(dir.join("cm.yaml"), updated).unwrap();
+    kubectl(&kc, &["replace", "-f", dir.join("cm.yaml").to_str().unwrap()]).await;
+    let t0 = tokio::time::Instant::now();
+    loop {
+        if sh("cat /cfg/mode").await == "slow" {
+            break;
+        }
+        node.assert_alive();
+        assert!(t0.elapsed() < Duration::from_secs(30), "the update did not reach the pod within 30 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!("FIGURE configmap update reached the container after {:?}", t0.elapsed());
+    node.stop_and_clean(&rt).await;
+}
