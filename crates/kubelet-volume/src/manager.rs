@@ -9,7 +9,7 @@ use kubelet_types::objects::{MountedVolume, ObjectSource, PodVolumes};
 use kubelet_types::{PodUid, pod_update::pod_ref};
 use tracing::{debug, info, warn};
 
-use crate::sources::{DEFAULT_MODE, DownwardValues, config_map_payload, downward_payload, secret_payload};
+use crate::sources::{DEFAULT_MODE, DownwardValues, KeyedSource, config_map_payload, downward_payload, secret_payload};
 use crate::{MountFailure, VolumeError, atomic_writer, hostpath};
 
 /// Mounting of tmpfs (memory-backed emptyDir, secret and projected volumes).
@@ -204,11 +204,15 @@ impl VolumeManager {
         let objects = self.objects.as_ref();
         let payload = if let Some(c) = &v.config_map {
             let mode = c.default_mode.unwrap_or(DEFAULT_MODE);
-            config_map_payload(objects, ns, &c.name, c.items.as_deref(), mode, c.optional == Some(true)).await?
+            let src =
+                KeyedSource { ns, name: &c.name, items: c.items.as_deref(), mode, optional: c.optional == Some(true) };
+            config_map_payload(objects, src).await?
         } else if let Some(s) = &v.secret {
             let mode = s.default_mode.unwrap_or(DEFAULT_MODE);
             let name = s.secret_name.clone().unwrap_or_default();
-            secret_payload(objects, ns, &name, s.items.as_deref(), mode, s.optional == Some(true)).await?
+            let src =
+                KeyedSource { ns, name: &name, items: s.items.as_deref(), mode, optional: s.optional == Some(true) };
+            secret_payload(objects, src).await?
         } else if let Some(d) = &v.downward_api {
             let mode = d.default_mode.unwrap_or(DEFAULT_MODE);
             downward_payload(pod, d.items.as_deref().unwrap_or(&[]), mode, self.downward.as_ref())?
@@ -217,11 +221,13 @@ impl VolumeManager {
             let mut all = std::collections::BTreeMap::new();
             for src in p.sources.iter().flatten() {
                 if let Some(c) = &src.config_map {
-                    let opt = c.optional == Some(true);
-                    all.extend(config_map_payload(objects, ns, &c.name, c.items.as_deref(), mode, opt).await?);
+                    let optional = c.optional == Some(true);
+                    let k = KeyedSource { ns, name: &c.name, items: c.items.as_deref(), mode, optional };
+                    all.extend(config_map_payload(objects, k).await?);
                 } else if let Some(s) = &src.secret {
-                    let opt = s.optional == Some(true);
-                    all.extend(secret_payload(objects, ns, &s.name, s.items.as_deref(), mode, opt).await?);
+                    let optional = s.optional == Some(true);
+                    let k = KeyedSource { ns, name: &s.name, items: s.items.as_deref(), mode, optional };
+                    all.extend(secret_payload(objects, k).await?);
                 } else if let Some(d) = &src.downward_api {
                     all.extend(downward_payload(pod, d.items.as_deref().unwrap_or(&[]), mode, self.downward.as_ref())?);
                 } else if src.service_account_token.is_some() {

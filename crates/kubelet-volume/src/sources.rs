@@ -65,44 +65,51 @@ fn secret_data(s: &Secret) -> BTreeMap<String, Vec<u8>> {
     d
 }
 
-/// The payload of a ConfigMap volume or projection; a missing optional ConfigMap is empty.
-pub async fn config_map_payload(
-    objects: &dyn ObjectSource,
-    ns: &str,
-    name: &str,
-    items: Option<&[KeyToPath]>,
-    mode: i32,
-    optional: bool,
+/// Where a keyed volume's items come from.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyedSource<'a> {
+    /// Namespace of the pod.
+    pub ns: &'a str,
+    /// The object's name.
+    pub name: &'a str,
+    /// `items` (key to path); all keys when empty.
+    pub items: Option<&'a [KeyToPath]>,
+    /// `defaultMode`.
+    pub mode: i32,
+    /// `optional`: a missing object or key is skipped.
+    pub optional: bool,
+}
+
+/// The payload of the object's data (None: the object does not exist).
+fn keyed(
+    kind: &'static str,
+    data: Option<BTreeMap<String, Vec<u8>>>,
+    src: KeyedSource<'_>,
 ) -> Result<Payload, VolumeError> {
-    let fail = |message: String| VolumeError::Source { source_kind: "configmap", name: name.to_string(), message };
-    match objects.config_map(ns, name).await.map_err(fail)? {
-        None if optional => Ok(Payload::new()),
-        None => Err(fail(format!("configmap {name:?} not found"))),
-        Some(cm) => project(config_map_data(&cm), items, mode, optional, &|k| {
-            format!("configmap references non-existent config key: {k}")
-        })
-        .map_err(fail),
+    let fail = |message: String| VolumeError::Source { source_kind: kind, name: src.name.to_string(), message };
+    let missing_key = |k: &str| match kind {
+        "configmap" => format!("configmap references non-existent config key: {k}"),
+        _ => format!("references non-existent secret key: {k}"),
+    };
+    match data {
+        None if src.optional => Ok(Payload::new()),
+        None => Err(fail(format!("{kind} {:?} not found", src.name))),
+        Some(d) => project(d, src.items, src.mode, src.optional, &missing_key).map_err(fail),
     }
 }
 
+/// The payload of a ConfigMap volume or projection; a missing optional ConfigMap is empty.
+pub async fn config_map_payload(objects: &dyn ObjectSource, src: KeyedSource<'_>) -> Result<Payload, VolumeError> {
+    let fail = |message: String| VolumeError::Source { source_kind: "configmap", name: src.name.to_string(), message };
+    let cm = objects.config_map(src.ns, src.name).await.map_err(fail)?;
+    keyed("configmap", cm.as_ref().map(config_map_data), src)
+}
+
 /// The payload of a Secret volume or projection; a missing optional Secret is empty.
-pub async fn secret_payload(
-    objects: &dyn ObjectSource,
-    ns: &str,
-    name: &str,
-    items: Option<&[KeyToPath]>,
-    mode: i32,
-    optional: bool,
-) -> Result<Payload, VolumeError> {
-    let fail = |message: String| VolumeError::Source { source_kind: "secret", name: name.to_string(), message };
-    match objects.secret(ns, name).await.map_err(fail)? {
-        None if optional => Ok(Payload::new()),
-        None => Err(fail(format!("secret {name:?} not found"))),
-        Some(s) => {
-            project(secret_data(&s), items, mode, optional, &|k| format!("references non-existent secret key: {k}"))
-                .map_err(fail)
-        }
-    }
+pub async fn secret_payload(objects: &dyn ObjectSource, src: KeyedSource<'_>) -> Result<Payload, VolumeError> {
+    let fail = |message: String| VolumeError::Source { source_kind: "secret", name: src.name.to_string(), message };
+    let s = objects.secret(src.ns, src.name).await.map_err(fail)?;
+    keyed("secret", s.as_ref().map(secret_data), src)
 }
 
 /// The payload of a downward API volume or projection.
@@ -126,4 +133,56 @@ pub fn downward_payload(
         out.insert(f.path.clone(), FileProjection { data: v.into_bytes(), mode: f.mode.unwrap_or(mode) as u32 });
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubelet_types::objects::NoObjects;
+
+    struct One(ConfigMap);
+
+    #[async_trait::async_trait]
+    impl ObjectSource for One {
+        async fn config_map(&self, _ns: &str, name: &str) -> Result<Option<ConfigMap>, String> {
+            Ok((name == "cm").then(|| self.0.clone()))
+        }
+        async fn secret(&self, _ns: &str, _name: &str) -> Result<Option<Secret>, String> {
+            Ok(None)
+        }
+        async fn services(&self, _ns: &str) -> Result<Vec<k8s_openapi::api::core::v1::Service>, String> {
+            Ok(vec![])
+        }
+    }
+
+    #[tokio::test]
+    async fn keyed_payloads_as_upstream() {
+        let cm = ConfigMap {
+            data: Some(BTreeMap::from([("a".into(), "1".into()), ("b".into(), "2".into())])),
+            binary_data: Some(BTreeMap::from([("bin".into(), k8s_openapi::ByteString(vec![0, 1]))])),
+            ..Default::default()
+        };
+        let o = One(cm);
+        let all = KeyedSource { ns: "ns", name: "cm", items: None, mode: 0o644, optional: false };
+        let p = config_map_payload(&o, all).await.unwrap();
+        assert_eq!(p.keys().cloned().collect::<Vec<_>>(), vec!["a", "b", "bin"]);
+        assert_eq!(p["bin"], FileProjection { data: vec![0, 1], mode: 0o644 });
+        let items = vec![KeyToPath { key: "a".into(), path: "dir/x".into(), mode: Some(0o400) }];
+        let p = config_map_payload(&o, KeyedSource { items: Some(&items), ..all }).await.unwrap();
+        assert_eq!(p.len(), 1);
+        assert_eq!(p["dir/x"], FileProjection { data: b"1".to_vec(), mode: 0o400 });
+        let missing = vec![KeyToPath { key: "zz".into(), path: "z".into(), mode: None }];
+        let e = config_map_payload(&o, KeyedSource { items: Some(&missing), ..all }).await.unwrap_err();
+        assert_eq!(e.to_string(), "configmap cm: configmap references non-existent config key: zz");
+        assert!(
+            config_map_payload(&o, KeyedSource { items: Some(&missing), optional: true, ..all })
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        let e = secret_payload(&o, KeyedSource { name: "s", ..all }).await.unwrap_err();
+        assert_eq!(e.to_string(), "secret s: secret \"s\" not found");
+        assert!(secret_payload(&o, KeyedSource { name: "s", optional: true, ..all }).await.unwrap().is_empty());
+        assert!(config_map_payload(&NoObjects, all).await.unwrap_err().to_string().contains("no apiserver"));
+    }
 }
