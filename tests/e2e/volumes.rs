@@ -40,6 +40,8 @@ metadata:
     note: hi
 spec:
   restartPolicy: Never
+  securityContext:
+    fsGroup: 2000
   initContainers:
   - name: writer
     image: localhost/busybox:1
@@ -50,7 +52,7 @@ spec:
   containers:
   - name: app
     image: localhost/busybox:1
-    command: ["sh", "-c", "cat /scratch/file; grep -c ' /cache tmpfs ' /proc/mounts; echo host > /host/out; cat /info/labels; echo; cat /info/name; echo; cat /info/mem; echo; stat -c '%a' /info/..data/name; touch /info/x 2>/dev/null && echo info=rw || echo info=ro; ls /sub"]
+    command: ["sh", "-c", "cat /scratch/file; grep -c ' /cache tmpfs ' /proc/mounts; echo host > /host/out; cat /info/labels; echo; cat /info/name; echo; cat /info/mem; echo; stat -c '%a' /info/..data/name; touch /info/x 2>/dev/null && echo info=rw || echo info=ro; stat -c '%g %a' /scratch; stat -L -c %g /info/name; ls /sub"]
     resources:
       limits:
         memory: 64Mi
@@ -124,8 +126,9 @@ spec:
     let lines = texts(&node.container_log(&p, "app"));
     assert_eq!(
         lines,
-        vec!["shared", "1", "app=\"web\"", "vols-e2e-node", "64", "440", "info=ro"],
-        "emptyDir shared with the init container, memory emptyDir on tmpfs, downward API files with their mode, read-only"
+        vec!["shared", "1", "app=\"web\"", "vols-e2e-node", "64", "440", "info=ro", "2000 2777", "2000"],
+        "emptyDir shared with the init container, memory emptyDir on tmpfs, downward API files with their mode, \
+         read-only, fsGroup ownership with setgid directories"
     );
     assert_eq!(std::fs::read_to_string(created.join("out")).unwrap(), "host\n", "hostPath DirectoryOrCreate");
 

@@ -11,6 +11,7 @@
 pub mod atomic_writer;
 pub mod hostpath;
 mod manager;
+pub mod ownership;
 pub mod sources;
 
 pub use manager::{Mounter, SystemMounter, VolumeManager};

@@ -168,7 +168,15 @@ impl VolumeManager {
             let dir = self.volumes_dir(&uid).join(dir_name).join(&v.name);
             self.set_up_dir(&dir, tmpfs, v, pod).map_err(fail)?;
             let read_only = v.empty_dir.is_none();
-            self.write_contents(&dir, v, pod, &ns).await.map_err(fail)?;
+            let changed = self.write_contents(&dir, v, pod, &ns).await.map_err(fail)?;
+            if let Some(psc) = pod.spec.as_ref().and_then(|s| s.security_context.as_ref())
+                && let Some(gid) = psc.fs_group
+            {
+                // Upstream sets ownership at each SetUp: when a volume is set up or its contents change. Every
+                // sync comes here, so an unchanged volume is walked only when its root does not match.
+                crate::ownership::set_volume_ownership(&dir, gid as u32, read_only, !changed)
+                    .map_err(|e| fail(VolumeError::Io { path: dir.display().to_string(), message: e.to_string() }))?;
+            }
             mounted.insert(v.name.clone(), MountedVolume { host_path: dir, read_only });
         }
         self.mounted.lock().unwrap().insert(PodUid(uid), mounted);
@@ -200,7 +208,8 @@ impl VolumeManager {
         Ok(())
     }
 
-    async fn write_contents(&self, dir: &Path, v: &Volume, pod: &Pod, ns: &str) -> Result<(), VolumeError> {
+    /// Writes the volume's files (API-backed volumes); returns whether anything changed.
+    async fn write_contents(&self, dir: &Path, v: &Volume, pod: &Pod, ns: &str) -> Result<bool, VolumeError> {
         let objects = self.objects.as_ref();
         let payload = if let Some(c) = &v.config_map {
             let mode = c.default_mode.unwrap_or(DEFAULT_MODE);
@@ -237,12 +246,13 @@ impl VolumeManager {
             }
             all
         } else {
-            return Ok(());
+            return Ok(false);
         };
-        if atomic_writer::write(dir, &payload, &timestamp())? {
+        let changed = atomic_writer::write(dir, &payload, &timestamp())?;
+        if changed {
             info!(pod = %pod_ref(pod), volume = %v.name, files = payload.len(), "volume contents written");
         }
-        Ok(())
+        Ok(changed)
     }
 
     /// Tears down every volume of a pod whose containers are gone: unmounts what is mounted below its volumes
