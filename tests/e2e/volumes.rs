@@ -52,7 +52,12 @@ spec:
   containers:
   - name: app
     image: localhost/busybox:1
-    command: ["sh", "-c", "cat /scratch/file; grep -c ' /cache tmpfs ' /proc/mounts; echo host > /host/out; cat /info/labels; echo; cat /info/name; echo; cat /info/mem; echo; stat -c '%a' /info/..data/name; touch /info/x 2>/dev/null && echo info=rw || echo info=ro; stat -c '%g %a' /scratch; stat -L -c %g /info/name; ls /sub"]
+    command: ["sh", "-c", "cat /scratch/file; grep -c ' /cache tmpfs ' /proc/mounts; echo host > /host/out; cat /info/labels; echo; cat /info/name; echo; cat /info/mem; echo; stat -c '%a' /info/..data/name; touch /info/x 2>/dev/null && echo info=rw || echo info=ro; stat -c '%g %a' /scratch; stat -L -c %g /info/name; ls /sub; echo y > /mine/x; ls /scratch/vols-e2e-node"]
+    env:
+    - name: POD_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
     resources:
       limits:
         memory: 64Mi
@@ -62,6 +67,9 @@ spec:
     - name: scratch
       mountPath: /sub
       subPath: deeper/dir
+    - name: scratch
+      mountPath: /mine
+      subPathExpr: $(POD_NAME)
     - name: cache
       mountPath: /cache
     - name: host
@@ -126,9 +134,9 @@ spec:
     let lines = texts(&node.container_log(&p, "app"));
     assert_eq!(
         lines,
-        vec!["shared", "1", "app=\"web\"", "vols-e2e-node", "64", "440", "info=ro", "2000 2777", "2000"],
+        vec!["shared", "1", "app=\"web\"", "vols-e2e-node", "64", "440", "info=ro", "2000 2777", "2000", "x"],
         "emptyDir shared with the init container, memory emptyDir on tmpfs, downward API files with their mode, \
-         read-only, fsGroup ownership with setgid directories"
+         read-only, fsGroup ownership with setgid directories, subPathExpr from the environment"
     );
     assert_eq!(std::fs::read_to_string(created.join("out")).unwrap(), "host\n", "hostPath DirectoryOrCreate");
 

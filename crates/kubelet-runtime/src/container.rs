@@ -160,7 +160,7 @@ impl RuntimeManager {
 
     /// The container's volumeMounts as CRI mounts (`makeMounts`): the volume's host path (and subPath), read-only
     /// when the mount or the volume is, with the mount propagation asked for.
-    fn volume_mounts(&self, pod: &Pod, c: &Container) -> std::io::Result<Vec<api::Mount>> {
+    fn volume_mounts(&self, pod: &Pod, c: &Container, env: &[(String, String)]) -> std::io::Result<Vec<api::Mount>> {
         let uid = kubelet_types::PodUid(pod.metadata.uid.clone().unwrap_or_default());
         let volumes = self.volumes.volumes(&uid);
         let mut out = vec![];
@@ -172,7 +172,13 @@ impl RuntimeManager {
                 )));
             };
             let mut host = v.host_path.clone();
-            if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
+            // subPathExpr: `$(VAR)` from the container's environment (`ExpandContainerVolumeMounts`).
+            let expanded = m
+                .sub_path_expr
+                .as_deref()
+                .filter(|s| !s.is_empty())
+                .map(|e| crate::env::expand_command(&[e.to_string()], env).remove(0));
+            if let Some(sub) = expanded.as_deref().or(m.sub_path.as_deref()).filter(|s| !s.is_empty()) {
                 if std::path::Path::new(sub).is_absolute()
                     || std::path::Path::new(sub).components().any(|p| p == std::path::Component::ParentDir)
                 {
@@ -225,9 +231,15 @@ impl RuntimeManager {
     }
 
     /// The kubelet-managed mounts: /etc/hosts (`makeHostsMount`) and the termination message file.
-    fn managed_mounts(&self, pod: &Pod, c: &Container, pod_ips: &[String]) -> std::io::Result<Vec<api::Mount>> {
+    fn managed_mounts(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        pod_ips: &[String],
+        env: &[(String, String)],
+    ) -> std::io::Result<Vec<api::Mount>> {
         let dir = self.pod_dir(pod);
-        let mut mounts = self.volume_mounts(pod, c)?;
+        let mut mounts = self.volume_mounts(pod, c, env)?;
         let host_network = config_gen::host_network(pod);
         let mounts_own_hosts = c.volume_mounts.iter().flatten().any(|m| m.mount_path == "/etc/hosts");
         if !mounts_own_hosts && (host_network || !pod_ips.is_empty()) {
@@ -336,9 +348,6 @@ impl RuntimeManager {
         };
         crate::logs::ensure_dir(&log_dir)
             .map_err(|e| err("CreateContainerConfigError", format!("create {}: {e}", log_dir.display())))?;
-        let mounts = self
-            .managed_mounts(pod, c, pod_ips)
-            .map_err(|e| err("CreateContainerConfigError", format!("prepare kubelet-managed files: {e}")))?;
         let env = crate::env::make_environment(crate::env::EnvInputs {
             pod,
             container: c,
@@ -359,6 +368,11 @@ impl RuntimeManager {
                 ),
             );
         }
+        let mounts = self.managed_mounts(pod, c, pod_ips, &env.vars).map_err(|e| match e.kind() {
+            // The pod's own mistakes (a missing volume, a bad subPath) are reported as they are.
+            std::io::ErrorKind::Other => err("CreateContainerConfigError", e.to_string()),
+            _ => err("CreateContainerConfigError", format!("prepare kubelet-managed files: {e}")),
+        })?;
         let image_user = self.image_user(c).await;
         let config = config_gen::container_config(&self.cfg, pod, c, restart_count, &env.vars, mounts, &image_user)
             .map_err(|m| err("CreateContainerConfigError", m))?;
