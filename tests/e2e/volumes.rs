@@ -89,7 +89,7 @@ spec:
       type: DirectoryOrCreate
   - name: info
     downwardAPI:
-      defaultMode: 288 # 0440
+      defaultMode: 0440
       items:
       - path: labels
         fieldRef:

@@ -51,7 +51,10 @@ fn parse_document(text: &str, origin: &str) -> Result<serde_json::Value, Manifes
     let r = if trimmed.starts_with('{') {
         serde_json::from_str(text).map_err(|e| e.to_string())
     } else {
-        serde_saphyr::from_str::<serde_json::Value>(text).map_err(|e| e.to_string())
+        // As upstream's YAML 1.1 decoding: `0440` is octal (file modes are written that way).
+        let mut options = serde_saphyr::Options::default();
+        options.legacy_octal_numbers = true;
+        serde_saphyr::from_str_with_options::<serde_json::Value>(text, options).map_err(|e| e.to_string())
     };
     r.map_err(|message| ManifestError::Decode { origin: origin.to_string(), field: ".".into(), message })
 }
@@ -330,6 +333,14 @@ mod tests {
                 .unwrap(),
             uid
         );
+    }
+
+    #[test]
+    fn leading_zero_modes_are_octal_as_upstreams_yaml() {
+        let m = format!("{GOOD}  volumes:\n  - name: s\n    secret:\n      secretName: s\n      defaultMode: 0440\n");
+        let p = static_pod_from_file(&m, "/m/web.yaml", "n").unwrap();
+        let v = &p.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
+        assert_eq!(v.secret.as_ref().unwrap().default_mode, Some(0o440));
     }
 
     #[test]
