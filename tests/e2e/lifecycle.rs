@@ -36,11 +36,6 @@ fn log_lines(text: &str) -> Vec<(f64, String)> {
         .collect()
 }
 
-/// Only the texts of a CRI log's lines.
-fn texts(log: &str) -> Vec<String> {
-    log_lines(log).into_iter().map(|(_, l)| l).collect()
-}
-
 fn when(lines: &[(f64, String)], text: &str) -> f64 {
     lines.iter().find(|(_, l)| l == text).map(|(t, _)| *t).unwrap_or_else(|| panic!("no line {text:?} in {lines:?}"))
 }

@@ -10,10 +10,6 @@ use common::*;
 
 const START: Duration = Duration::from_secs(60);
 
-fn texts(log: &str) -> Vec<String> {
-    log.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).map(str::to_string).collect()
-}
-
 /// Mount points of this machine at or below `dir`.
 fn mounts_under(dir: &std::path::Path) -> Vec<String> {
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap();

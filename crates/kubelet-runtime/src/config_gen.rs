@@ -276,6 +276,16 @@ pub fn cgroup_parent(cfg: &RuntimeManagerConfig, pod: &Pod) -> String {
 
 /// The `PodSandboxConfig` of a pod for sandbox `attempt`.
 pub fn sandbox_config(cfg: &RuntimeManagerConfig, pod: &Pod, attempt: u32) -> api::PodSandboxConfig {
+    sandbox_config_with_warnings(cfg, pod, attempt).0
+}
+
+/// As [`sandbox_config`], with the DNS warnings upstream records as events when it creates the sandbox.
+pub fn sandbox_config_with_warnings(
+    cfg: &RuntimeManagerConfig,
+    pod: &Pod,
+    attempt: u32,
+) -> (api::PodSandboxConfig, Vec<(&'static str, String)>) {
+    let (dns, warnings) = dns_config(cfg, pod);
     let s = spec(pod);
     let psc = s.security_context.as_ref();
     let privileged = s
@@ -289,7 +299,7 @@ pub fn sandbox_config(cfg: &RuntimeManagerConfig, pod: &Pod, attempt: u32) -> ap
         .flatten()
         .map(|s| (sysctl_dots(&s.name), s.value.clone()))
         .collect();
-    api::PodSandboxConfig {
+    let config = api::PodSandboxConfig {
         metadata: Some(api::PodSandboxMetadata {
             name: pod.metadata.name.clone().unwrap_or_default(),
             uid: pod.metadata.uid.clone().unwrap_or_default(),
@@ -298,7 +308,7 @@ pub fn sandbox_config(cfg: &RuntimeManagerConfig, pod: &Pod, attempt: u32) -> ap
         }),
         hostname: pod_hostname(cfg, pod),
         log_directory: pod_log_dir(&cfg.pod_logs_dir, pod).to_string_lossy().into_owned(),
-        dns_config: Some(dns_config(cfg, pod).0),
+        dns_config: Some(dns),
         port_mappings: port_mappings(pod),
         labels: labels::sandbox_labels(pod),
         annotations: labels::sandbox_annotations(pod),
@@ -321,7 +331,8 @@ pub fn sandbox_config(cfg: &RuntimeManagerConfig, pod: &Pod, attempt: u32) -> ap
             ..Default::default()
         }),
         ..Default::default()
-    }
+    };
+    (config, warnings)
 }
 
 /// `MilliCPUToShares`: 1024 shares per CPU, integer arithmetic, within [2, 262144].

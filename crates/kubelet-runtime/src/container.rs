@@ -72,12 +72,13 @@ impl RuntimeManager {
 
     /// Makes sure the container's image is present (`EnsureImageExists`): by pull policy, with pull back-off per
     /// pod and image, pulls limited by `serializeImagePulls` / `maxParallelImagePulls`, and upstream's events.
+    /// Returns the user the image runs as, from the same ImageStatus (`getImageUser`).
     async fn ensure_image(
         &self,
         pod: &Pod,
         c: &Container,
         sandbox_config: &api::PodSandboxConfig,
-    ) -> Result<String, SyncError> {
+    ) -> Result<config_gen::ImageUser, SyncError> {
         let image = c.image.clone().unwrap_or_default();
         let err = |reason: &str, message: String| start_error(c, reason, message);
         if image.is_empty() {
@@ -104,7 +105,7 @@ impl RuntimeManager {
             ("Never" | "IfNotPresent", Some(img)) => {
                 let m = format!("Container image {image:?} already present on machine");
                 self.recorder.event(&cref, NORMAL, reason::PULLED, m);
-                return Ok(img.id);
+                return Ok(image_user(Some(&img)));
             }
             _ => {}
         }
@@ -130,12 +131,10 @@ impl RuntimeManager {
         let res = self.images.pull_image(spec.clone(), None, Some(sandbox_config.clone())).await;
         drop(permit);
         match res {
-            Ok(r) => {
+            Ok(_) => {
                 self.image_backoff.reset(&key);
-                let size = match self.images.image_status(spec).await {
-                    Ok(Some(img)) => img.size,
-                    _ => 0,
-                };
+                let pulled = self.images.image_status(spec).await.ok().flatten();
+                let size = pulled.as_ref().map(|i| i.size).unwrap_or(0);
                 self.recorder.event(
                     &cref,
                     NORMAL,
@@ -146,7 +145,7 @@ impl RuntimeManager {
                         go_duration(waiting_since.elapsed())
                     ),
                 );
-                Ok(r)
+                Ok(image_user(pulled.as_ref()))
             }
             Err(e) => {
                 let text = e.grpc_text();
@@ -214,16 +213,6 @@ impl RuntimeManager {
             });
         }
         Ok(out)
-    }
-
-    /// The user the container's image runs as (`getImageUser`); root when the runtime does not say.
-    async fn image_user(&self, c: &Container) -> config_gen::ImageUser {
-        let image = c.image.clone().unwrap_or_default();
-        let spec = api::ImageSpec { image, ..Default::default() };
-        match self.images.image_status(spec).await {
-            Ok(Some(img)) => config_gen::ImageUser { uid: img.uid.map(|u| u.value), username: img.username },
-            _ => config_gen::ImageUser { uid: Some(0), username: String::new() },
-        }
     }
 
     fn pod_dir(&self, pod: &Pod) -> PathBuf {
@@ -338,7 +327,7 @@ impl RuntimeManager {
             return Err(e);
         }
         let err = |reason: &str, message: String| start_error(c, reason, message);
-        self.ensure_image(pod, c, sandbox_config).await?;
+        let image_user = self.ensure_image(pod, c, sandbox_config).await?;
         let log_dir = PathBuf::from(&sandbox_config.log_directory).join(&c.name);
         // Without a previous instance, the count continues from the log files left behind
         // (`calcRestartCountByLogDir`), so an earlier instance's log is never appended to.
@@ -373,7 +362,6 @@ impl RuntimeManager {
             std::io::ErrorKind::Other => err("CreateContainerConfigError", e.to_string()),
             _ => err("CreateContainerConfigError", format!("prepare kubelet-managed files: {e}")),
         })?;
-        let image_user = self.image_user(c).await;
         let config = config_gen::container_config(&self.cfg, pod, c, restart_count, &env.vars, mounts, &image_user)
             .map_err(|m| err("CreateContainerConfigError", m))?;
         let id = self
@@ -413,6 +401,17 @@ impl RuntimeManager {
                 warn!(pod = %pod_ref(pod), containerName = %c.name, error = %e, "failed to create container log symlink");
             }
         }
+    }
+}
+
+/// The user an image runs as (`getImageUser`): its numeric UID, else its user name; root when the runtime does not
+/// say.
+fn image_user(img: Option<&api::Image>) -> config_gen::ImageUser {
+    match img {
+        Some(i) if i.uid.is_some() || !i.username.is_empty() => {
+            config_gen::ImageUser { uid: i.uid.as_ref().map(|u| u.value), username: i.username.clone() }
+        }
+        _ => config_gen::ImageUser { uid: Some(0), username: String::new() },
     }
 }
 

@@ -523,8 +523,8 @@ impl RuntimeManager {
             reason: reason.into(),
             message,
         };
-        let config = config_gen::sandbox_config(&self.cfg, pod, attempt);
-        for (r, message) in config_gen::dns_config(&self.cfg, pod).1 {
+        let (config, dns_warnings) = config_gen::sandbox_config_with_warnings(&self.cfg, pod, attempt);
+        for (r, message) in dns_warnings {
             warn!(pod = %pod_ref(pod), reason = r, message = %message, "pod DNS");
             self.recorder.event(&pod_reference(pod), WARNING, r, message);
         }

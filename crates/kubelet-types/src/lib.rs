@@ -12,6 +12,7 @@ pub mod objects;
 pub mod pleg;
 pub mod pod_update;
 pub mod probe;
+pub mod quantity;
 pub mod runtime;
 
 pub use clock::{Clock, SystemClock, TestClock};

@@ -120,19 +120,7 @@ fn pod_memory_limit(pod: &Pod) -> Option<u64> {
 }
 
 fn parse_bytes(q: &str) -> Option<u64> {
-    let units: [(&str, u64); 8] = [
-        ("Ki", 1 << 10),
-        ("Mi", 1 << 20),
-        ("Gi", 1 << 30),
-        ("Ti", 1 << 40),
-        ("k", 1000),
-        ("M", 1_000_000),
-        ("G", 1_000_000_000),
-        ("", 1),
-    ];
-    units
-        .iter()
-        .find_map(|(u, m)| q.strip_suffix(u).and_then(|n| n.parse::<f64>().ok()).map(|n| (n * *m as f64) as u64))
+    kubelet_types::quantity::parse_quantity(q).map(|v| v as u64)
 }
 
 impl VolumeManager {
@@ -155,6 +143,7 @@ impl VolumeManager {
     pub async fn mount_pod(&self, pod: &Pod) -> Result<(), MountFailure> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let before = self.mounted.lock().unwrap().get(&PodUid(uid.clone())).cloned().unwrap_or_default();
         let mut mounted = HashMap::new();
         for v in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
             let fail = |error: VolumeError| MountFailure { volume: v.name.clone(), error };
@@ -166,7 +155,10 @@ impl VolumeManager {
             }
             let (dir_name, tmpfs) = plugin(v).map_err(fail)?.expect("non-hostPath volumes have a plugin");
             let dir = self.volumes_dir(&uid).join(dir_name).join(&v.name);
-            self.set_up_dir(&dir, tmpfs, v, pod).map_err(fail)?;
+            // Set up once: later syncs only refresh the contents (no mount table read per sync).
+            if !before.contains_key(&v.name) {
+                self.set_up_dir(&dir, tmpfs, v, pod).map_err(fail)?;
+            }
             let read_only = v.empty_dir.is_none();
             let changed = self.write_contents(&dir, v, pod, &ns).await.map_err(fail)?;
             if let Some(psc) = pod.spec.as_ref().and_then(|s| s.security_context.as_ref())

@@ -384,3 +384,8 @@ pub fn manifest(name: &str, inits: &[(&str, &str)], apps: &[(&str, &str)], extra
 
 /// A container script that runs until SIGTERM and exits 0 on it.
 pub const SERVE: &str = "trap 'exit 0' TERM; while true; do sleep 0.2; done";
+
+/// The texts of a CRI log's lines (`<time> <stream> <tag> <text>`).
+pub fn texts(log: &str) -> Vec<String> {
+    log.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).map(str::to_string).collect()
+}

@@ -278,8 +278,7 @@ fn initialized_condition(
     apps: &[ApiContainerStatus],
     phase: &str,
 ) -> PodCondition {
-    let spec = pod.spec.clone().unwrap_or_default();
-    let inits = spec.init_containers.unwrap_or_default();
+    let inits = pod.spec.as_ref().and_then(|s| s.init_containers.as_deref()).unwrap_or(&[]);
     let unknown: Vec<String> = inits.iter().filter(|c| find(init, &c.name).is_none()).map(|c| c.name.clone()).collect();
     if inits.is_empty() || (phase == "Succeeded" && unknown.is_empty()) {
         let reason = (!inits.is_empty()).then_some("PodCompleted");
@@ -320,7 +319,7 @@ fn ready_condition(
     phase: &str,
     kind: &str,
 ) -> PodCondition {
-    let spec = pod.spec.clone().unwrap_or_default();
+    let Some(spec) = pod.spec.as_ref() else { return condition(kind, true, None, None) };
     let (mut unknown, mut unready) = (vec![], vec![]);
     let sidecars = spec.init_containers.iter().flatten().filter(|c| c.restart_policy.as_deref() == Some("Always"));
     for (c, list) in sidecars.map(|c| (c, init)).chain(spec.containers.iter().map(|c| (c, apps))) {
