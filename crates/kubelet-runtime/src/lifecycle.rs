@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, LifecycleHandler, Pod};
 use kubelet_cri::RuntimeService;
-use kubelet_prober::handlers::{http_target, resolve_port};
+use kubelet_prober::handlers::http_target;
 use tokio::sync::watch;
 
 /// HTTP hooks have no deadline of their own upstream; this bounds a hook nobody answers.
@@ -82,10 +82,7 @@ pub async fn run_handler(
         tokio::time::sleep(Duration::from_secs(s.seconds.max(0) as u64)).await;
         return Ok(());
     }
-    if let Some(t) = &handler.tcp_socket {
-        // Accepted by validation for compatibility, never run (as upstream).
-        let _ = resolve_port(&t.port, c);
-    }
+    // tcpSocket is accepted by validation for compatibility and never run, as upstream.
     Err("Cannot run handler: invalid handler".to_string())
 }
 
