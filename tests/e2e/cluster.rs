@@ -614,3 +614,112 @@ spec:
     eprintln!("FIGURE configmap update reached the container after {:?}", t0.elapsed());
     node.stop_and_clean(&rt).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_account_tokens_are_projected_bound_and_refreshed() {
+    let (_g, rt) = fresh_runtime().await;
+    // Tokens live 20 s at most here, so the kubelet refreshes them within the test (after 80 % of 20 s, minus up
+    // to 10 s of jitter), at a sync every 5 s.
+    let server = TestApiServer::start(test_apiserver::Options {
+        max_token_expiration: Some(Duration::from_secs(20)),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("admin.conf");
+    server.kubeconfig(&kc).unwrap();
+    let mut node = Node::start_full(
+        &[],
+        |n| std::fs::read_to_string(&n.config).unwrap() + "syncFrequency: 5s\n",
+        vec![format!("--kubeconfig={}", kc.display())],
+    );
+    // An ordinary pod: the apiserver's ServiceAccount admission adds the kube-api-access volume. A second volume
+    // asks for a token for another audience, read by a non-root user.
+    let pod = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: sa
+spec:
+  nodeName: e2e-node
+  terminationGracePeriodSeconds: 1
+  securityContext:
+    runAsUser: 1234
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sleep", "3600"]
+    volumeMounts:
+    - name: vault
+      mountPath: /vault
+  volumes:
+  - name: vault
+    projected:
+      sources:
+      - serviceAccountToken:
+          audience: vault
+          expirationSeconds: 600
+          path: vault-token
+"#;
+    std::fs::write(dir.path().join("sa.yaml"), pod).unwrap();
+    kubectl(&kc, &["create", "-f", dir.path().join("sa.yaml").to_str().unwrap()]).await;
+    let running = node.wait_running("sa").await;
+    let uid = running["metadata"]["uid"].as_str().unwrap().to_string();
+    let vol = running["spec"]["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find_map(|v| v["name"].as_str().filter(|n| n.starts_with("kube-api-access-")))
+        .expect("the admission plugin added the volume")
+        .to_string();
+    let id = containers_of(&rt, "sa").await.into_iter().find(|c| c.state == 1).expect("running").id;
+    let sh = |cmd: String| {
+        let (rt, id) = (&rt, id.clone());
+        async move {
+            let argv = vec!["sh".into(), "-c".into(), cmd];
+            let out = kubelet_cri::RuntimeService::exec_sync(rt, &id, argv, Duration::from_secs(10)).await.unwrap();
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        }
+    };
+    let sa_dir = "/var/run/secrets/kubernetes.io/serviceaccount";
+    assert_eq!(sh(format!("cat {sa_dir}/namespace")).await, "default");
+    assert_eq!(sh(format!("cat {sa_dir}/ca.crt")).await, server.root_ca_pem().trim());
+    let token = sh(format!("cat {sa_dir}/token")).await;
+    let claims = server.verify_token(&token).expect("the token is a JWT signed by the apiserver");
+    assert_eq!(claims["aud"], serde_json::json!(["https://kubernetes.default.svc.cluster.local"]));
+    assert_eq!(claims["sub"], "system:serviceaccount:default:default");
+    assert_eq!(claims["kubernetes.io"]["pod"]["uid"], uid.as_str(), "bound to the pod");
+    let vault = sh("cat /vault/vault-token".into()).await;
+    assert_eq!(server.verify_token(&vault).expect("signed")["aud"], serde_json::json!(["vault"]));
+    // With a pod-level runAsUser, the token is the user's own, 0600.
+    assert_eq!(sh("stat -L -c '%u %a' /vault/vault-token".into()).await, "1234 600");
+    assert_eq!(sh(format!("touch {sa_dir}/x 2>/dev/null && echo rw || echo ro")).await, "ro");
+
+    // The token is refreshed before it expires, and the new one is valid.
+    let t0 = Instant::now();
+    let fresh = loop {
+        let now = sh(format!("cat {sa_dir}/token")).await;
+        if now != token {
+            break now;
+        }
+        node.assert_alive();
+        assert!(t0.elapsed() < Duration::from_secs(40), "the token was not refreshed within 40 s");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    eprintln!("FIGURE token refreshed {:?} after the first check", t0.elapsed());
+    let claims2 = server.verify_token(&fresh).expect("the refreshed token is signed");
+    assert!(claims2["exp"].as_i64() > claims["exp"].as_i64());
+    assert!(claims2["exp"].as_i64().unwrap() > test_apiserver::util::now_secs(), "not expired");
+
+    // After deletion the volumes, their tmpfs mounts and the pod directory are gone.
+    kubectl(&kc, &["delete", "pod", "sa", "--wait=false"]).await;
+    let pod_dir = node.root.join("pods").join(&uid);
+    node.wait_for("the pod's directory removed", Duration::from_secs(60), || async {
+        (!pod_dir.exists()).then_some(())
+    })
+    .await;
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(&uid), "no mount of the pod remains");
+    assert!(!mounts.contains(&vol));
+    node.stop_and_clean(&rt).await;
+}

@@ -11,6 +11,7 @@ pub mod patch;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
+use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, Service};
 use thiserror::Error;
@@ -141,4 +142,11 @@ pub trait ObjectApi: Send + Sync + 'static {
     async fn get_secret(&self, namespace: &str, name: &str) -> ApiResult<Option<Secret>>;
     /// The Services of a namespace.
     async fn list_services(&self, namespace: &str) -> ApiResult<Vec<Service>>;
+}
+
+/// Service account tokens for projected volumes (`serviceaccounts/<name>/token`, used by `pkg/kubelet/token`).
+#[async_trait]
+pub trait TokenApi: Send + Sync + 'static {
+    /// Creates a TokenRequest for the service account `name`; the answer carries the token and its expiration.
+    async fn create_token(&self, namespace: &str, name: &str, request: &TokenRequest) -> ApiResult<TokenRequest>;
 }

@@ -288,6 +288,20 @@ impl kubelet_apiclient::ObjectApi for KubeApi {
     }
 }
 
+#[async_trait]
+impl kubelet_apiclient::TokenApi for KubeApi {
+    async fn create_token(
+        &self,
+        ns: &str,
+        name: &str,
+        request: &k8s_openapi::api::authentication::v1::TokenRequest,
+    ) -> ApiResult<k8s_openapi::api::authentication::v1::TokenRequest> {
+        self.limiter.acquire().await;
+        let api: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(self.client.clone(), ns);
+        api.create_token_request(name, &PostParams::default(), request).await.map_err(map_err)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,13 +13,22 @@ use crate::VolumeError;
 pub const DATA_DIR: &str = "..data";
 const DATA_DIR_TMP: &str = "..data_tmp";
 
-/// One file of a volume: content and mode.
+/// One file of a volume: content, mode and owner.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileProjection {
     /// Content.
     pub data: Vec<u8>,
     /// Permission bits.
     pub mode: u32,
+    /// The owning user (`FsUser`, for service account tokens); root when unset.
+    pub owner: Option<u32>,
+}
+
+impl FileProjection {
+    /// A root-owned file.
+    pub fn new(data: Vec<u8>, mode: u32) -> Self {
+        Self { data, mode, owner: None }
+    }
 }
 
 /// Checks a payload path as upstream's `validatePath`: relative, no `..` element, not starting with `..`, at most
@@ -53,8 +62,8 @@ fn io(path: &Path, e: std::io::Error) -> VolumeError {
     VolumeError::Io { path: path.display().to_string(), message: e.to_string() }
 }
 
-/// What `..data` holds now: relative path -> content and mode.
-fn current(dir: &Path) -> Option<BTreeMap<String, FileProjection>> {
+/// What `..data` holds now: relative path -> content.
+fn current(dir: &Path) -> Option<BTreeMap<String, Vec<u8>>> {
     let data = dir.join(DATA_DIR);
     std::fs::read_link(&data).ok()?;
     let mut out = BTreeMap::new();
@@ -66,11 +75,7 @@ fn current(dir: &Path) -> Option<BTreeMap<String, FileProjection>> {
             if meta.is_dir() {
                 stack.push(r);
             } else {
-                let bytes = std::fs::read(e.path()).ok()?;
-                out.insert(
-                    r.to_string_lossy().into_owned(),
-                    FileProjection { data: bytes, mode: meta.permissions().mode() & 0o7777 },
-                );
+                out.insert(r.to_string_lossy().into_owned(), std::fs::read(e.path()).ok()?);
             }
         }
     }
@@ -78,18 +83,23 @@ fn current(dir: &Path) -> Option<BTreeMap<String, FileProjection>> {
 }
 
 /// The user-visible top-level names of a payload (`a/b` is visible as `a`).
-fn top_level(payload: &BTreeMap<String, FileProjection>) -> std::collections::BTreeSet<String> {
-    payload.keys().map(|k| k.split('/').next().unwrap_or(k).to_string()).collect()
+fn top_level<'a>(paths: impl Iterator<Item = &'a String>) -> std::collections::BTreeSet<String> {
+    paths.map(|k| k.split('/').next().unwrap_or(k).to_string()).collect()
 }
 
 /// Writes `payload` into the volume directory `dir` (`AtomicWriter.Write`); returns whether anything changed.
+/// As upstream, only the set of paths and their contents are compared: a mode change alone (or the group bits
+/// `fsGroup` ownership added) rewrites nothing.
 pub fn write(dir: &Path, payload: &BTreeMap<String, FileProjection>, timestamp: &str) -> Result<bool, VolumeError> {
     for k in payload.keys() {
         validate_path(k).map_err(|message| VolumeError::InvalidPath { path: k.clone(), message })?;
     }
     std::fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
     let old = current(dir);
-    if old.as_ref() == Some(payload) {
+    if let Some(old) = &old
+        && old.len() == payload.len()
+        && payload.iter().all(|(k, f)| old.get(k) == Some(&f.data))
+    {
         return Ok(false);
     }
     let old_target = std::fs::read_link(dir.join(DATA_DIR)).ok();
@@ -111,6 +121,9 @@ pub fn write(dir: &Path, payload: &BTreeMap<String, FileProjection>, timestamp: 
         }
         std::fs::write(&path, &f.data).map_err(|e| io(&path, e))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(f.mode)).map_err(|e| io(&path, e))?;
+        if let Some(uid) = f.owner {
+            std::os::unix::fs::chown(&path, Some(uid), None).map_err(|e| io(&path, e))?;
+        }
     }
     // Swap `..data` in one rename.
     let tmp = dir.join(DATA_DIR_TMP);
@@ -119,7 +132,7 @@ pub fn write(dir: &Path, payload: &BTreeMap<String, FileProjection>, timestamp: 
     symlink(name, &tmp).map_err(|e| io(&tmp, e))?;
     std::fs::rename(&tmp, dir.join(DATA_DIR)).map_err(|e| io(dir, e))?;
     // User-visible links through `..data`, then what the new payload no longer has.
-    let new_top = top_level(payload);
+    let new_top = top_level(payload.keys());
     for t in &new_top {
         let link = dir.join(t);
         if std::fs::symlink_metadata(&link).is_err() {
@@ -127,7 +140,7 @@ pub fn write(dir: &Path, payload: &BTreeMap<String, FileProjection>, timestamp: 
         }
     }
     if let Some(old) = old {
-        for t in top_level(&old).difference(&new_top) {
+        for t in top_level(old.keys()).difference(&new_top) {
             let _ = std::fs::remove_file(dir.join(t));
         }
     }
@@ -142,10 +155,7 @@ mod tests {
     use super::*;
 
     fn payload(items: &[(&str, &str, u32)]) -> BTreeMap<String, FileProjection> {
-        items
-            .iter()
-            .map(|(k, v, m)| (k.to_string(), FileProjection { data: v.as_bytes().to_vec(), mode: *m }))
-            .collect()
+        items.iter().map(|(k, v, m)| (k.to_string(), FileProjection::new(v.as_bytes().to_vec(), *m))).collect()
     }
 
     #[test]

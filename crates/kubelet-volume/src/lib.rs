@@ -13,9 +13,11 @@ pub mod hostpath;
 mod manager;
 pub mod ownership;
 pub mod sources;
+pub mod token;
 
 pub use manager::{Mounter, SystemMounter, VolumeManager};
 pub use sources::DownwardValues;
+pub use token::{NoTokens, TokenFetcher, TokenManager};
 
 /// Why a volume could not be set up or torn down.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -46,6 +48,9 @@ pub enum VolumeError {
         /// Why.
         message: String,
     },
+    /// No service account token could be had.
+    #[error(transparent)]
+    Token(#[from] token::TokenError),
     /// A hostPath `type` check failed.
     #[error("{0}")]
     HostPath(String),

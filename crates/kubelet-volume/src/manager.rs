@@ -4,12 +4,15 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::{Pod, Volume};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccountTokenProjection, Volume};
 use kubelet_types::objects::{MountedVolume, ObjectSource, PodVolumes};
 use kubelet_types::{PodUid, pod_update::pod_ref};
-use tracing::{debug, info, warn};
+use tracing::{debug, info};
 
+use crate::atomic_writer::FileProjection;
 use crate::sources::{DEFAULT_MODE, DownwardValues, KeyedSource, config_map_payload, downward_payload, secret_payload};
+use crate::token::{NoTokens, TokenManager};
 use crate::{MountFailure, VolumeError, atomic_writer, hostpath};
 
 /// Mounting of tmpfs (memory-backed emptyDir, secret and projected volumes).
@@ -53,6 +56,7 @@ pub struct VolumeManager {
     objects: Arc<dyn ObjectSource>,
     downward: Arc<dyn DownwardValues>,
     mounter: Arc<dyn Mounter>,
+    tokens: Arc<TokenManager>,
     mounted: Mutex<HashMap<PodUid, HashMap<String, MountedVolume>>>,
 }
 
@@ -119,6 +123,21 @@ fn pod_memory_limit(pod: &Pod) -> Option<u64> {
     Some(total)
 }
 
+/// The user every init and app container runs as, when they all run as the same declared user (`FsUserFrom`).
+fn fs_user(pod: &Pod) -> Option<u32> {
+    let spec = pod.spec.as_ref()?;
+    let pod_user = spec.security_context.as_ref().and_then(|c| c.run_as_user);
+    let mut user = None;
+    for c in spec.init_containers.iter().flatten().chain(&spec.containers) {
+        let u = c.security_context.as_ref().and_then(|s| s.run_as_user).or(pod_user)?;
+        if user.is_some_and(|x| x != u) {
+            return None;
+        }
+        user = Some(u);
+    }
+    user.map(|u| u as u32)
+}
+
 fn parse_bytes(q: &str) -> Option<u64> {
     kubelet_types::quantity::parse_quantity(q).map(|v| v as u64)
 }
@@ -131,7 +150,14 @@ impl VolumeManager {
         downward: Arc<dyn DownwardValues>,
         mounter: Arc<dyn Mounter>,
     ) -> Self {
-        Self { pods_dir, objects, downward, mounter, mounted: Mutex::new(HashMap::new()) }
+        let tokens = Arc::new(TokenManager::new(Arc::new(NoTokens), Arc::new(kubelet_types::clock::SystemClock)));
+        Self { pods_dir, objects, downward, mounter, tokens, mounted: Mutex::new(HashMap::new()) }
+    }
+
+    /// The same manager, with service account tokens from `tokens` (without: projected tokens fail to mount).
+    pub fn with_tokens(mut self, tokens: Arc<TokenManager>) -> Self {
+        self.tokens = tokens;
+        self
     }
 
     fn volumes_dir(&self, uid: &str) -> PathBuf {
@@ -231,9 +257,9 @@ impl VolumeManager {
                     all.extend(secret_payload(objects, k).await?);
                 } else if let Some(d) = &src.downward_api {
                     all.extend(downward_payload(pod, d.items.as_deref().unwrap_or(&[]), mode, self.downward.as_ref())?);
-                } else if src.service_account_token.is_some() {
-                    // TokenRequest comes with the rest of the volume work; the other sources are still projected.
-                    warn!(pod = %pod_ref(pod), volume = %v.name, "serviceAccountToken projections are not written yet");
+                } else if let Some(t) = &src.service_account_token {
+                    let (path, file) = self.token_file(pod, t, mode).await?;
+                    all.insert(path, file);
                 }
             }
             all
@@ -247,9 +273,44 @@ impl VolumeManager {
         Ok(changed)
     }
 
+    /// The token file of a `serviceAccountToken` projection (`projected.go` collectData): a token of the pod's
+    /// service account bound to the pod, 0600 and owned by the containers' common user when the pod has an
+    /// `fsGroup` or such a user, else the volume's mode.
+    async fn token_file(
+        &self,
+        pod: &Pod,
+        t: &ServiceAccountTokenProjection,
+        mode: i32,
+    ) -> Result<(String, FileProjection), VolumeError> {
+        let spec = pod.spec.as_ref();
+        let fs_group = spec.and_then(|s| s.security_context.as_ref()).and_then(|c| c.fs_group);
+        let fs_user = fs_user(pod);
+        let mode = if fs_user.is_some() || fs_group.is_some() { 0o600 } else { mode as u32 };
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let sa = spec.and_then(|s| s.service_account_name.as_deref()).unwrap_or("default");
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: t.audience.iter().filter(|a| !a.is_empty()).cloned().collect(),
+                expiration_seconds: t.expiration_seconds,
+                bound_object_ref: Some(BoundObjectReference {
+                    api_version: Some("v1".into()),
+                    kind: Some("Pod".into()),
+                    name: pod.metadata.name.clone(),
+                    uid: pod.metadata.uid.clone(),
+                }),
+            },
+            ..Default::default()
+        };
+        let tr = self.tokens.service_account_token(ns, sa, &request).await?;
+        let token = tr.status.map(|s| s.token).unwrap_or_default();
+        let file = FileProjection { data: token.into_bytes(), mode, owner: fs_user };
+        Ok((t.path.clone(), file))
+    }
+
     /// Tears down every volume of a pod whose containers are gone: unmounts what is mounted below its volumes
     /// directory and removes the directory.
     pub fn unmount_pod(&self, uid: &PodUid) -> Result<(), VolumeError> {
+        self.tokens.delete_pod_tokens(uid.as_str());
         let dir = self.volumes_dir(uid.as_str());
         if !dir.exists() {
             self.mounted.lock().unwrap().remove(uid);

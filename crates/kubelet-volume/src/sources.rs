@@ -34,7 +34,7 @@ fn project(
     match items.filter(|i| !i.is_empty()) {
         None => {
             for (k, v) in data {
-                out.insert(k, FileProjection { data: v, mode: mode as u32 });
+                out.insert(k, FileProjection::new(v, mode as u32));
             }
         }
         Some(items) => {
@@ -45,7 +45,7 @@ fn project(
                     }
                     return Err(missing(&ktp.key));
                 };
-                out.insert(ktp.path.clone(), FileProjection { data: v.clone(), mode: ktp.mode.unwrap_or(mode) as u32 });
+                out.insert(ktp.path.clone(), FileProjection::new(v.clone(), ktp.mode.unwrap_or(mode) as u32));
             }
         }
     }
@@ -130,7 +130,7 @@ pub fn downward_payload(
         } else {
             continue;
         };
-        out.insert(f.path.clone(), FileProjection { data: v.into_bytes(), mode: f.mode.unwrap_or(mode) as u32 });
+        out.insert(f.path.clone(), FileProjection::new(v.into_bytes(), f.mode.unwrap_or(mode) as u32));
     }
     Ok(out)
 }
@@ -166,11 +166,11 @@ mod tests {
         let all = KeyedSource { ns: "ns", name: "cm", items: None, mode: 0o644, optional: false };
         let p = config_map_payload(&o, all).await.unwrap();
         assert_eq!(p.keys().cloned().collect::<Vec<_>>(), vec!["a", "b", "bin"]);
-        assert_eq!(p["bin"], FileProjection { data: vec![0, 1], mode: 0o644 });
+        assert_eq!(p["bin"], FileProjection::new(vec![0, 1], 0o644));
         let items = vec![KeyToPath { key: "a".into(), path: "dir/x".into(), mode: Some(0o400) }];
         let p = config_map_payload(&o, KeyedSource { items: Some(&items), ..all }).await.unwrap();
         assert_eq!(p.len(), 1);
-        assert_eq!(p["dir/x"], FileProjection { data: b"1".to_vec(), mode: 0o400 });
+        assert_eq!(p["dir/x"], FileProjection::new(b"1".to_vec(), 0o400));
         let missing = vec![KeyToPath { key: "zz".into(), path: "z".into(), mode: None }];
         let e = config_map_payload(&o, KeyedSource { items: Some(&missing), ..all }).await.unwrap_err();
         assert_eq!(e.to_string(), "configmap cm: configmap references non-existent config key: zz");

@@ -225,12 +225,15 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     let sysctls = kubelet::admission::SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls)
         .map_err(|e| anyhow::anyhow!("allowedUnsafeSysctls: {e}"))?;
     let admit: Vec<Arc<dyn kubelet::admission::PodAdmitHandler>> = vec![Arc::new(sysctls)];
-    let volumes = Arc::new(kubelet_volume::VolumeManager::new(
-        pods_dir.clone(),
-        objects.clone(),
-        Arc::new(kubelet::volumes::PodDownward(Arc::new(node_facts.clone()))),
-        Arc::new(kubelet_volume::SystemMounter),
-    ));
+    let volumes = Arc::new(
+        kubelet_volume::VolumeManager::new(
+            pods_dir.clone(),
+            objects.clone(),
+            Arc::new(kubelet::volumes::PodDownward(Arc::new(node_facts.clone()))),
+            Arc::new(kubelet_volume::SystemMounter),
+        )
+        .with_tokens(Arc::new(kubelet_volume::TokenManager::new(objects.clone(), clock.clone()))),
+    );
     let runtime = RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone())
         .with_volumes(volumes.clone())
         .with_recorder(recorder.clone())

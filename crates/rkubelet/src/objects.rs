@@ -1,14 +1,17 @@
-//! ConfigMaps, Secrets and Services for container environments, read from the apiserver once the node joined its
-//! cluster (`kubelet.go` configMapManager, secretManager, serviceLister with the Get strategy). Until then, and on
-//! a standalone node, references cannot be resolved and there are no service links.
+//! ConfigMaps, Secrets and Services for container environments and volumes, and service account tokens for
+//! projected volumes, read from the apiserver once the node joined its cluster (`kubelet.go` configMapManager,
+//! secretManager, serviceLister, and the token manager's TokenRequest). Until then, and on a standalone node,
+//! references cannot be resolved, there are no service links and no tokens.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use async_trait::async_trait;
+use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
-use kubelet_apiclient::ObjectApi;
+use kubelet_apiclient::{ObjectApi, TokenApi};
 use kubelet_runtime::env::{NoObjects, ObjectSource};
+use kubelet_volume::{NoTokens, TokenFetcher};
 
 /// How long a namespace's service list is reused (the kubelet's service informer is at most this stale here).
 const SERVICES_TTL: std::time::Duration = std::time::Duration::from_secs(10);
@@ -19,12 +22,23 @@ type ServiceCache = Mutex<HashMap<String, (Vec<Service>, tokio::time::Instant)>>
 /// namespace for [`SERVICES_TTL`], and the last list is used while the apiserver cannot be reached (as an
 /// informer's cache would be).
 #[derive(Default)]
-pub struct ApiObjects(OnceLock<Arc<dyn ObjectApi>>, ServiceCache);
+pub struct ApiObjects(OnceLock<Arc<dyn ObjectApi>>, ServiceCache, OnceLock<Arc<dyn TokenApi>>);
 
 impl ApiObjects {
     /// Reads from `api` from now on.
-    pub fn bind(&self, api: Arc<dyn ObjectApi>) {
-        let _ = self.0.set(api);
+    pub fn bind<A: ObjectApi + TokenApi>(&self, api: Arc<A>) {
+        let _ = self.0.set(api.clone());
+        let _ = self.2.set(api);
+    }
+}
+
+#[async_trait]
+impl TokenFetcher for ApiObjects {
+    async fn request_token(&self, ns: &str, name: &str, request: &TokenRequest) -> Result<TokenRequest, String> {
+        match self.2.get() {
+            Some(api) => api.create_token(ns, name, request).await.map_err(|e| e.to_string()),
+            None => NoTokens.request_token(ns, name, request).await,
+        }
     }
 }
 

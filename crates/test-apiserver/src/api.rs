@@ -75,7 +75,10 @@ pub fn create(store: &Store, def: &ResourceDef, ns: Option<&str>, obj: Value, us
             )));
         }
     }
-    let obj = strategy::prepare_create(def, ns, obj, user)?;
+    let mut obj = strategy::prepare_create(def, ns, obj, user)?;
+    if def.group.is_empty() && def.resource == "pods" {
+        crate::serviceaccount::admit_pod(store, ns, &mut obj)?;
+    }
     store.create(def, ns, obj)
 }
 
@@ -189,9 +192,12 @@ pub fn delete(
     })
 }
 
+/// The namespaces every cluster has.
+pub const SEEDED_NAMESPACES: [&str; 4] = ["default", "kube-system", "kube-public", "kube-node-lease"];
+
 /// Seeds the namespaces every cluster has.
 pub fn seed(store: &Store) -> Result<(), ApiError> {
-    for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+    for ns in SEEDED_NAMESPACES {
         create(store, resources::namespaces(), None, json!({ "metadata": { "name": ns } }), &User::admin())?;
     }
     Ok(())
@@ -211,6 +217,7 @@ mod tests {
     fn crud_and_conflicts() {
         let s = Store::new(100);
         seed(&s).unwrap();
+        crate::serviceaccount::publish(&s, "default", "CA").unwrap();
         let admin = User::admin();
         let e = create(&s, pods(), Some("nope"), pod("a", ""), &admin).unwrap_err();
         assert_eq!(e.message, "namespaces \"nope\" not found");

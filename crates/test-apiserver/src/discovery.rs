@@ -105,6 +105,10 @@ pub fn api_resource_list(group: &str, version: &str) -> Option<Value> {
                 s["group"] = json!("policy");
                 s["version"] = json!("v1");
             }
+            if *sub == "token" {
+                s["group"] = json!("authentication.k8s.io");
+                s["version"] = json!("v1");
+            }
             resources.push(s);
         }
     }

@@ -349,8 +349,13 @@ fn resource(c: &Ctx, t: &Target) -> Result<Response<Body>, ApiError> {
             ))
         }
         (&Method::POST, None) => {
-            let obj = api::create(store, def, ns, c.json()?, &c.user)?;
+            let obj = c.shared.create(def, ns, c.json()?, &c.user)?;
             Ok(respond(201, &obj))
+        }
+        (&Method::POST, Some(name)) if t.sub.as_deref() == Some("token") => {
+            let ns = ns.ok_or_else(ApiError::path_not_found)?;
+            let tr = crate::serviceaccount::create_token(store, &c.shared.signer, ns, name, &c.json()?)?;
+            Ok(respond(201, &tr))
         }
         (&Method::POST, Some(name)) if t.sub.as_deref() == Some("eviction") => {
             let body = c.json()?;

@@ -1,6 +1,6 @@
 //! An in-process test Kubernetes apiserver speaking the real wire protocol for the subset a kubelet and
 //! `kubectl` use: core/v1 pods (with `status` and `eviction`), nodes, namespaces, events,
-//! configmaps, secrets, serviceaccounts and services; coordination.k8s.io/v1 leases;
+//! configmaps, secrets, serviceaccounts (with `token`) and services; coordination.k8s.io/v1 leases;
 //! certificates.k8s.io/v1 CSRs (with `approval` and `status`); events.k8s.io/v1 events;
 //! storage.k8s.io/v1 csidrivers. It mirrors kube-apiserver's REST handlers, generic registry,
 //! watch cache and printers closely enough that the real kubelet-side clients and kubectl work
@@ -26,6 +26,7 @@ pub mod protobuf;
 pub mod resources;
 pub mod selector;
 pub mod server;
+pub mod serviceaccount;
 pub mod signer;
 pub mod store;
 pub mod strategy;

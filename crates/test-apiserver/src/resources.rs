@@ -56,7 +56,7 @@ pub static RESOURCES: &[ResourceDef] = &[
     res!("", "v1", "events", "event", "Event", true, &["ev"], ALL_VERBS, &[], &[]),
     res!("", "v1", "configmaps", "configmap", "ConfigMap", true, &["cm"], ALL_VERBS, &[], &[]),
     res!("", "v1", "secrets", "secret", "Secret", true, &[], ALL_VERBS, &[], &[]),
-    res!("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true, &["sa"], ALL_VERBS, &[], &[]),
+    res!("", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true, &["sa"], ALL_VERBS, &["token"], &[]),
     res!("", "v1", "services", "service", "Service", true, &["svc"], NS_VERBS, &["status"], &["all"]),
     res!("coordination.k8s.io", "v1", "leases", "lease", "Lease", true, &[], ALL_VERBS, &[], &[]),
     res!(
@@ -78,7 +78,7 @@ pub static RESOURCES: &[ResourceDef] = &[
 /// The verbs of a subresource in discovery.
 pub fn subresource_verbs(sub: &str) -> &'static [&'static str] {
     match sub {
-        "eviction" => &["create"],
+        "eviction" | "token" => &["create"],
         "finalize" => &["update"],
         _ => &["get", "patch", "update"],
     }
@@ -88,6 +88,7 @@ pub fn subresource_verbs(sub: &str) -> &'static [&'static str] {
 pub fn subresource_kind(def: &ResourceDef, sub: &str) -> &'static str {
     match sub {
         "eviction" => "Eviction",
+        "token" => "TokenRequest",
         _ => def.kind,
     }
 }

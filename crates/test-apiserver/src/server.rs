@@ -48,6 +48,9 @@ pub struct Options {
     /// Approve kubelet client CSRs of bootstrappers and of nodes renewing their own certificate, as
     /// kube-controller-manager's `csrapproving` controller (only with `tls`).
     pub auto_approve_node_csrs: bool,
+    /// The longest lifetime of a service account token (`--service-account-max-token-expiration`); longer
+    /// requests are granted this one. `None`: as asked.
+    pub max_token_expiration: Option<Duration>,
 }
 
 impl Default for Options {
@@ -62,6 +65,7 @@ impl Default for Options {
             anonymous: Some(User::admin()),
             tls: None,
             auto_approve_node_csrs: false,
+            max_token_expiration: None,
         }
     }
 }
@@ -95,9 +99,28 @@ pub struct Shared {
     pub request_seq: watch::Sender<u64>,
     /// The test CA and the HTTPS configuration, with `Options::tls`.
     pub pki: Option<Arc<Pki>>,
+    /// The service account token signer and the published root CA.
+    pub signer: crate::serviceaccount::Signer,
 }
 
 impl Shared {
+    /// Creates an object as `user` would through the API, with what the controllers do after (a namespace gets
+    /// its `default` ServiceAccount and `kube-root-ca.crt`).
+    pub fn create(
+        &self,
+        def: &resources::ResourceDef,
+        ns: Option<&str>,
+        obj: Value,
+        user: &User,
+    ) -> Result<Value, ApiError> {
+        let out = api::create(&self.store, def, ns, obj, user)?;
+        if def.group.is_empty() && def.resource == "namespaces" {
+            let name = out.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+            crate::serviceaccount::publish(&self.store, name, &self.signer.root_ca_pem)?;
+        }
+        Ok(out)
+    }
+
     /// Authenticates a request by its verified client certificate's user (which wins, as the x509
     /// authenticator comes first) or its `Authorization` header.
     pub fn authenticate(&self, cert_user: Option<&User>, authorization: Option<&str>) -> Result<User, ApiError> {
@@ -195,6 +218,15 @@ impl TestApiServer {
         let pki = opts.tls.as_ref().map(Pki::new).transpose()?.map(Arc::new);
         let store = Store::new(opts.watch_history);
         api::seed(&store)?;
+        let root_ca_pem = match &pki {
+            Some(p) => p.ca_pem().to_string(),
+            None => crate::tls::self_signed_ca_pem()?,
+        };
+        let max = opts.max_token_expiration.map(|d| d.as_secs() as i64);
+        let signer = crate::serviceaccount::Signer::new(root_ca_pem, max);
+        for ns in api::SEEDED_NAMESPACES {
+            crate::serviceaccount::publish(&store, ns, &signer.root_ca_pem)?;
+        }
         let (close_watches, _) = watch::channel(0);
         let shared = Arc::new(Shared {
             store,
@@ -204,6 +236,7 @@ impl TestApiServer {
             addr: Mutex::new(String::new()),
             request_seq: watch::channel(0).0,
             pki,
+            signer,
         });
         let mut s = TestApiServer { shared, port: opts.port, running: None };
         s.listen().await?;
@@ -356,6 +389,16 @@ impl TestApiServer {
         resources::find(g, v, resource).ok_or_else(|| ServerError::Api(ApiError::path_not_found()))
     }
 
+    /// The claims of a service account token this server issued, when its signature checks.
+    pub fn verify_token(&self, token: &str) -> Option<Value> {
+        crate::serviceaccount::verify(&self.shared.signer, token)
+    }
+
+    /// The root CA published in every namespace's `kube-root-ca.crt`.
+    pub fn root_ca_pem(&self) -> &str {
+        &self.shared.signer.root_ca_pem
+    }
+
     /// Creates an object as `system:admin` (e.g. `create("v1", "pods", Some("default"), pod)`).
     pub fn create(
         &self,
@@ -364,7 +407,7 @@ impl TestApiServer {
         ns: Option<&str>,
         obj: Value,
     ) -> Result<Value, ServerError> {
-        Ok(api::create(&self.shared.store, Self::def(api_version, resource)?, ns, obj, &User::admin())?)
+        Ok(self.shared.create(Self::def(api_version, resource)?, ns, obj, &User::admin())?)
     }
 
     /// Reads an object.

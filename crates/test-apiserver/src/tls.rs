@@ -149,6 +149,18 @@ pub fn user_of_cert(der: &[u8]) -> Option<User> {
     Some(User { name, groups })
 }
 
+/// A self-signed CA certificate (PEM) for a server without TLS, to publish as the cluster's root CA.
+pub fn self_signed_ca_pem() -> Result<String, TlsError> {
+    let key = KeyPair::generate()?;
+    let mut ca = CertificateParams::default();
+    ca.distinguished_name = rcgen::DistinguishedName::new();
+    ca.distinguished_name.push(DnType::CommonName, "test-apiserver-ca");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let now = unix_now();
+    validity(&mut ca, now.saturating_sub(3600), now + 10 * 365 * 24 * 3600);
+    Ok(ca.self_signed(&key)?.pem())
+}
+
 impl Pki {
     /// A new CA (valid 10 years) and a serving certificate for the local addresses and `extra_sans`.
     pub fn new(opts: &TlsOptions) -> Result<Self, TlsError> {
