@@ -140,6 +140,7 @@ impl Drop for PodObserver {
 }
 
 /// A pod bound to the benchmark node: one container, `image`, `command` (empty: the image's own).
+/// A pod of one container, without volumes (no service account token either).
 pub fn pod_object(name: &str, image: &str, command: &[&str], grace: i64) -> Value {
     let mut c = serde_json::json!({"name": "app", "image": image, "imagePullPolicy": "IfNotPresent"});
     if !command.is_empty() {
@@ -152,6 +153,7 @@ pub fn pod_object(name: &str, image: &str, command: &[&str], grace: i64) -> Valu
         "spec": {
             "nodeName": crate::binnode::NODE,
             "terminationGracePeriodSeconds": grace,
+            "automountServiceAccountToken": false,
             "containers": [c],
         },
     })

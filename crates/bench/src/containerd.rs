@@ -94,6 +94,9 @@ pub struct ContainerdResults {
     pub static_pods: PathResults,
     /// Apiserver creates.
     pub api_pods: PathResults,
+    /// Apiserver creates of pods with a configMap, a secret and the projected service account token volume, one
+    /// at a time, alternating with `api_pods.sequential`.
+    pub volume_pods: Vec<StartRun>,
 }
 
 impl PathResults {
@@ -115,7 +118,8 @@ impl PathResults {
     }
 }
 
-fn median(mut v: Vec<Duration>) -> Duration {
+/// The median of durations.
+pub fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     crate::procstat::quantile(&v, 0.5)
 }
@@ -257,16 +261,40 @@ async fn static_sequential(node: &mut BinNode, runtime: &RemoteRuntime, i: usize
     Ok(StartRun { e2e, cri, teardown: t1.elapsed() })
 }
 
+/// The bench pod with a ConfigMap volume, a Secret volume and (through the ServiceAccount admission) the projected
+/// `kube-api-access-*` volume: what an ordinary application pod carries.
+fn pod_with_volumes(name: &str) -> Value {
+    let mut p = pod_object(name, IMAGE, &["sh", "-c", SHELL], 30);
+    p["spec"].as_object_mut().expect("spec").remove("automountServiceAccountToken");
+    p["spec"]["volumes"] = serde_json::json!([
+        {"name": "config", "configMap": {"name": "bench-config"}},
+        {"name": "secret", "secret": {"secretName": "bench-secret"}},
+    ]);
+    p["spec"]["containers"][0]["volumeMounts"] = serde_json::json!([
+        {"name": "config", "mountPath": "/config"},
+        {"name": "secret", "mountPath": "/secret"},
+    ]);
+    p
+}
+
+fn create_volume_sources(server: &TestApiServer) -> anyhow::Result<()> {
+    let cm = serde_json::json!({"metadata": {"name": "bench-config"}, "data": {"mode": "fast", "level": "3"}});
+    server.create("v1", "configmaps", Some("default"), cm)?;
+    let secret = serde_json::json!({"metadata": {"name": "bench-secret"}, "stringData": {"password": "s3cr3t"}});
+    server.create("v1", "secrets", Some("default"), secret)?;
+    Ok(())
+}
+
 async fn api_sequential(
     server: &TestApiServer,
     obs: &mut PodObserver,
     node: &BinNode,
-    i: usize,
+    name: String,
+    pod: Value,
 ) -> anyhow::Result<StartRun> {
-    let name = format!("lat-api-{i}");
     let offset = log_len(node);
     let t0 = Instant::now();
-    server.create("v1", "pods", Some("default"), pod_object(&name, IMAGE, &["sh", "-c", SHELL], 30))?;
+    server.create("v1", "pods", Some("default"), pod)?;
     let at =
         obs.wait(&format!("pod {name} Running"), Duration::from_secs(60), |t| t.running.get(&name).copied()).await?;
     let e2e = at - t0;
@@ -365,13 +393,21 @@ pub async fn run(opts: &ContainerdOpts) -> anyhow::Result<ContainerdResults> {
     let idle_millicores = node.millicores_over(opts.steady).await?;
     eprintln!("containerd: idle RSS {:.1} MiB, {idle_millicores:.2} millicores", idle_rss as f64 / 1048576.0);
 
+    create_volume_sources(&server)?;
     let mut api_seq = vec![];
     let mut static_seq = vec![];
+    let mut volume_seq = vec![];
     for i in 0..opts.sequential {
-        let a = api_sequential(&server, &mut obs, &node, i).await?;
+        let name = format!("lat-api-{i}");
+        let a =
+            api_sequential(&server, &mut obs, &node, name.clone(), pod_object(&name, IMAGE, &["sh", "-c", SHELL], 30))
+                .await?;
+        let name = format!("lat-vol-{i}");
+        let v = api_sequential(&server, &mut obs, &node, name.clone(), pod_with_volumes(&name)).await?;
         let s = static_sequential(&mut node, &cri, i).await?;
-        eprintln!("containerd: start {i}: api {a:?}, static {s:?}");
+        eprintln!("containerd: start {i}: api {a:?}, with volumes {v:?}, static {s:?}");
         api_seq.push(a);
+        volume_seq.push(v);
         static_seq.push(s);
     }
     let static_batch = static_batch(&mut node, &cri, opts.batch).await?;
@@ -389,5 +425,6 @@ pub async fn run(opts: &ContainerdOpts) -> anyhow::Result<ContainerdResults> {
         steady_pods: opts.batch,
         static_pods: PathResults { sequential: static_seq, batch: static_batch },
         api_pods: PathResults { sequential: api_seq, batch: api_batch },
+        volume_pods: volume_seq,
     })
 }
