@@ -612,6 +612,25 @@ spec:
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     eprintln!("FIGURE configmap update reached the container after {:?}", t0.elapsed());
+    // It came through a watch of that one object (the default Watch strategy), not a GET at every sync.
+    let kubelet: Vec<_> =
+        c.server.requests().into_iter().filter(|r| !r.user_agent.starts_with("kubectl")).map(|r| r.uri).collect();
+    assert!(
+        kubelet.iter().any(|u| u.starts_with("/api/v1/namespaces/default/configmaps?")
+            && u.contains("watch=true")
+            && u.contains("metadata.name%3Dapp-config")),
+        "a watch of the ConfigMap: {kubelet:#?}"
+    );
+    assert!(!kubelet.iter().any(|u| u.starts_with("/api/v1/namespaces/default/configmaps/app-config")), "no GET");
+
+    // A label change reaches the downward API file.
+    kubectl(&kc, &["label", "pod", "mounted", "tier=cache", "--overwrite"]).await;
+    let t0 = tokio::time::Instant::now();
+    while sh("cat /all/labels").await != "tier=\"cache\"" {
+        node.assert_alive();
+        assert!(t0.elapsed() < Duration::from_secs(30), "the label change did not reach the pod within 30 s");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     node.stop_and_clean(&rt).await;
 }
 

@@ -101,10 +101,10 @@ spec:
 "#,
         created.display()
     );
-    let bad = r#"apiVersion: v1
+    let pvc = r#"apiVersion: v1
 kind: Pod
 metadata:
-  name: badvol
+  name: pvc
 spec:
   containers:
   - name: app
@@ -113,18 +113,51 @@ spec:
     volumeMounts:
     - name: data
       mountPath: /data
-    - name: file
-      mountPath: /file
   volumes:
   - name: data
     persistentVolumeClaim:
       claimName: data
+"#;
+    let badfile = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: badfile
+spec:
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sleep", "3600"]
+    volumeMounts:
+    - name: file
+      mountPath: /file
+  volumes:
   - name: file
     hostPath:
       path: /nonexistent/rkubelet-e2e
       type: File
 "#;
-    let mut node = Node::start(&[("vols.yaml", &m), ("badvol.yaml", bad)]);
+    let badpath = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: badpath
+spec:
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sleep", "3600"]
+    volumeMounts:
+    - name: info
+      mountPath: /info
+  volumes:
+  - name: info
+    downwardAPI:
+      items:
+      - path: ../escape
+        fieldRef:
+          fieldPath: metadata.name
+"#;
+    let mut node =
+        Node::start(&[("vols.yaml", &m), ("pvc.yaml", pvc), ("badfile.yaml", badfile), ("badpath.yaml", badpath)]);
     let p = node.wait_phase("vols-e2e-node", "Succeeded").await;
     let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
     let lines = texts(&node.container_log(&p, "app"));
@@ -136,14 +169,33 @@ spec:
     );
     assert_eq!(std::fs::read_to_string(created.join("out")).unwrap(), "host\n", "hostPath DirectoryOrCreate");
 
-    // A pod with an unsupported volume type or a failing hostPath check is refused with an event naming it.
+    // A pod with a volume type rkubelet does not support is refused, its status naming the volume and the type.
+    let refused = node.wait_phase("pvc-e2e-node", "Failed").await;
+    assert_eq!(refused["status"]["reason"], "UnsupportedVolume");
+    let msg = refused["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with(
+            "Pod was rejected: volume \"data\" has type persistentVolumeClaim, which rkubelet does not support"
+        ),
+        "{msg}"
+    );
+    // A failing hostPath check is a FailedMount event naming the volume, retried (the file may appear).
     let log = node.log_path();
-    let want = r#"reason="FailedMount" MountVolume.SetUp failed for volume "data" : volume type persistentVolumeClaim is not supported by rkubelet"#;
-    node.wait_for("FailedMount for the PVC", START, || async {
+    let want = r#"reason="FailedMount" MountVolume.SetUp failed for volume "file" : hostPath type check failed: /nonexistent/rkubelet-e2e does not exist"#;
+    node.wait_for("FailedMount for the hostPath", START, || async {
         std::fs::read_to_string(&log).unwrap_or_default().contains(want).then_some(())
     })
     .await;
-    assert!(containers_of(&rt, "badvol-e2e-node").await.is_empty(), "never started");
+    // A payload path leaving the volume is refused as upstream validates it, and nothing is written outside.
+    let want = r#"MountVolume.SetUp failed for volume "info" : invalid path "../escape": invalid path: must not start with '..': ../escape"#;
+    node.wait_for("FailedMount for the bad path", START, || async {
+        std::fs::read_to_string(&log).unwrap_or_default().contains(want).then_some(())
+    })
+    .await;
+    assert!(containers_of(&rt, "badpath-e2e-node").await.is_empty(), "never started");
+    assert!(std::fs::read_to_string(&log).unwrap().contains(r#"reason="UnsupportedVolume""#), "an event too");
+    assert!(containers_of(&rt, "pvc-e2e-node").await.is_empty(), "never started");
+    assert!(containers_of(&rt, "badfile-e2e-node").await.is_empty(), "never started");
 
     // Once the pod is gone, no mount and no directory of it remain.
     node.remove_manifest("vols.yaml");
@@ -153,5 +205,63 @@ spec:
         (!pod_dir.exists() && mounts_under(&pods_root).iter().all(|m| !m.contains(&uid))).then_some(())
     })
     .await;
+    node.stop_and_clean(&rt).await;
+}
+
+/// A pod with a memory emptyDir writing `marker` into it, then sleeping.
+fn tmpfs_pod(name: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sh", "-c", "echo {name} > /cache/marker; exec sleep 3600"]
+    volumeMounts:
+    - name: cache
+      mountPath: /cache
+  volumes:
+  - name: cache
+    emptyDir:
+      medium: Memory
+"#
+    )
+}
+
+#[tokio::test]
+async fn a_restarted_kubelet_keeps_running_pods_volumes_and_cleans_up_those_of_pods_removed_meanwhile() {
+    let (_g, rt) = fresh_runtime().await;
+    let mut node = Node::start(&[("keep.yaml", &tmpfs_pod("keep")), ("gone.yaml", &tmpfs_pod("gone"))]);
+    let keep = node.wait_running("keep-e2e-node").await;
+    let gone = node.wait_running("gone-e2e-node").await;
+    let uid = |p: &serde_json::Value| p["metadata"]["uid"].as_str().unwrap().to_string();
+    let (keep_uid, gone_uid) = (uid(&keep), uid(&gone));
+    let pods_root = node.root.join("pods");
+    let keep_id = containers_of(&rt, "keep-e2e-node").await[0].id.clone();
+
+    // rkubelet dies; one pod's manifest goes while it is down; it comes back.
+    node.kill9();
+    node.remove_manifest("gone.yaml");
+    node.spawn();
+    let gone_dir = pods_root.join(&gone_uid);
+    node.wait_for("the removed pod's volumes and directory cleaned up", START, || async {
+        (!gone_dir.exists() && mounts_under(&pods_root).iter().all(|m| !m.contains(&gone_uid))).then_some(())
+    })
+    .await;
+    let again = node.wait_running("keep-e2e-node").await;
+    assert_eq!(uid(&again), keep_uid);
+    let now = containers_of(&rt, "keep-e2e-node").await;
+    assert_eq!(now.len(), 1);
+    assert_eq!(now[0].id, keep_id, "the running container was kept");
+    let out = kubelet_cri::RuntimeService::exec_sync(&rt, &keep_id, vec!["cat".into(), "/cache/marker".into()], START)
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "keep\n", "the tmpfs and its contents survived the restart");
+    let keep_mounts: Vec<String> = mounts_under(&pods_root).into_iter().filter(|m| m.contains(&keep_uid)).collect();
+    assert_eq!(keep_mounts.len(), 1, "mounted once, not again on top: {keep_mounts:?}");
     node.stop_and_clean(&rt).await;
 }

@@ -133,13 +133,37 @@ pub trait EventApi: Send + Sync + 'static {
     async fn patch_event(&self, namespace: &str, name: &str, patch: &serde_json::Value) -> ApiResult<()>;
 }
 
+/// One change of a single watched object (a ConfigMap or a Secret).
+#[derive(Debug, Clone)]
+pub enum ObjectEvent<T> {
+    /// Added or modified.
+    Applied(T),
+    /// Deleted.
+    Deleted(T),
+    /// A bookmark: the stream is current as of this resourceVersion.
+    Bookmark(String),
+}
+
+/// A watch of one object.
+pub type ObjectStream<T> = BoxStream<'static, ApiResult<ObjectEvent<T>>>;
+
 /// ConfigMaps, Secrets and Services a pod refers to (`configMapManager`, `secretManager`, `serviceLister`).
+/// The list and watch calls select one object by name (`fieldSelector=metadata.name=<name>`), as the kubelet's
+/// watch-based managers do.
 #[async_trait]
 pub trait ObjectApi: Send + Sync + 'static {
     /// A ConfigMap, or None.
     async fn get_config_map(&self, namespace: &str, name: &str) -> ApiResult<Option<ConfigMap>>;
     /// A Secret, or None.
     async fn get_secret(&self, namespace: &str, name: &str) -> ApiResult<Option<Secret>>;
+    /// The ConfigMap `name` if it exists, and the list's resourceVersion.
+    async fn list_config_map(&self, namespace: &str, name: &str) -> ApiResult<(Option<ConfigMap>, String)>;
+    /// Changes of the ConfigMap `name` after `resource_version`.
+    async fn watch_config_map(&self, namespace: &str, name: &str, rv: &str) -> ApiResult<ObjectStream<ConfigMap>>;
+    /// The Secret `name` if it exists, and the list's resourceVersion.
+    async fn list_secret(&self, namespace: &str, name: &str) -> ApiResult<(Option<Secret>, String)>;
+    /// Changes of the Secret `name` after `resource_version`.
+    async fn watch_secret(&self, namespace: &str, name: &str, rv: &str) -> ApiResult<ObjectStream<Secret>>;
     /// The Services of a namespace.
     async fn list_services(&self, namespace: &str) -> ApiResult<Vec<Service>>;
 }

@@ -12,10 +12,12 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, WatchParams};
 use kube::core::WatchEvent as KubeWatchEvent;
-use kubelet_apiclient::{ApiError, ApiResult, EventApi, LeaseApi, NodeApi, PodApi, PodWatchApi, WatchEvent};
+use kubelet_apiclient::{
+    ApiError, ApiResult, EventApi, LeaseApi, NodeApi, ObjectEvent, ObjectStream, PodApi, PodWatchApi, WatchEvent,
+};
 
 /// Errors building the client.
 #[derive(Debug, thiserror::Error)]
@@ -285,6 +287,64 @@ impl kubelet_apiclient::ObjectApi for KubeApi {
         self.limiter.acquire().await;
         let list = Api::namespaced(self.client.clone(), ns).list(&ListParams::default()).await.map_err(map_err)?;
         Ok(list.items)
+    }
+
+    async fn list_config_map(&self, ns: &str, name: &str) -> ApiResult<(Option<ConfigMap>, String)> {
+        self.list_named(ns, name).await
+    }
+
+    async fn watch_config_map(&self, ns: &str, name: &str, rv: &str) -> ApiResult<ObjectStream<ConfigMap>> {
+        self.watch_named(ns, name, rv).await
+    }
+
+    async fn list_secret(&self, ns: &str, name: &str) -> ApiResult<(Option<Secret>, String)> {
+        self.list_named(ns, name).await
+    }
+
+    async fn watch_secret(&self, ns: &str, name: &str, rv: &str) -> ApiResult<ObjectStream<Secret>> {
+        self.watch_named(ns, name, rv).await
+    }
+}
+
+impl KubeApi {
+    /// Lists the object `name` of a namespaced kind (zero or one) with the list's resourceVersion.
+    async fn list_named<K>(&self, ns: &str, name: &str) -> ApiResult<(Option<K>, String)>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug,
+    {
+        self.limiter.acquire().await;
+        let lp = ListParams::default().fields(&format!("metadata.name={name}"));
+        let list = Api::<K>::namespaced(self.client.clone(), ns).list(&lp).await.map_err(map_err)?;
+        Ok((list.items.into_iter().next(), list.metadata.resource_version.unwrap_or_default()))
+    }
+
+    /// Watches the object `name` of a namespaced kind from `rv`.
+    async fn watch_named<K>(&self, ns: &str, name: &str, rv: &str) -> ApiResult<ObjectStream<K>>
+    where
+        K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + std::fmt::Debug
+            + Send
+            + 'static,
+    {
+        self.limiter.acquire().await;
+        let wp = WatchParams::default().fields(&format!("metadata.name={name}")).timeout(290).disable_bookmarks();
+        let stream = Api::<K>::namespaced(self.client.clone(), ns).watch(&wp, rv).await.map_err(map_err)?;
+        Ok(stream
+            .map_err(map_err)
+            .map(|r| {
+                r.and_then(|ev| match ev {
+                    KubeWatchEvent::Added(o) | KubeWatchEvent::Modified(o) => Ok(ObjectEvent::Applied(o)),
+                    KubeWatchEvent::Deleted(o) => Ok(ObjectEvent::Deleted(o)),
+                    KubeWatchEvent::Bookmark(b) => Ok(ObjectEvent::Bookmark(b.metadata.resource_version)),
+                    KubeWatchEvent::Error(s) => Err(map_err(kube::Error::Api(s))),
+                })
+            })
+            .boxed())
     }
 }
 

@@ -15,7 +15,7 @@ pub mod ownership;
 pub mod sources;
 pub mod token;
 
-pub use manager::{Mounter, SystemMounter, VolumeManager};
+pub use manager::{Mounter, SystemMounter, VolumeManager, unsupported_volume, volume_kind};
 pub use sources::DownwardValues;
 pub use token::{NoTokens, TokenFetcher, TokenManager};
 

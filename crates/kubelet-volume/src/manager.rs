@@ -85,6 +85,12 @@ fn plugin(v: &Volume) -> Result<Option<(&'static str, bool)>, VolumeError> {
     }))
 }
 
+/// The first volume of the pod whose type rkubelet cannot set up, with the type's API name.
+pub fn unsupported_volume(pod: &Pod) -> Option<(String, &'static str)> {
+    let vols = pod.spec.as_ref()?.volumes.as_ref()?;
+    vols.iter().find(|v| plugin(v).is_err()).map(|v| (v.name.clone(), volume_kind(v)))
+}
+
 /// The API name of a volume's type, for messages.
 pub fn volume_kind(v: &Volume) -> &'static str {
     let kinds: [(&str, bool); 12] = [

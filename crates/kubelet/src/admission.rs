@@ -111,10 +111,54 @@ impl PodAdmitHandler for SysctlAllowlist {
     }
 }
 
+/// Refuses pods with a volume type rkubelet cannot set up (PVC, CSI, ephemeral, network file systems, ...): such a
+/// pod could never start here, so it is Failed with `UnsupportedVolume` and a message naming the volume and its
+/// type, instead of waiting forever in ContainerCreating.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SupportedVolumes;
+
+impl PodAdmitHandler for SupportedVolumes {
+    fn admit(&self, pod: &Pod) -> Option<AdmitResult> {
+        let (name, kind) = kubelet_volume::unsupported_volume(pod)?;
+        Some(AdmitResult {
+            reason: "UnsupportedVolume".into(),
+            message: format!(
+                "volume {name:?} has type {kind}, which rkubelet does not support (supported: emptyDir, hostPath, \
+                 configMap, secret, downwardAPI, projected)"
+            ),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodSecurityContext, PodSpec, Sysctl};
+
+    #[test]
+    fn pods_with_unsupported_volume_types_are_refused_naming_the_type() {
+        use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PersistentVolumeClaimVolumeSource, Volume};
+        let with = |vols: Vec<Volume>| Pod {
+            spec: Some(PodSpec { volumes: Some(vols), ..Default::default() }),
+            ..Default::default()
+        };
+        let scratch =
+            Volume { name: "scratch".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Default::default() };
+        assert_eq!(SupportedVolumes.admit(&with(vec![scratch.clone()])), None);
+        let pvc = Volume {
+            name: "data".into(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: "d".into(),
+                read_only: None,
+            }),
+            ..Default::default()
+        };
+        let r = SupportedVolumes.admit(&with(vec![scratch, pvc])).unwrap();
+        assert_eq!(r.reason, "UnsupportedVolume");
+        assert!(
+            r.message.starts_with("volume \"data\" has type persistentVolumeClaim, which rkubelet does not support")
+        );
+    }
 
     fn pod(names: &[&str], host_net: bool) -> Pod {
         Pod {

@@ -15,6 +15,7 @@ pub mod events;
 pub mod fake_node;
 pub mod mirror;
 pub mod nodestatus;
+pub mod object_cache;
 pub mod pod_manager;
 pub mod pod_workers;
 pub mod probes;

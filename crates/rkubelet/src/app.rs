@@ -224,7 +224,8 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     };
     let sysctls = kubelet::admission::SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls)
         .map_err(|e| anyhow::anyhow!("allowedUnsafeSysctls: {e}"))?;
-    let admit: Vec<Arc<dyn kubelet::admission::PodAdmitHandler>> = vec![Arc::new(sysctls)];
+    let admit: Vec<Arc<dyn kubelet::admission::PodAdmitHandler>> =
+        vec![Arc::new(sysctls), Arc::new(kubelet::admission::SupportedVolumes)];
     let volumes = Arc::new(
         kubelet_volume::VolumeManager::new(
             pods_dir.clone(),
@@ -299,7 +300,14 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
             events: events.expect("events exist with a kubeconfig"),
         };
         let kube = crate::cluster::start(deps, &tracker, &cancel).await?;
-        objects.bind(kube.clone());
+        let strategy = crate::objects::Strategy::new(
+            &cfg.config_map_and_secret_change_detection_strategy,
+            kube.clone(),
+            cfg.sync_frequency.0,
+            &tracker,
+            &cancel,
+        );
+        objects.bind(kube.clone(), strategy);
         tracker.spawn(StatusSync::new(status.clone(), kube.clone()).run(cancel.clone()));
         api = Some(kube);
     }

@@ -1,7 +1,9 @@
 //! ConfigMaps, Secrets and Services for container environments and volumes, and service account tokens for
 //! projected volumes, read from the apiserver once the node joined its cluster (`kubelet.go` configMapManager,
-//! secretManager, serviceLister, and the token manager's TokenRequest). Until then, and on a standalone node,
-//! references cannot be resolved, there are no service links and no tokens.
+//! secretManager, serviceLister, and the token manager's TokenRequest). ConfigMaps and Secrets follow
+//! `configMapAndSecretChangeDetectionStrategy`: Watch (default, [`ObjectCache`]), Cache (a GET at most every
+//! minute per object) or Get. Until the node joined, and on a standalone node, references cannot be resolved,
+//! there are no service links and no tokens.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -9,34 +11,93 @@ use std::sync::{Arc, Mutex, OnceLock};
 use async_trait::async_trait;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use kubelet::object_cache::ObjectCache;
 use kubelet_apiclient::{ObjectApi, TokenApi};
 use kubelet_runtime::env::{NoObjects, ObjectSource};
 use kubelet_volume::{NoTokens, TokenFetcher};
 
 /// How long a namespace's service list is reused (the kubelet's service informer is at most this stale here).
 const SERVICES_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+/// How long an object is reused with the `Cache` strategy (upstream's default TTL without a node annotation).
+const OBJECT_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
 type ServiceCache = Mutex<HashMap<String, (Vec<Service>, tokio::time::Instant)>>;
+type TtlCache<T> = Mutex<HashMap<(String, String), (Option<T>, tokio::time::Instant)>>;
 
-/// The objects source of the runtime manager, bound to the apiserver after start-up. Service lists are cached per
-/// namespace for [`SERVICES_TTL`], and the last list is used while the apiserver cannot be reached (as an
-/// informer's cache would be).
+/// How ConfigMaps and Secrets are read (`configMapAndSecretChangeDetectionStrategy`).
+pub enum Strategy {
+    /// One watch per object (the default).
+    Watch(Arc<ObjectCache<ConfigMap>>, Arc<ObjectCache<Secret>>),
+    /// A GET per use.
+    Get,
+    /// A GET at most every minute per object.
+    Cache(TtlCache<ConfigMap>, TtlCache<Secret>),
+}
+
+impl Strategy {
+    /// The strategy named in the (validated) configuration; the Watch one checks idle objects until `cancel`.
+    pub fn new(
+        name: &str,
+        api: Arc<dyn ObjectApi>,
+        sync_frequency: std::time::Duration,
+        tracker: &tokio_util::task::TaskTracker,
+        cancel: &tokio_util::sync::CancellationToken,
+    ) -> Self {
+        match name {
+            "Watch" => {
+                let cms = Arc::new(ObjectCache::new(api.clone(), sync_frequency));
+                let secrets = Arc::new(ObjectCache::new(api, sync_frequency));
+                tracker.spawn(cms.clone().run(cancel.clone()));
+                tracker.spawn(secrets.clone().run(cancel.clone()));
+                Strategy::Watch(cms, secrets)
+            }
+            "Cache" => Strategy::Cache(Mutex::default(), Mutex::default()),
+            // The configuration's validation refused anything else.
+            _ => Strategy::Get,
+        }
+    }
+}
+
+struct Bound {
+    api: Arc<dyn ObjectApi>,
+    tokens: Arc<dyn TokenApi>,
+    strategy: Strategy,
+}
+
+/// The objects source of the runtime and volume managers, bound to the apiserver after start-up. ConfigMaps and
+/// Secrets are read as the strategy says; service lists are cached per namespace for [`SERVICES_TTL`], and the
+/// last list is used while the apiserver cannot be reached (as an informer's cache would be).
 #[derive(Default)]
-pub struct ApiObjects(OnceLock<Arc<dyn ObjectApi>>, ServiceCache, OnceLock<Arc<dyn TokenApi>>);
+pub struct ApiObjects(OnceLock<Bound>, ServiceCache);
 
 impl ApiObjects {
     /// Reads from `api` from now on.
-    pub fn bind<A: ObjectApi + TokenApi>(&self, api: Arc<A>) {
-        let _ = self.0.set(api.clone());
-        let _ = self.2.set(api);
+    pub fn bind<A: ObjectApi + TokenApi>(&self, api: Arc<A>, strategy: Strategy) {
+        let _ = self.0.set(Bound { api: api.clone(), tokens: api, strategy });
     }
+}
+
+async fn ttl_get<T: Clone, F>(cache: &TtlCache<T>, ns: &str, name: &str, get: F) -> Result<Option<T>, String>
+where
+    F: std::future::Future<Output = kubelet_apiclient::ApiResult<Option<T>>>,
+{
+    let key = (ns.to_string(), name.to_string());
+    let now = tokio::time::Instant::now();
+    if let Some((v, at)) = cache.lock().unwrap().get(&key)
+        && now.duration_since(*at) < OBJECT_TTL
+    {
+        return Ok(v.clone());
+    }
+    let v = get.await.map_err(|e| e.to_string())?;
+    cache.lock().unwrap().insert(key, (v.clone(), now));
+    Ok(v)
 }
 
 #[async_trait]
 impl TokenFetcher for ApiObjects {
     async fn request_token(&self, ns: &str, name: &str, request: &TokenRequest) -> Result<TokenRequest, String> {
-        match self.2.get() {
-            Some(api) => api.create_token(ns, name, request).await.map_err(|e| e.to_string()),
+        match self.0.get() {
+            Some(b) => b.tokens.create_token(ns, name, request).await.map_err(|e| e.to_string()),
             None => NoTokens.request_token(ns, name, request).await,
         }
     }
@@ -45,28 +106,32 @@ impl TokenFetcher for ApiObjects {
 #[async_trait]
 impl ObjectSource for ApiObjects {
     async fn config_map(&self, ns: &str, name: &str) -> Result<Option<ConfigMap>, String> {
-        match self.0.get() {
-            Some(api) => api.get_config_map(ns, name).await.map_err(|e| e.to_string()),
-            None => NoObjects.config_map(ns, name).await,
+        let Some(b) = self.0.get() else { return NoObjects.config_map(ns, name).await };
+        match &b.strategy {
+            Strategy::Watch(cms, _) => cms.get(ns, name).await,
+            Strategy::Get => b.api.get_config_map(ns, name).await.map_err(|e| e.to_string()),
+            Strategy::Cache(cms, _) => ttl_get(cms, ns, name, b.api.get_config_map(ns, name)).await,
         }
     }
 
     async fn secret(&self, ns: &str, name: &str) -> Result<Option<Secret>, String> {
-        match self.0.get() {
-            Some(api) => api.get_secret(ns, name).await.map_err(|e| e.to_string()),
-            None => NoObjects.secret(ns, name).await,
+        let Some(b) = self.0.get() else { return NoObjects.secret(ns, name).await };
+        match &b.strategy {
+            Strategy::Watch(_, secrets) => secrets.get(ns, name).await,
+            Strategy::Get => b.api.get_secret(ns, name).await.map_err(|e| e.to_string()),
+            Strategy::Cache(_, secrets) => ttl_get(secrets, ns, name, b.api.get_secret(ns, name)).await,
         }
     }
 
     async fn services(&self, ns: &str) -> Result<Vec<Service>, String> {
-        let Some(api) = self.0.get() else { return Ok(vec![]) };
+        let Some(b) = self.0.get() else { return Ok(vec![]) };
         let now = tokio::time::Instant::now();
         if let Some((list, at)) = self.1.lock().unwrap().get(ns)
             && now.duration_since(*at) < SERVICES_TTL
         {
             return Ok(list.clone());
         }
-        match api.list_services(ns).await {
+        match b.api.list_services(ns).await {
             Ok(list) => {
                 self.1.lock().unwrap().insert(ns.to_string(), (list.clone(), now));
                 Ok(list)

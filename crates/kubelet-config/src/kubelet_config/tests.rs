@@ -453,7 +453,8 @@ fn validation_catches_thresholds_ports_pods_and_drivers() {
 fn validation_reports_every_error_at_once() {
     let c = defaulted(
         "maxPods: -1\ncgroupDriver: bogus\nhealthzPort: 70000\nimageGCHighThresholdPercent: 101\n\
-         hairpinMode: nat\ntopologyManagerScope: node\nregisterWithTaints:\n- {key: a, effect: Sometimes}\n",
+         hairpinMode: nat\ntopologyManagerScope: node\nregisterWithTaints:\n- {key: a, effect: Sometimes}\n\
+         configMapAndSecretChangeDetectionStrategy: Poll\n",
     );
     let err = c.validate().unwrap_err();
     let ConfigError::Invalid { errors } = &err else {
@@ -470,11 +471,13 @@ fn validation_reports_every_error_at_once() {
             "registerWithTaints[0]",
             "topologyManagerScope",
             "hairpinMode",
+            "configMapAndSecretChangeDetectionStrategy",
         ]
     );
     let text = err.to_string();
     assert!(text.starts_with("invalid configuration: healthzPort"), "{text}");
-    assert_eq!(text.matches("; invalid configuration: ").count(), 6, "{text}");
+    assert_eq!(text.matches("; invalid configuration: ").count(), 7, "{text}");
+    assert!(text.contains("unknown configmap and secret manager mode: \"Poll\""), "{text}");
     assert!(text.contains("invalid taint \"a=:Sometimes\": invalid taint effect: Sometimes"), "{text}");
 }
 

@@ -24,10 +24,12 @@ use super::checks::{allowlist_pattern_error, check_taint, clean_path, is_valid_p
 use super::gates;
 use super::nested::{
     ALWAYS_VERIFY, BEST_EFFORT_TOPOLOGY_MANAGER_POLICY, CGROUP_DRIVER_CGROUPFS, CGROUP_DRIVER_SYSTEMD,
-    CONTAINER_TOPOLOGY_MANAGER_SCOPE, HAIRPIN_NONE, HAIRPIN_VETH, LIMITED_SWAP, NEVER_VERIFY,
-    NEVER_VERIFY_ALLOWLISTED_IMAGES, NEVER_VERIFY_PRELOADED_IMAGES, NO_SWAP, NONE_MEMORY_RESERVATION_POLICY,
-    NONE_TOPOLOGY_MANAGER_POLICY, POD_TOPOLOGY_MANAGER_SCOPE, PROMISCUOUS_BRIDGE, RESTRICTED_TOPOLOGY_MANAGER_POLICY,
-    SINGLE_NUMA_NODE_TOPOLOGY_MANAGER_POLICY, TIERED_RESERVATION_MEMORY_RESERVATION_POLICY, enforcement,
+    CONTAINER_TOPOLOGY_MANAGER_SCOPE, GET_CHANGE_DETECTION_STRATEGY, HAIRPIN_NONE, HAIRPIN_VETH, LIMITED_SWAP,
+    NEVER_VERIFY, NEVER_VERIFY_ALLOWLISTED_IMAGES, NEVER_VERIFY_PRELOADED_IMAGES, NO_SWAP,
+    NONE_MEMORY_RESERVATION_POLICY, NONE_TOPOLOGY_MANAGER_POLICY, POD_TOPOLOGY_MANAGER_SCOPE, PROMISCUOUS_BRIDGE,
+    RESTRICTED_TOPOLOGY_MANAGER_POLICY, SINGLE_NUMA_NODE_TOPOLOGY_MANAGER_POLICY,
+    TIERED_RESERVATION_MEMORY_RESERVATION_POLICY, TTL_CACHE_CHANGE_DETECTION_STRATEGY, WATCH_CHANGE_DETECTION_STRATEGY,
+    enforcement,
 };
 use super::quantity::quantity_is_zero;
 use super::types::KubeletConfiguration;
@@ -321,6 +323,20 @@ impl KubeletConfiguration {
                 format_args!(
                     "option {:?} specified for hairpinMode (--hairpin-mode). valid options are {:?}, {:?} or {:?}",
                     self.hairpin_mode, modes[0], modes[1], modes[2]
+                ),
+            );
+        }
+        // Upstream refuses it when the managers are built (`unknown configmap and secret manager mode`).
+        let strategies =
+            [WATCH_CHANGE_DETECTION_STRATEGY, TTL_CACHE_CHANGE_DETECTION_STRATEGY, GET_CHANGE_DETECTION_STRATEGY];
+        let strategy = self.config_map_and_secret_change_detection_strategy.as_str();
+        if !strategies.contains(&strategy) {
+            errs.add(
+                "configMapAndSecretChangeDetectionStrategy",
+                format_args!(
+                    "configMapAndSecretChangeDetectionStrategy: unknown configmap and secret manager mode: {strategy:?} \
+                     (valid options are {:?}, {:?} or {:?})",
+                    strategies[0], strategies[1], strategies[2]
                 ),
             );
         }
