@@ -79,3 +79,18 @@ pub struct MountFailure {
     /// What failed.
     pub error: VolumeError,
 }
+
+/// How long a pod waits for its volumes before upstream's `Unable to attach or mount volumes` (`podAttachAndMountTimeout`).
+pub const MOUNT_WAIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(123);
+
+/// The volumes of a pod that could not be set up (each tried; the others are set up).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unmounted volumes=[{}]", .failures.iter().map(|f| f.volume.as_str()).collect::<Vec<_>>().join(" "))]
+pub struct MountFailures {
+    /// Each failed volume (the reconciler's `MountVolume.SetUp failed` events).
+    pub failures: Vec<MountFailure>,
+    /// Set each time the pod has waited [`MOUNT_WAIT_TIMEOUT`] for its volumes: upstream's `WaitForAttachAndMount`
+    /// error, `unmounted volumes=[a b], unattached volumes=[], failed to process volumes=[]: context deadline
+    /// exceeded`.
+    pub timed_out: Option<String>,
+}

@@ -13,7 +13,7 @@ use tracing::{debug, info};
 use crate::atomic_writer::FileProjection;
 use crate::sources::{DEFAULT_MODE, DownwardValues, KeyedSource, config_map_payload, downward_payload, secret_payload};
 use crate::token::{NoTokens, TokenManager};
-use crate::{MountFailure, VolumeError, atomic_writer, hostpath};
+use crate::{MOUNT_WAIT_TIMEOUT, MountFailure, MountFailures, VolumeError, atomic_writer, hostpath};
 
 /// Mounting of tmpfs (memory-backed emptyDir, secret and projected volumes).
 pub trait Mounter: Send + Sync + 'static {
@@ -58,6 +58,8 @@ pub struct VolumeManager {
     mounter: Arc<dyn Mounter>,
     tokens: Arc<TokenManager>,
     mounted: Mutex<HashMap<PodUid, HashMap<String, MountedVolume>>>,
+    /// Pods whose volumes are not all set up, since when they wait (or the last timeout).
+    waiting: Mutex<HashMap<PodUid, tokio::time::Instant>>,
 }
 
 impl std::fmt::Debug for VolumeManager {
@@ -157,7 +159,15 @@ impl VolumeManager {
         mounter: Arc<dyn Mounter>,
     ) -> Self {
         let tokens = Arc::new(TokenManager::new(Arc::new(NoTokens), Arc::new(kubelet_types::clock::SystemClock)));
-        Self { pods_dir, objects, downward, mounter, tokens, mounted: Mutex::new(HashMap::new()) }
+        Self {
+            pods_dir,
+            objects,
+            downward,
+            mounter,
+            tokens,
+            mounted: Mutex::new(HashMap::new()),
+            waiting: Mutex::new(HashMap::new()),
+        }
     }
 
     /// The same manager, with service account tokens from `tokens` (without: projected tokens fail to mount).
@@ -170,41 +180,72 @@ impl VolumeManager {
         self.pods_dir.join(uid).join("volumes")
     }
 
-    /// Sets up every volume of the pod (`WaitForAttachAndMount` with the plugins' SetUp). The first failure is
-    /// returned, naming the volume; what was set up stays for the next try.
-    pub async fn mount_pod(&self, pod: &Pod) -> Result<(), MountFailure> {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
-        let before = self.mounted.lock().unwrap().get(&PodUid(uid.clone())).cloned().unwrap_or_default();
-        let mut mounted = HashMap::new();
-        for v in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
-            let fail = |error: VolumeError| MountFailure { volume: v.name.clone(), error };
-            if let Some(h) = &v.host_path {
-                hostpath::check_type(Path::new(&h.path), h.type_.as_deref().unwrap_or(""))
-                    .map_err(|e| fail(VolumeError::HostPath(e)))?;
-                mounted.insert(v.name.clone(), MountedVolume { host_path: PathBuf::from(&h.path), read_only: false });
-                continue;
-            }
-            let (dir_name, tmpfs) = plugin(v).map_err(fail)?.expect("non-hostPath volumes have a plugin");
-            let dir = self.volumes_dir(&uid).join(dir_name).join(&v.name);
-            // Set up once: later syncs only refresh the contents (no mount table read per sync).
-            if !before.contains_key(&v.name) {
-                self.set_up_dir(&dir, tmpfs, v, pod).map_err(fail)?;
-            }
-            let read_only = v.empty_dir.is_none();
-            let changed = self.write_contents(&dir, v, pod, &ns).await.map_err(fail)?;
-            if let Some(psc) = pod.spec.as_ref().and_then(|s| s.security_context.as_ref())
-                && let Some(gid) = psc.fs_group
-            {
-                // Upstream sets ownership at each SetUp: when a volume is set up or its contents change. Every
-                // sync comes here, so an unchanged volume is walked only when its root does not match.
-                crate::ownership::set_volume_ownership(&dir, gid as u32, read_only, !changed)
-                    .map_err(|e| fail(VolumeError::Io { path: dir.display().to_string(), message: e.to_string() }))?;
-            }
-            mounted.insert(v.name.clone(), MountedVolume { host_path: dir, read_only });
+    /// Sets up every volume of the pod (`WaitForAttachAndMount` with the plugins' SetUp). Each volume is tried;
+    /// the failed ones are returned, named, and what was set up stays for the next try. Once the pod has waited
+    /// [`MOUNT_WAIT_TIMEOUT`] for its volumes, the failure carries upstream's timeout text (again every timeout).
+    pub async fn mount_pod(&self, pod: &Pod) -> Result<(), MountFailures> {
+        let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
+        let failures = self.set_up_pod(pod, &uid).await;
+        if failures.is_empty() {
+            self.waiting.lock().unwrap().remove(&uid);
+            return Ok(());
         }
-        self.mounted.lock().unwrap().insert(PodUid(uid), mounted);
-        Ok(())
+        let now = tokio::time::Instant::now();
+        let mut waiting = self.waiting.lock().unwrap();
+        let since = waiting.entry(uid).or_insert(now);
+        let timed_out = (now.duration_since(*since) >= MOUNT_WAIT_TIMEOUT).then(|| {
+            *since = now;
+            let names: Vec<&str> = failures.iter().map(|f| f.volume.as_str()).collect();
+            format!(
+                "unmounted volumes=[{}], unattached volumes=[], failed to process volumes=[]: context deadline exceeded",
+                names.join(" ")
+            )
+        });
+        Err(MountFailures { failures, timed_out })
+    }
+
+    async fn set_up_pod(&self, pod: &Pod, uid: &PodUid) -> Vec<MountFailure> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
+        let before = self.mounted.lock().unwrap().get(uid).cloned().unwrap_or_default();
+        let mut mounted = HashMap::new();
+        let mut failures = vec![];
+        for v in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
+            match self.set_up_volume(pod, v, &ns, before.contains_key(&v.name)).await {
+                Ok(m) => {
+                    mounted.insert(v.name.clone(), m);
+                }
+                Err(error) => failures.push(MountFailure { volume: v.name.clone(), error }),
+            }
+        }
+        self.mounted.lock().unwrap().insert(uid.clone(), mounted);
+        failures
+    }
+
+    /// Sets up one volume (`SetUp`), or only refreshes its contents when it was set up before.
+    async fn set_up_volume(&self, pod: &Pod, v: &Volume, ns: &str, set_up: bool) -> Result<MountedVolume, VolumeError> {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if let Some(h) = &v.host_path {
+            hostpath::check_type(Path::new(&h.path), h.type_.as_deref().unwrap_or(""))
+                .map_err(VolumeError::HostPath)?;
+            return Ok(MountedVolume { host_path: PathBuf::from(&h.path), read_only: false });
+        }
+        let (dir_name, tmpfs) = plugin(v)?.expect("non-hostPath volumes have a plugin");
+        let dir = self.volumes_dir(uid).join(dir_name).join(&v.name);
+        // Set up once: later syncs only refresh the contents (no mount table read per sync).
+        if !set_up {
+            self.set_up_dir(&dir, tmpfs, v, pod)?;
+        }
+        let read_only = v.empty_dir.is_none();
+        let changed = self.write_contents(&dir, v, pod, ns).await?;
+        if let Some(psc) = pod.spec.as_ref().and_then(|s| s.security_context.as_ref())
+            && let Some(gid) = psc.fs_group
+        {
+            // Upstream sets ownership at each SetUp: when a volume is set up or its contents change. Every
+            // sync comes here, so an unchanged volume is walked only when its root does not match.
+            crate::ownership::set_volume_ownership(&dir, gid as u32, read_only, !changed)
+                .map_err(|e| VolumeError::Io { path: dir.display().to_string(), message: e.to_string() })?;
+        }
+        Ok(MountedVolume { host_path: dir, read_only })
     }
 
     fn set_up_dir(&self, dir: &Path, tmpfs: bool, v: &Volume, pod: &Pod) -> Result<(), VolumeError> {
@@ -317,6 +358,7 @@ impl VolumeManager {
     /// directory and removes the directory.
     pub fn unmount_pod(&self, uid: &PodUid) -> Result<(), VolumeError> {
         self.tokens.delete_pod_tokens(uid.as_str());
+        self.waiting.lock().unwrap().remove(uid);
         let dir = self.volumes_dir(uid.as_str());
         if !dir.exists() {
             self.mounted.lock().unwrap().remove(uid);
@@ -342,5 +384,67 @@ impl VolumeManager {
 impl PodVolumes for VolumeManager {
     fn volumes(&self, uid: &PodUid) -> HashMap<String, MountedVolume> {
         self.mounted.lock().unwrap().get(uid).cloned().unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, HostPathVolumeSource, PodSpec};
+    use kubelet_types::objects::NoObjects;
+
+    struct NoDownward;
+    impl DownwardValues for NoDownward {
+        fn field(&self, _: &Pod, _: &str) -> Result<String, String> {
+            Err("none".into())
+        }
+        fn resource(&self, _: &Pod, _: &str, _: &str, _: Option<&str>) -> Result<String, String> {
+            Err("none".into())
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn every_volume_is_tried_and_a_long_wait_gives_upstreams_timeout() {
+        let tmp = tempfile::tempdir().unwrap();
+        let m = VolumeManager::new(
+            tmp.path().join("pods"),
+            Arc::new(NoObjects),
+            Arc::new(NoDownward),
+            Arc::new(SystemMounter),
+        );
+        let missing = tmp.path().join("missing");
+        let host = |name: &str| Volume {
+            name: name.into(),
+            host_path: Some(HostPathVolumeSource { path: missing.display().to_string(), type_: Some("File".into()) }),
+            ..Default::default()
+        };
+        let scratch =
+            Volume { name: "scratch".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Default::default() };
+        let pod = Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec { volumes: Some(vec![host("a"), scratch, host("b")]), ..Default::default() }),
+            ..Default::default()
+        };
+        let e = m.mount_pod(&pod).await.unwrap_err();
+        let names: Vec<&str> = e.failures.iter().map(|f| f.volume.as_str()).collect();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(e.timed_out, None);
+        assert!(m.volumes(&PodUid("u1".into())).contains_key("scratch"), "the good volume is set up meanwhile");
+        tokio::time::advance(MOUNT_WAIT_TIMEOUT).await;
+        let e = m.mount_pod(&pod).await.unwrap_err();
+        assert_eq!(
+            e.timed_out.as_deref(),
+            Some(
+                "unmounted volumes=[a b], unattached volumes=[], failed to process volumes=[]: context deadline exceeded"
+            )
+        );
+        assert_eq!(m.mount_pod(&pod).await.unwrap_err().timed_out, None, "the wait starts again");
+        std::fs::write(&missing, "").unwrap();
+        m.mount_pod(&pod).await.unwrap();
+        m.unmount_pod(&PodUid("u1".into())).unwrap();
+        assert!(!tmp.path().join("pods/u1/volumes").exists());
     }
 }

@@ -172,15 +172,17 @@ impl PodSyncer for KubeletSyncer {
             }
         }
         // Volumes before containers (`WaitForAttachAndMount`).
-        if let Err(f) = self.volumes.mount_pod(pod).await {
-            let message = format!("MountVolume.SetUp failed for volume {:?} : {}", f.volume, f.error);
-            warn!(pod = %key, podUID = %key.uid, volume = %f.volume, error = %f.error, "unable to mount volumes; will retry");
-            self.runtime.recorder().event(
-                &kubelet_types::events::pod_reference(pod),
-                kubelet_types::events::WARNING,
-                "FailedMount",
-                message,
-            );
+        if let Err(fs) = self.volumes.mount_pod(pod).await {
+            let reference = kubelet_types::events::pod_reference(pod);
+            for f in &fs.failures {
+                let message = format!("MountVolume.SetUp failed for volume {:?} : {}", f.volume, f.error);
+                warn!(pod = %key, podUID = %key.uid, volume = %f.volume, error = %f.error, "unable to mount volume; will retry");
+                self.runtime.recorder().event(&reference, kubelet_types::events::WARNING, "FailedMount", message);
+            }
+            if let Some(t) = fs.timed_out {
+                let message = format!("Unable to attach or mount volumes: {t}");
+                self.runtime.recorder().event(&reference, kubelet_types::events::WARNING, "FailedMount", message);
+            }
             return SyncOutcome::Retry(WORKER_BACKOFF);
         }
         // Ensure the pod is being probed.
