@@ -20,6 +20,15 @@ fn mounts_under(dir: &std::path::Path) -> Vec<String> {
         .collect()
 }
 
+/// A pod sleeping with one volume `data` (its source given as YAML under the volume) mounted at `/data`.
+fn sleeper_with_volume(name: &str, source: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  containers:\n  - name: app\n    \
+         image: localhost/busybox:1\n    command: [\"sleep\", \"3600\"]\n    volumeMounts:\n    - name: data\n      \
+         mountPath: /data\n  volumes:\n  - name: data\n    {source}\n"
+    )
+}
+
 #[tokio::test]
 async fn empty_dir_host_path_and_downward_api_volumes_are_mounted_and_cleaned_up() {
     let (_g, rt) = fresh_runtime().await;
@@ -101,63 +110,14 @@ spec:
 "#,
         created.display()
     );
-    let pvc = r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: pvc
-spec:
-  containers:
-  - name: app
-    image: localhost/busybox:1
-    command: ["sleep", "3600"]
-    volumeMounts:
-    - name: data
-      mountPath: /data
-  volumes:
-  - name: data
-    persistentVolumeClaim:
-      claimName: data
-"#;
-    let badfile = r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: badfile
-spec:
-  containers:
-  - name: app
-    image: localhost/busybox:1
-    command: ["sleep", "3600"]
-    volumeMounts:
-    - name: file
-      mountPath: /file
-  volumes:
-  - name: file
-    hostPath:
-      path: /nonexistent/rkubelet-e2e
-      type: File
-"#;
-    let badpath = r#"apiVersion: v1
-kind: Pod
-metadata:
-  name: badpath
-spec:
-  containers:
-  - name: app
-    image: localhost/busybox:1
-    command: ["sleep", "3600"]
-    volumeMounts:
-    - name: info
-      mountPath: /info
-  volumes:
-  - name: info
-    downwardAPI:
-      items:
-      - path: ../escape
-        fieldRef:
-          fieldPath: metadata.name
-"#;
+    let pvc = sleeper_with_volume("pvc", "persistentVolumeClaim:\n      claimName: data");
+    let badfile = sleeper_with_volume("badfile", "hostPath:\n      path: /nonexistent/rkubelet-e2e\n      type: File");
+    let badpath = sleeper_with_volume(
+        "badpath",
+        "downwardAPI:\n      items:\n      - path: ../escape\n        fieldRef:\n          fieldPath: metadata.name",
+    );
     let mut node =
-        Node::start(&[("vols.yaml", &m), ("pvc.yaml", pvc), ("badfile.yaml", badfile), ("badpath.yaml", badpath)]);
+        Node::start(&[("vols.yaml", &m), ("pvc.yaml", &pvc), ("badfile.yaml", &badfile), ("badpath.yaml", &badpath)]);
     let p = node.wait_phase("vols-e2e-node", "Succeeded").await;
     let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
     let lines = texts(&node.container_log(&p, "app"));
@@ -181,13 +141,13 @@ spec:
     );
     // A failing hostPath check is a FailedMount event naming the volume, retried (the file may appear).
     let log = node.log_path();
-    let want = r#"reason="FailedMount" MountVolume.SetUp failed for volume "file" : hostPath type check failed: /nonexistent/rkubelet-e2e does not exist"#;
+    let want = r#"reason="FailedMount" MountVolume.SetUp failed for volume "data" : hostPath type check failed: /nonexistent/rkubelet-e2e does not exist"#;
     node.wait_for("FailedMount for the hostPath", START, || async {
         std::fs::read_to_string(&log).unwrap_or_default().contains(want).then_some(())
     })
     .await;
     // A payload path leaving the volume is refused as upstream validates it, and nothing is written outside.
-    let want = r#"MountVolume.SetUp failed for volume "info" : invalid path "../escape": invalid path: must not start with '..': ../escape"#;
+    let want = r#"MountVolume.SetUp failed for volume "data" : invalid path "../escape": invalid path: must not start with '..': ../escape"#;
     node.wait_for("FailedMount for the bad path", START, || async {
         std::fs::read_to_string(&log).unwrap_or_default().contains(want).then_some(())
     })
