@@ -169,7 +169,9 @@ impl TokenManager {
         if now > issued + MAX_TTL.saturating_sub(jitter) {
             return true;
         }
-        let refresh_at = exp.checked_sub(ttl * 20 / 100 + jitter).unwrap_or(SystemTime::UNIX_EPOCH);
+        // Whole seconds, as upstream's integer arithmetic.
+        let fifth = Duration::from_secs((secs.max(0) * 20 / 100) as u64);
+        let refresh_at = exp.checked_sub(fifth + jitter).unwrap_or(SystemTime::UNIX_EPOCH);
         now > refresh_at
     }
 

@@ -210,7 +210,7 @@ async fn reflect<T: Watched>(api: Arc<dyn ObjectApi>, ns: String, name: String, 
                     continue 'list;
                 }
             };
-            backoff = Duration::from_secs(1);
+            let started = Instant::now();
             while let Some(ev) = stream.next().await {
                 match ev {
                     Ok(ObjectEvent::Applied(o)) => {
@@ -228,6 +228,13 @@ async fn reflect<T: Watched>(api: Arc<dyn ObjectApi>, ns: String, name: String, 
                         break;
                     }
                 }
+            }
+            // A watch that lasted is normal (the server ends them); one that ends at once is not: back off.
+            if started.elapsed() < Duration::from_secs(1) {
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            } else {
+                backoff = Duration::from_secs(1);
             }
         }
     }
