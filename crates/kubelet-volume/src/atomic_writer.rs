@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::{PermissionsExt, symlink};
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use crate::VolumeError;
 
@@ -31,29 +31,29 @@ impl FileProjection {
     }
 }
 
-/// Checks a payload path as upstream's `validatePath`: relative, no `..` element, not starting with `..`, at most
-/// 4096 bytes, no element longer than 255.
+/// Checks a payload path as upstream's `validatePath`, in its order and with its messages: not empty, relative, at
+/// most 4096 bytes, no `..` element, no element longer than 255, and a first element not starting with `..`.
 pub fn validate_path(p: &str) -> Result<(), String> {
     if p.is_empty() {
-        return Err("invalid path: must not be empty".into());
+        return Err("invalid path: must not be empty: \"\"".into());
     }
-    if p.len() > 4096 {
-        return Err(format!("invalid path: must be less than or equal to 4096 characters: {p:?}"));
-    }
-    if Path::new(p).is_absolute() {
+    if p.starts_with('/') {
         return Err(format!("invalid path: must be relative path: {p}"));
     }
-    if p.starts_with("..") {
-        return Err(format!("invalid path: must not start with '..': {p}"));
+    if p.len() > 4096 {
+        return Err("invalid path: must be less than or equal to 4096 characters".into());
     }
-    for c in Path::new(p).components() {
-        match c {
-            Component::ParentDir => return Err(format!("invalid path: must not contain '..': {p}")),
-            Component::Normal(n) if n.len() > 255 => {
-                return Err(format!("invalid path: element must be at most 255 characters: {p}"));
-            }
-            _ => {}
+    let items: Vec<&str> = p.split('/').collect();
+    for item in &items {
+        if *item == ".." {
+            return Err(format!("invalid path: must not contain '..': {p}"));
         }
+        if item.len() > 255 {
+            return Err("invalid path: filenames must be less than or equal to 255 characters".into());
+        }
+    }
+    if items[0].starts_with("..") && items[0].len() > 2 {
+        return Err(format!("invalid path: must not start with '..': {p}"));
     }
     Ok(())
 }
@@ -87,10 +87,25 @@ fn top_level<'a>(paths: impl Iterator<Item = &'a String>) -> std::collections::B
     paths.map(|k| k.split('/').next().unwrap_or(k).to_string()).collect()
 }
 
+/// The `fsGroup` ownership of a volume's files: the group and whether the volume is read-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Ownership {
+    /// The group.
+    pub gid: u32,
+    /// Read-only volume (group read, not write).
+    pub read_only: bool,
+}
+
 /// Writes `payload` into the volume directory `dir` (`AtomicWriter.Write`); returns whether anything changed.
 /// As upstream, only the set of paths and their contents are compared: a mode change alone (or the group bits
-/// `fsGroup` ownership added) rewrites nothing.
-pub fn write(dir: &Path, payload: &BTreeMap<String, FileProjection>, timestamp: &str) -> Result<bool, VolumeError> {
+/// `fsGroup` ownership added) rewrites nothing. With `ownership`, the new files get it before they become visible
+/// (upstream's `setPerms` before the swap), so a reader never sees them without it.
+pub fn write(
+    dir: &Path,
+    payload: &BTreeMap<String, FileProjection>,
+    timestamp: &str,
+    ownership: Option<Ownership>,
+) -> Result<bool, VolumeError> {
     for k in payload.keys() {
         validate_path(k).map_err(|message| VolumeError::InvalidPath { path: k.clone(), message })?;
     }
@@ -124,6 +139,9 @@ pub fn write(dir: &Path, payload: &BTreeMap<String, FileProjection>, timestamp: 
         if let Some(uid) = f.owner {
             std::os::unix::fs::chown(&path, Some(uid), None).map_err(|e| io(&path, e))?;
         }
+    }
+    if let Some(o) = ownership {
+        crate::ownership::set_volume_ownership(&ts, o.gid, o.read_only, false).map_err(|e| io(&ts, e))?;
     }
     // Swap `..data` in one rename.
     let tmp = dir.join(DATA_DIR_TMP);
@@ -160,32 +178,38 @@ mod tests {
 
     #[test]
     fn paths_validated_as_upstream() {
-        for ok in ["a", "a/b", "a..b", ".hidden", "a/..b"] {
+        for ok in ["a", "a/b", "a..b", ".hidden", "a/..b", "a/...", "."] {
             assert_eq!(validate_path(ok), Ok(()), "{ok}");
         }
         for bad in ["", "/abs", "..", "../x", "a/../b", "..a", "...", &"x".repeat(256)] {
             assert!(validate_path(bad).is_err(), "{bad}");
         }
+        // Upstream's order: a `..` element is named before a `..` prefix.
+        assert_eq!(validate_path("../escape").unwrap_err(), "invalid path: must not contain '..': ../escape");
+        assert_eq!(validate_path("..x/y").unwrap_err(), "invalid path: must not start with '..': ..x/y");
     }
 
     #[test]
     fn updates_swap_data_atomically_and_drop_stale_names() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("vol");
-        assert!(write(&dir, &payload(&[("a", "1", 0o644), ("sub/b", "2", 0o400)]), "t1").unwrap());
+        assert!(write(&dir, &payload(&[("a", "1", 0o644), ("sub/b", "2", 0o400)]), "t1", None).unwrap());
         assert_eq!(std::fs::read_to_string(dir.join("a")).unwrap(), "1");
         assert_eq!(std::fs::read_to_string(dir.join("sub/b")).unwrap(), "2");
         assert_eq!(std::fs::metadata(dir.join("sub/b")).unwrap().permissions().mode() & 0o777, 0o400);
         assert_eq!(std::fs::read_link(dir.join("a")).unwrap(), Path::new("..data/a"));
         let first = std::fs::read_link(dir.join(DATA_DIR)).unwrap();
-        assert!(!write(&dir, &payload(&[("a", "1", 0o644), ("sub/b", "2", 0o400)]), "t2").unwrap(), "no change");
-        assert!(write(&dir, &payload(&[("a", "one", 0o644)]), "t3").unwrap());
+        assert!(!write(&dir, &payload(&[("a", "1", 0o644), ("sub/b", "2", 0o400)]), "t2", None).unwrap(), "no change");
+        assert!(write(&dir, &payload(&[("a", "one", 0o644)]), "t3", None).unwrap());
         assert_eq!(std::fs::read_to_string(dir.join("a")).unwrap(), "one");
         assert!(std::fs::symlink_metadata(dir.join("sub")).is_err(), "a key gone from the payload is gone");
         assert!(!dir.join(first).exists(), "the old timestamped directory is removed");
         let names: Vec<String> =
             std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
         assert_eq!(names.len(), 3, "a, ..data and one timestamped dir: {names:?}");
-        assert!(matches!(write(&dir, &payload(&[("../x", "", 0o644)]), "t4"), Err(VolumeError::InvalidPath { .. })));
+        assert!(matches!(
+            write(&dir, &payload(&[("../x", "", 0o644)]), "t4", None),
+            Err(VolumeError::InvalidPath { .. })
+        ));
     }
 }

@@ -10,7 +10,7 @@ use kubelet_types::objects::{MountedVolume, ObjectSource, PodVolumes};
 use kubelet_types::{PodUid, pod_update::pod_ref};
 use tracing::{debug, info};
 
-use crate::atomic_writer::FileProjection;
+use crate::atomic_writer::{FileProjection, Ownership};
 use crate::sources::{DEFAULT_MODE, DownwardValues, KeyedSource, config_map_payload, downward_payload, secret_payload};
 use crate::token::{NoTokens, TokenManager};
 use crate::{MOUNT_WAIT_TIMEOUT, MountFailure, MountFailures, VolumeError, atomic_writer, hostpath};
@@ -95,7 +95,7 @@ pub fn unsupported_volume(pod: &Pod) -> Option<(String, &'static str)> {
 
 /// The API name of a volume's type, for messages.
 pub fn volume_kind(v: &Volume) -> &'static str {
-    let kinds: [(&str, bool); 12] = [
+    let kinds: [(&str, bool); 25] = [
         ("persistentVolumeClaim", v.persistent_volume_claim.is_some()),
         ("csi", v.csi.is_some()),
         ("ephemeral", v.ephemeral.is_some()),
@@ -106,8 +106,21 @@ pub fn volume_kind(v: &Volume) -> &'static str {
         ("rbd", v.rbd.is_some()),
         ("cephfs", v.cephfs.is_some()),
         ("gitRepo", v.git_repo.is_some()),
-        ("local", false),
         ("flexVolume", v.flex_volume.is_some()),
+        ("awsElasticBlockStore", v.aws_elastic_block_store.is_some()),
+        ("azureDisk", v.azure_disk.is_some()),
+        ("azureFile", v.azure_file.is_some()),
+        ("cinder", v.cinder.is_some()),
+        ("flocker", v.flocker.is_some()),
+        ("gcePersistentDisk", v.gce_persistent_disk.is_some()),
+        ("glusterfs", v.glusterfs.is_some()),
+        ("photonPersistentDisk", v.photon_persistent_disk.is_some()),
+        ("portworxVolume", v.portworx_volume.is_some()),
+        ("quobyte", v.quobyte.is_some()),
+        ("scaleIO", v.scale_io.is_some()),
+        ("storageos", v.storageos.is_some()),
+        ("vsphereVolume", v.vsphere_volume.is_some()),
+        ("hostPath", v.host_path.is_some()),
     ];
     kinds.iter().find(|(_, set)| *set).map(|(k, _)| *k).unwrap_or("unknown")
 }
@@ -180,15 +193,18 @@ impl VolumeManager {
         self.pods_dir.join(uid).join("volumes")
     }
 
-    /// Sets up every volume of the pod (`WaitForAttachAndMount` with the plugins' SetUp). Each volume is tried;
-    /// the failed ones are returned, named, and what was set up stays for the next try. Once the pod has waited
-    /// [`MOUNT_WAIT_TIMEOUT`] for its volumes, the failure carries upstream's timeout text (again every timeout).
-    pub async fn mount_pod(&self, pod: &Pod) -> Result<(), MountFailures> {
+    /// Sets up every volume of the pod (`WaitForAttachAndMount` with the plugins' SetUp) and refreshes the contents
+    /// of those set up before. Each volume is tried. A volume that was never set up blocks the pod: the failures
+    /// are returned as `Err`, naming each volume, and once the pod has waited [`MOUNT_WAIT_TIMEOUT`] they carry
+    /// upstream's timeout text (again every timeout). A refresh that fails for a volume already set up does not
+    /// block the pod (its last contents stay): such failures come back in `Ok`, for the caller to report, as
+    /// upstream's reconciler does while the pod keeps being synced.
+    pub async fn mount_pod(&self, pod: &Pod) -> Result<Vec<MountFailure>, MountFailures> {
         let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
-        let failures = self.set_up_pod(pod, &uid).await;
+        let (failures, refresh) = self.set_up_pod(pod, &uid).await;
         if failures.is_empty() {
             self.waiting.lock().unwrap().remove(&uid);
-            return Ok(());
+            return Ok(refresh);
         }
         let now = tokio::time::Instant::now();
         let mut waiting = self.waiting.lock().unwrap();
@@ -201,32 +217,64 @@ impl VolumeManager {
                 names.join(" ")
             )
         });
+        let mut failures = failures;
+        failures.extend(refresh);
         Err(MountFailures { failures, timed_out })
     }
 
-    async fn set_up_pod(&self, pod: &Pod, uid: &PodUid) -> Vec<MountFailure> {
+    /// (failures of volumes never set up, failures of refreshes).
+    async fn set_up_pod(&self, pod: &Pod, uid: &PodUid) -> (Vec<MountFailure>, Vec<MountFailure>) {
         let ns = pod.metadata.namespace.clone().unwrap_or_else(|| "default".into());
         let before = self.mounted.lock().unwrap().get(uid).cloned().unwrap_or_default();
         let mut mounted = HashMap::new();
-        let mut failures = vec![];
+        let (mut failures, mut refresh) = (vec![], vec![]);
         for v in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
-            match self.set_up_volume(pod, v, &ns, before.contains_key(&v.name)).await {
+            // Set up before, by this process or (after a restart) by the last one.
+            let known = before.get(&v.name).cloned().or_else(|| self.reconstruct(pod, v));
+            match self.set_up_volume(pod, v, &ns, known.is_some()).await {
                 Ok(m) => {
                     mounted.insert(v.name.clone(), m);
                 }
-                Err(error) => failures.push(MountFailure { volume: v.name.clone(), error }),
+                Err(error) => match known {
+                    Some(m) => {
+                        mounted.insert(v.name.clone(), m);
+                        refresh.push(MountFailure { volume: v.name.clone(), error });
+                    }
+                    None => failures.push(MountFailure { volume: v.name.clone(), error }),
+                },
             }
         }
         self.mounted.lock().unwrap().insert(uid.clone(), mounted);
-        failures
+        (failures, refresh)
+    }
+
+    /// A volume a previous run of the kubelet set up (upstream's reconstruction from the pod directory): an
+    /// emptyDir whose directory exists, an API-backed volume whose `..data` exists, in both cases on its tmpfs
+    /// if it has one (after a reboot the directory is there, the mount is not). hostPath volumes are checked again.
+    fn reconstruct(&self, pod: &Pod, v: &Volume) -> Option<MountedVolume> {
+        let (dir_name, tmpfs) = plugin(v).ok()??;
+        let dir = self.volumes_dir(pod.metadata.uid.as_deref().unwrap_or_default()).join(dir_name).join(&v.name);
+        let done = if v.empty_dir.is_some() {
+            dir.is_dir()
+        } else {
+            std::fs::symlink_metadata(dir.join(atomic_writer::DATA_DIR)).is_ok()
+        };
+        if !done || (tmpfs && !self.mounter.mounts_under(&dir).contains(&dir)) {
+            return None;
+        }
+        info!(pod = %pod_ref(pod), volume = %v.name, path = %dir.display(), "volume reconstructed from the pod directory");
+        Some(MountedVolume { host_path: dir, read_only: v.empty_dir.is_none() })
     }
 
     /// Sets up one volume (`SetUp`), or only refreshes its contents when it was set up before.
     async fn set_up_volume(&self, pod: &Pod, v: &Volume, ns: &str, set_up: bool) -> Result<MountedVolume, VolumeError> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         if let Some(h) = &v.host_path {
-            hostpath::check_type(Path::new(&h.path), h.type_.as_deref().unwrap_or(""))
-                .map_err(VolumeError::HostPath)?;
+            // hostPath needs no remount: checked once, as upstream's SetUp.
+            if !set_up {
+                hostpath::check_type(Path::new(&h.path), h.type_.as_deref().unwrap_or(""))
+                    .map_err(VolumeError::HostPath)?;
+            }
             return Ok(MountedVolume { host_path: PathBuf::from(&h.path), read_only: false });
         }
         let (dir_name, tmpfs) = plugin(v)?.expect("non-hostPath volumes have a plugin");
@@ -236,13 +284,15 @@ impl VolumeManager {
             self.set_up_dir(&dir, tmpfs, v, pod)?;
         }
         let read_only = v.empty_dir.is_none();
-        let changed = self.write_contents(&dir, v, pod, ns).await?;
-        if let Some(psc) = pod.spec.as_ref().and_then(|s| s.security_context.as_ref())
-            && let Some(gid) = psc.fs_group
-        {
-            // Upstream sets ownership at each SetUp: when a volume is set up or its contents change. Every
-            // sync comes here, so an unchanged volume is walked only when its root does not match.
-            crate::ownership::set_volume_ownership(&dir, gid as u32, read_only, !changed)
+        let psc = pod.spec.as_ref().and_then(|s| s.security_context.as_ref());
+        let ownership = psc.and_then(|c| c.fs_group).map(|gid| Ownership { gid: gid as u32, read_only });
+        self.write_contents(&dir, v, pod, ns, ownership).await?;
+        if let Some(o) = ownership {
+            // Upstream sets ownership at each SetUp. New files of API-backed volumes got it before they became
+            // visible; the volume's root (and an emptyDir's contents) are walked at set-up, or when the root
+            // does not match, or never again with `fsGroupChangePolicy: OnRootMismatch`.
+            let on_mismatch = set_up || psc.and_then(|c| c.fs_group_change_policy.as_deref()) == Some("OnRootMismatch");
+            crate::ownership::set_volume_ownership(&dir, o.gid, o.read_only, on_mismatch)
                 .map_err(|e| VolumeError::Io { path: dir.display().to_string(), message: e.to_string() })?;
         }
         Ok(MountedVolume { host_path: dir, read_only })
@@ -274,7 +324,14 @@ impl VolumeManager {
     }
 
     /// Writes the volume's files (API-backed volumes); returns whether anything changed.
-    async fn write_contents(&self, dir: &Path, v: &Volume, pod: &Pod, ns: &str) -> Result<bool, VolumeError> {
+    async fn write_contents(
+        &self,
+        dir: &Path,
+        v: &Volume,
+        pod: &Pod,
+        ns: &str,
+        ownership: Option<Ownership>,
+    ) -> Result<bool, VolumeError> {
         let objects = self.objects.as_ref();
         let payload = if let Some(c) = &v.config_map {
             let mode = c.default_mode.unwrap_or(DEFAULT_MODE);
@@ -313,7 +370,7 @@ impl VolumeManager {
         } else {
             return Ok(false);
         };
-        let changed = atomic_writer::write(dir, &payload, &timestamp())?;
+        let changed = atomic_writer::write(dir, &payload, &timestamp(), ownership)?;
         if changed {
             info!(pod = %pod_ref(pod), volume = %v.name, files = payload.len(), "volume contents written");
         }
@@ -403,6 +460,73 @@ mod tests {
         }
     }
 
+    /// One ConfigMap `cm` whose reads fail while `down`.
+    #[derive(Default)]
+    struct Flaky(std::sync::atomic::AtomicBool);
+
+    #[async_trait::async_trait]
+    impl ObjectSource for Flaky {
+        async fn config_map(&self, _: &str, _: &str) -> Result<Option<k8s_openapi::api::core::v1::ConfigMap>, String> {
+            if self.0.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err("failed to sync configmap cache: timed out waiting for the condition".into());
+            }
+            Ok(Some(k8s_openapi::api::core::v1::ConfigMap {
+                data: Some([("k".to_string(), "v".to_string())].into()),
+                ..Default::default()
+            }))
+        }
+        async fn secret(&self, _: &str, _: &str) -> Result<Option<k8s_openapi::api::core::v1::Secret>, String> {
+            Ok(None)
+        }
+        async fn services(&self, _: &str) -> Result<Vec<k8s_openapi::api::core::v1::Service>, String> {
+            Ok(vec![])
+        }
+    }
+
+    #[tokio::test]
+    async fn refresh_failures_of_volumes_set_up_before_do_not_block_the_pod_even_after_a_restart() {
+        use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, PodSecurityContext};
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let objects = Arc::new(Flaky::default());
+        let manager = || {
+            VolumeManager::new(tmp.path().join("pods"), objects.clone(), Arc::new(NoDownward), Arc::new(SystemMounter))
+        };
+        let cm = Volume {
+            name: "cfg".into(),
+            config_map: Some(ConfigMapVolumeSource { name: "cm".into(), ..Default::default() }),
+            ..Default::default()
+        };
+        let pod = Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                volumes: Some(vec![cm]),
+                security_context: Some(PodSecurityContext { fs_group: Some(2000), ..Default::default() }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let m = manager();
+        assert_eq!(m.mount_pod(&pod).await.unwrap(), vec![]);
+        let file = tmp.path().join("pods/u1/volumes/kubernetes.io~configmap/cfg/k");
+        assert_eq!(std::fs::metadata(&file).unwrap().gid(), 2000, "the files carry the fsGroup");
+        objects.0.store(true, std::sync::atomic::Ordering::SeqCst);
+        let refresh = m.mount_pod(&pod).await.unwrap();
+        assert_eq!(refresh.len(), 1, "reported, not blocking");
+        assert!(m.volumes(&PodUid("u1".into())).contains_key("cfg"), "still mounted for the containers");
+        // A new process finds the volume set up and does not block the pod either.
+        let restarted = manager();
+        assert_eq!(restarted.mount_pod(&pod).await.unwrap().len(), 1);
+        assert_eq!(std::fs::read_to_string(&file).unwrap(), "v", "the last contents stay");
+        // A pod whose volume was never set up is blocked.
+        let mut other = pod.clone();
+        other.metadata.uid = Some("u2".into());
+        assert_eq!(restarted.mount_pod(&other).await.unwrap_err().failures.len(), 1);
+    }
+
     #[tokio::test(start_paused = true)]
     async fn every_volume_is_tried_and_a_long_wait_gives_upstreams_timeout() {
         let tmp = tempfile::tempdir().unwrap();
@@ -443,7 +567,9 @@ mod tests {
         );
         assert_eq!(m.mount_pod(&pod).await.unwrap_err().timed_out, None, "the wait starts again");
         std::fs::write(&missing, "").unwrap();
-        m.mount_pod(&pod).await.unwrap();
+        assert_eq!(m.mount_pod(&pod).await.unwrap(), vec![]);
+        std::fs::remove_file(&missing).unwrap();
+        assert_eq!(m.mount_pod(&pod).await.unwrap(), vec![], "hostPath is checked once, at set-up");
         m.unmount_pod(&PodUid("u1".into())).unwrap();
         assert!(!tmp.path().join("pods/u1/volumes").exists());
     }

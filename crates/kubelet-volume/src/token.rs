@@ -156,7 +156,8 @@ impl TokenManager {
     }
 
     /// Whether a token is due for a refresh (`requiresRefresh`): 24 h after it was issued or within 20 % of its
-    /// lifetime of the expiration, each brought forward by the jitter. A token whose lifetime is unknown is kept.
+    /// lifetime of the expiration, each brought forward by the jitter, or when the clock reads before it was
+    /// issued. A token whose lifetime is unknown is kept.
     fn requires_refresh(&self, tr: &TokenRequest, now: SystemTime) -> bool {
         let Some(secs) = tr.spec.expiration_seconds else {
             warn!("expiration seconds was nil for token request");
@@ -165,6 +166,10 @@ impl TokenManager {
         let ttl = Duration::from_secs(secs.max(0) as u64);
         let exp = expiration(tr);
         let issued = exp.checked_sub(ttl).unwrap_or(SystemTime::UNIX_EPOCH);
+        if now < issued {
+            // The clock went back: a token from the future is not to be trusted.
+            return true;
+        }
         let jitter = (self.jitter)();
         if now > issued + MAX_TTL.saturating_sub(jitter) {
             return true;
@@ -265,6 +270,19 @@ mod tests {
         assert_eq!(token(&m, &other).await, "tok-2", "another pod has its own token");
         m.delete_pod_tokens("u1");
         assert_eq!(m.len(), 1);
+    }
+
+    #[test]
+    fn a_token_from_the_future_is_refreshed() {
+        let (_, m) = setup(3600);
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let mut tr = request("u1", 1000);
+        tr.status = Some(k8s_openapi::api::authentication::v1::TokenRequestStatus {
+            token: "t".into(),
+            expiration_timestamp: kubelet_types::clock::api_time(now + Duration::from_secs(1000)),
+        });
+        assert!(!m.requires_refresh(&tr, now));
+        assert!(m.requires_refresh(&tr, now - Duration::from_secs(60)), "the clock went back");
     }
 
     #[tokio::test(start_paused = true)]

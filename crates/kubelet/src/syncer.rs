@@ -172,18 +172,22 @@ impl PodSyncer for KubeletSyncer {
             }
         }
         // Volumes before containers (`WaitForAttachAndMount`).
-        if let Err(fs) = self.volumes.mount_pod(pod).await {
-            let reference = kubelet_types::events::pod_reference(pod);
-            for f in &fs.failures {
-                let message = format!("MountVolume.SetUp failed for volume {:?} : {}", f.volume, f.error);
-                warn!(pod = %key, podUID = %key.uid, volume = %f.volume, error = %f.error, "unable to mount volume; will retry");
-                self.runtime.recorder().event(&reference, kubelet_types::events::WARNING, "FailedMount", message);
+        let reference = kubelet_types::events::pod_reference(pod);
+        let failed_mount = |f: &kubelet_volume::MountFailure| {
+            let message = format!("MountVolume.SetUp failed for volume {:?} : {}", f.volume, f.error);
+            warn!(pod = %key, podUID = %key.uid, volume = %f.volume, error = %f.error, "unable to mount volume; will retry");
+            self.runtime.recorder().event(&reference, kubelet_types::events::WARNING, "FailedMount", message);
+        };
+        match self.volumes.mount_pod(pod).await {
+            Ok(refresh) => refresh.iter().for_each(failed_mount),
+            Err(fs) => {
+                fs.failures.iter().for_each(failed_mount);
+                if let Some(t) = fs.timed_out {
+                    let message = format!("Unable to attach or mount volumes: {t}");
+                    self.runtime.recorder().event(&reference, kubelet_types::events::WARNING, "FailedMount", message);
+                }
+                return SyncOutcome::Retry(WORKER_BACKOFF);
             }
-            if let Some(t) = fs.timed_out {
-                let message = format!("Unable to attach or mount volumes: {t}");
-                self.runtime.recorder().event(&reference, kubelet_types::events::WARNING, "FailedMount", message);
-            }
-            return SyncOutcome::Retry(WORKER_BACKOFF);
         }
         // Ensure the pod is being probed.
         self.probes.add_pod(pod);

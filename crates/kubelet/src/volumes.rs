@@ -7,20 +7,21 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use kubelet_runtime::env::{NodeFacts, field_value, resource_value};
 use kubelet_types::{Pod, PodUid};
-use kubelet_volume::{DownwardValues, MountFailures, VolumeError, VolumeManager};
+use kubelet_volume::{DownwardValues, MountFailure, MountFailures, VolumeError, VolumeManager};
 
 /// The volume manager as the core uses it.
 #[async_trait]
 pub trait Volumes: Send + Sync + 'static {
-    /// Sets up every volume of a running pod (every sync; idempotent).
-    async fn mount_pod(&self, pod: &Pod) -> Result<(), MountFailures>;
+    /// Sets up every volume of a running pod (every sync; idempotent). `Err` blocks the pod (volumes never set
+    /// up); `Ok` carries refresh failures of volumes already set up, to report while the pod goes on.
+    async fn mount_pod(&self, pod: &Pod) -> Result<Vec<MountFailure>, MountFailures>;
     /// Tears down the volumes of a pod whose containers are gone.
     fn unmount_pod(&self, uid: &PodUid) -> Result<(), VolumeError>;
 }
 
 #[async_trait]
 impl Volumes for VolumeManager {
-    async fn mount_pod(&self, pod: &Pod) -> Result<(), MountFailures> {
+    async fn mount_pod(&self, pod: &Pod) -> Result<Vec<MountFailure>, MountFailures> {
         VolumeManager::mount_pod(self, pod).await
     }
     fn unmount_pod(&self, uid: &PodUid) -> Result<(), VolumeError> {

@@ -77,6 +77,8 @@ impl ApiObjects {
     }
 }
 
+/// A read through the `Cache` strategy: the last answer if younger than [`OBJECT_TTL`], else a GET; when the GET
+/// fails, the last answer however old (as upstream's cache-based manager). Entries unread for ten TTLs go.
 async fn ttl_get<T: Clone, F>(cache: &TtlCache<T>, ns: &str, name: &str, get: F) -> Result<Option<T>, String>
 where
     F: std::future::Future<Output = kubelet_apiclient::ApiResult<Option<T>>>,
@@ -88,9 +90,15 @@ where
     {
         return Ok(v.clone());
     }
-    let v = get.await.map_err(|e| e.to_string())?;
-    cache.lock().unwrap().insert(key, (v.clone(), now));
-    Ok(v)
+    match get.await {
+        Ok(v) => {
+            let mut c = cache.lock().unwrap();
+            c.retain(|_, (_, at)| now.duration_since(*at) < OBJECT_TTL * 10);
+            c.insert(key, (v.clone(), now));
+            Ok(v)
+        }
+        Err(e) => cache.lock().unwrap().get(&key).map(|(v, _)| v.clone()).ok_or_else(|| e.to_string()),
+    }
 }
 
 #[async_trait]

@@ -130,6 +130,18 @@ pub fn apply_api_defaults(pod: &mut Pod) {
     for c in spec.containers.iter_mut().chain(spec.init_containers.iter_mut().flatten()) {
         default_container(c);
     }
+    // `SetDefaults_Volume`: a volume without a source is an emptyDir.
+    for v in spec.volumes.iter_mut().flatten() {
+        if volume_has_no_source(v) {
+            v.empty_dir = Some(Default::default());
+        }
+    }
+}
+
+fn volume_has_no_source(v: &k8s_openapi::api::core::v1::Volume) -> bool {
+    let mut probe = v.clone();
+    probe.name = String::new();
+    probe == k8s_openapi::api::core::v1::Volume::default()
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -341,6 +353,13 @@ mod tests {
         let p = static_pod_from_file(&m, "/m/web.yaml", "n").unwrap();
         let v = &p.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
         assert_eq!(v.secret.as_ref().unwrap().default_mode, Some(0o440));
+    }
+
+    #[test]
+    fn a_volume_without_a_source_is_an_empty_dir() {
+        let m = format!("{GOOD}  volumes:\n  - name: scratch\n");
+        let p = static_pod_from_file(&m, "/m/web.yaml", "n").unwrap();
+        assert!(p.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0].empty_dir.is_some());
     }
 
     #[test]
