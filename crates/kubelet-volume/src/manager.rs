@@ -252,8 +252,7 @@ impl VolumeManager {
     /// emptyDir whose directory exists, an API-backed volume whose `..data` exists, in both cases on its tmpfs
     /// if it has one (after a reboot the directory is there, the mount is not). hostPath volumes are checked again.
     fn reconstruct(&self, pod: &Pod, v: &Volume) -> Option<MountedVolume> {
-        let (dir_name, tmpfs) = plugin(v).ok()??;
-        let dir = self.volumes_dir(pod.metadata.uid.as_deref().unwrap_or_default()).join(dir_name).join(&v.name);
+        let (dir, tmpfs) = self.volume_dir(pod, v).ok()??;
         let done = if v.empty_dir.is_some() {
             dir.is_dir()
         } else {
@@ -266,21 +265,31 @@ impl VolumeManager {
         Some(MountedVolume { host_path: dir, read_only: v.empty_dir.is_none() })
     }
 
-    /// Sets up one volume (`SetUp`), or only refreshes its contents when it was set up before.
-    async fn set_up_volume(&self, pod: &Pod, v: &Volume, ns: &str, set_up: bool) -> Result<MountedVolume, VolumeError> {
+    /// Where a volume with a plugin directory lives and whether it is on tmpfs (`None` for hostPath).
+    fn volume_dir(&self, pod: &Pod, v: &Volume) -> Result<Option<(PathBuf, bool)>, VolumeError> {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        if let Some(h) = &v.host_path {
+        Ok(plugin(v)?.map(|(dir_name, tmpfs)| (self.volumes_dir(uid).join(dir_name).join(&v.name), tmpfs)))
+    }
+
+    /// Sets up one volume (`SetUp`), or only refreshes its contents when it was set up before.
+    async fn set_up_volume(
+        &self,
+        pod: &Pod,
+        v: &Volume,
+        ns: &str,
+        already_set_up: bool,
+    ) -> Result<MountedVolume, VolumeError> {
+        let Some((dir, tmpfs)) = self.volume_dir(pod, v)? else {
+            let h = v.host_path.as_ref().expect("only hostPath volumes have no plugin directory");
             // hostPath needs no remount: checked once, as upstream's SetUp.
-            if !set_up {
+            if !already_set_up {
                 hostpath::check_type(Path::new(&h.path), h.type_.as_deref().unwrap_or(""))
                     .map_err(VolumeError::HostPath)?;
             }
             return Ok(MountedVolume { host_path: PathBuf::from(&h.path), read_only: false });
-        }
-        let (dir_name, tmpfs) = plugin(v)?.expect("non-hostPath volumes have a plugin");
-        let dir = self.volumes_dir(uid).join(dir_name).join(&v.name);
+        };
         // Set up once: later syncs only refresh the contents (no mount table read per sync).
-        if !set_up {
+        if !already_set_up {
             self.set_up_dir(&dir, tmpfs, v, pod)?;
         }
         let read_only = v.empty_dir.is_none();
@@ -289,9 +298,10 @@ impl VolumeManager {
         self.write_contents(&dir, v, pod, ns, ownership).await?;
         if let Some(o) = ownership {
             // Upstream sets ownership at each SetUp. New files of API-backed volumes got it before they became
-            // visible; the volume's root (and an emptyDir's contents) are walked at set-up, or when the root
-            // does not match, or never again with `fsGroupChangePolicy: OnRootMismatch`.
-            let on_mismatch = set_up || psc.and_then(|c| c.fs_group_change_policy.as_deref()) == Some("OnRootMismatch");
+            // visible; the volume's root (and an emptyDir's contents) are walked at the first set-up (unless
+            // `fsGroupChangePolicy: OnRootMismatch` and the root matches), later only when the root does not match.
+            let on_mismatch =
+                already_set_up || psc.and_then(|c| c.fs_group_change_policy.as_deref()) == Some("OnRootMismatch");
             crate::ownership::set_volume_ownership(&dir, o.gid, o.read_only, on_mismatch)
                 .map_err(|e| VolumeError::Io { path: dir.display().to_string(), message: e.to_string() })?;
         }

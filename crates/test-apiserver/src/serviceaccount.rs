@@ -84,13 +84,9 @@ pub fn publish(store: &Store, ns: &str, root_ca_pem: &str) -> Result<(), ApiErro
     let now = rfc3339(now_secs());
     let meta = |name: &str| json!({ "name": name, "namespace": ns, "uid": new_uid(), "creationTimestamp": now });
     let sa = json!({ "kind": "ServiceAccount", "apiVersion": "v1", "metadata": meta("default") });
-    let cm = json!({
-        "kind": "ConfigMap", "apiVersion": "v1",
-        "metadata": { "annotations": { "kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters." } },
-        "data": { "ca.crt": root_ca_pem },
-    });
-    let mut cm = cm;
-    cm["metadata"].as_object_mut().expect("object").extend(meta("kube-root-ca.crt").as_object().cloned().unwrap());
+    let mut cm_meta = meta("kube-root-ca.crt");
+    cm_meta["annotations"] = json!({ "kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters." });
+    let cm = json!({ "kind": "ConfigMap", "apiVersion": "v1", "metadata": cm_meta, "data": { "ca.crt": root_ca_pem } });
     for (def, obj) in [(service_accounts(), sa), (config_maps(), cm)] {
         match store.create(def, ns, obj) {
             Ok(_) => {}
