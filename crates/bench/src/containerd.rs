@@ -102,24 +102,36 @@ pub struct ContainerdResults {
 impl PathResults {
     /// Median of placed → Running.
     pub fn median_e2e(&self) -> Duration {
-        median(self.sequential.iter().map(|r| r.e2e).collect())
+        median_by(&self.sequential, |r| r.e2e)
     }
     /// Median of what rkubelet adds (e2e − CRI), per run.
     pub fn median_share(&self) -> Duration {
-        median(self.sequential.iter().map(|r| r.e2e.saturating_sub(r.cri)).collect())
+        median_by(&self.sequential, StartRun::share)
     }
     /// Median CRI time.
     pub fn median_cri(&self) -> Duration {
-        median(self.sequential.iter().map(|r| r.cri).collect())
+        median_by(&self.sequential, |r| r.cri)
     }
     /// Median teardown.
     pub fn median_teardown(&self) -> Duration {
-        median(self.sequential.iter().map(|r| r.teardown).collect())
+        median_by(&self.sequential, |r| r.teardown)
     }
 }
 
+impl StartRun {
+    /// What rkubelet added to the start: end to end minus containerd's calls.
+    pub fn share(&self) -> Duration {
+        self.e2e.saturating_sub(self.cri)
+    }
+}
+
+/// The median of one figure over runs.
+pub fn median_by(runs: &[StartRun], f: impl Fn(&StartRun) -> Duration) -> Duration {
+    median(runs.iter().map(f).collect())
+}
+
 /// The median of durations.
-pub fn median(mut v: Vec<Duration>) -> Duration {
+fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     crate::procstat::quantile(&v, 0.5)
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::containerd::{Batch, ContainerdResults, PathResults, StartRun, median};
+use crate::containerd::{Batch, ContainerdResults, PathResults, StartRun, median_by};
 use crate::core::Results as CoreResults;
 use crate::fakescale::{FakeResults, Percentiles};
 
@@ -62,31 +62,23 @@ fn batch_json(b: &Batch) -> Value {
 }
 
 fn runs_json(runs: &[StartRun]) -> Value {
-    let med = |f: fn(&StartRun) -> Duration| ms(median(runs.iter().map(f).collect()));
+    let med = |f: fn(&StartRun) -> Duration| ms(median_by(runs, f));
     json!({
         "sequential": runs.iter().map(|r| json!({
-            "e2e_ms": ms(r.e2e), "cri_ms": ms(r.cri), "rkubelet_ms": ms(r.e2e.saturating_sub(r.cri)),
+            "e2e_ms": ms(r.e2e), "cri_ms": ms(r.cri), "rkubelet_ms": ms(r.share()),
             "teardown_ms": ms(r.teardown),
         })).collect::<Vec<_>>(),
         "median_e2e_ms": med(|r| r.e2e),
         "median_cri_ms": med(|r| r.cri),
-        "median_rkubelet_ms": med(|r| r.e2e.saturating_sub(r.cri)),
+        "median_rkubelet_ms": med(StartRun::share),
         "median_teardown_ms": med(|r| r.teardown),
     })
 }
 
 fn path_json(p: &PathResults) -> Value {
-    json!({
-        "sequential": p.sequential.iter().map(|r| json!({
-            "e2e_ms": ms(r.e2e), "cri_ms": ms(r.cri), "rkubelet_ms": ms(r.e2e.saturating_sub(r.cri)),
-            "teardown_ms": ms(r.teardown),
-        })).collect::<Vec<_>>(),
-        "median_e2e_ms": ms(p.median_e2e()),
-        "median_cri_ms": ms(p.median_cri()),
-        "median_rkubelet_ms": ms(p.median_share()),
-        "median_teardown_ms": ms(p.median_teardown()),
-        "batch": batch_json(&p.batch),
-    })
+    let mut v = runs_json(&p.sequential);
+    v["batch"] = batch_json(&p.batch);
+    v
 }
 
 impl Report {
@@ -337,7 +329,7 @@ impl Report {
                 ));
             }
             let v = &c.volume_pods;
-            let med = |f: fn(&StartRun) -> Duration| ms(median(v.iter().map(f).collect()));
+            let med = |f: fn(&StartRun) -> Duration| ms(median_by(v, f));
             s.push_str(&format!(
                 "\nApiserver create of the same pod with a configMap, a secret and the projected service account token \
                  volume (`kube-api-access-*`), {} runs alternating with the runs without volumes above: start {:.0} ms \
@@ -345,7 +337,7 @@ impl Report {
                 v.len(),
                 med(|r| r.e2e),
                 med(|r| r.cri),
-                med(|r| r.e2e.saturating_sub(r.cri)),
+                med(StartRun::share),
                 ms(c.api_pods.median_e2e()),
             ));
             s.push_str(&format!(
