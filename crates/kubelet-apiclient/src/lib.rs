@@ -11,7 +11,8 @@ pub mod patch;
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
-use k8s_openapi::api::authentication::v1::TokenRequest;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenReview};
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, Service};
 use thiserror::Error;
@@ -173,4 +174,15 @@ pub trait ObjectApi: Send + Sync + 'static {
 pub trait TokenApi: Send + Sync + 'static {
     /// Creates a TokenRequest for the service account `name`; the answer carries the token and its expiration.
     async fn create_token(&self, namespace: &str, name: &str, request: &TokenRequest) -> ApiResult<TokenRequest>;
+}
+
+/// Delegated authentication and authorization for the kubelet's own server (`cmd/kubelet/app/auth.go`): bearer
+/// tokens checked with TokenReviews, requests authorized with SubjectAccessReviews. Neither is stored: the
+/// answer carries the verdict in `status`.
+#[async_trait]
+pub trait ReviewApi: Send + Sync + 'static {
+    /// POST `/apis/authentication.k8s.io/v1/tokenreviews`.
+    async fn create_token_review(&self, review: &TokenReview) -> ApiResult<TokenReview>;
+    /// POST `/apis/authorization.k8s.io/v1/subjectaccessreviews`.
+    async fn create_subject_access_review(&self, review: &SubjectAccessReview) -> ApiResult<SubjectAccessReview>;
 }

@@ -362,6 +362,27 @@ impl kubelet_apiclient::TokenApi for KubeApi {
     }
 }
 
+#[async_trait]
+impl kubelet_apiclient::ReviewApi for KubeApi {
+    async fn create_token_review(
+        &self,
+        review: &k8s_openapi::api::authentication::v1::TokenReview,
+    ) -> ApiResult<k8s_openapi::api::authentication::v1::TokenReview> {
+        self.limiter.acquire().await;
+        let api: Api<k8s_openapi::api::authentication::v1::TokenReview> = Api::all(self.client.clone());
+        api.create(&PostParams::default(), review).await.map_err(map_err)
+    }
+
+    async fn create_subject_access_review(
+        &self,
+        review: &k8s_openapi::api::authorization::v1::SubjectAccessReview,
+    ) -> ApiResult<k8s_openapi::api::authorization::v1::SubjectAccessReview> {
+        self.limiter.acquire().await;
+        let api: Api<k8s_openapi::api::authorization::v1::SubjectAccessReview> = Api::all(self.client.clone());
+        api.create(&PostParams::default(), review).await.map_err(map_err)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,7 @@
+//! The kubelet's HTTP API (`pkg/kubelet/server`).
+//!
+//! - [`tls`]: the secure port's certificates and rustls configuration.
+//! - [`auth`]: authentication (x509, TokenReview, anonymous) and authorization (SubjectAccessReview).
+
+pub mod auth;
+pub mod tls;
