@@ -109,6 +109,12 @@ fn sorted<V>(m: &HashMap<Key, V>) -> Vec<(&Key, &V)> {
     v
 }
 
+/// client_golang writes label pairs sorted by name and orders series by their values in that order; families
+/// here declare their labels sorted, so the declared order is the written one.
+fn check_sorted(opts: &Opts) {
+    debug_assert!(opts.labels.windows(2).all(|w| w[0] < w[1]), "metric {}: declare labels sorted by name", opts.name);
+}
+
 fn label_ok(opts: &Opts, labels: &[&str]) -> bool {
     debug_assert_eq!(opts.labels.len(), labels.len(), "metric {}: label count", opts.name);
     opts.labels.len() == labels.len()
@@ -123,6 +129,7 @@ pub struct CounterVec {
 impl CounterVec {
     /// A new family.
     pub fn new(opts: Opts) -> Self {
+        check_sorted(&opts);
         CounterVec { opts, values: Mutex::new(HashMap::new()) }
     }
 
@@ -179,6 +186,7 @@ pub struct GaugeVec {
 impl GaugeVec {
     /// A new family.
     pub fn new(opts: Opts) -> Self {
+        check_sorted(&opts);
         GaugeVec { opts, values: Mutex::new(HashMap::new()) }
     }
 
@@ -251,6 +259,7 @@ impl HistogramVec {
     /// A new family with these upper bounds (ascending; `+Inf` is implied).
     pub fn new(opts: Opts, buckets: Vec<f64>) -> Self {
         debug_assert!(buckets.windows(2).all(|w| w[0] < w[1]), "metric {}: buckets must ascend", opts.name);
+        check_sorted(&opts);
         HistogramVec { opts, buckets, values: Mutex::new(HashMap::new()) }
     }
 

@@ -78,7 +78,13 @@ fn floats_render_as_prometheus_parsers_expect() {
     assert_eq!(format_float(f64::INFINITY), "+Inf");
     assert_eq!(format_float(1e-9), "1e-09");
     assert_eq!(format_float(3.2e22), "3.2e+22");
-    assert_eq!(format_float(123456789.0), "123456789");
+    assert_eq!(format_float(123456789.0), "1.23456789e+08");
+    assert_eq!(format_float(1048576.0), "1.048576e+06");
+    assert_eq!(format_float(123456.5), "123456.5");
+    assert_eq!(format_float(0.0001), "0.0001");
+    assert_eq!(format_float(0.00001), "1e-05");
+    assert_eq!(format_float(-1.0), "-1");
+    assert_eq!(format_float(745.0580596923828), "745.0580596923828");
 }
 
 #[test]

@@ -2,26 +2,27 @@
 
 use std::fmt::Write as _;
 
-/// A float as Go's `strconv.FormatFloat(v, 'g', -1, 64)` would render a sample value closely enough for
-/// every parser: integers without a fraction, `+Inf`, `-Inf`, `NaN`.
+/// A float as client_golang writes it (`writeFloat`: `1`, `0`, `-1`, `NaN`, `+Inf`, `-Inf` spelled out, else
+/// `strconv.FormatFloat(v, 'g', -1, 64)`: the shortest digits, with an exponent when it is below -4 or at least
+/// 6, e.g. `1.048576e+06`, `1e-05`).
 pub fn format_float(v: f64) -> String {
     if v.is_nan() {
-        "NaN".into()
-    } else if v == f64::INFINITY {
-        "+Inf".into()
-    } else if v == f64::NEG_INFINITY {
-        "-Inf".into()
-    } else if v != 0.0 && (v.abs() >= 1e21 || v.abs() < 1e-6) {
-        // Go switches to an exponent for large or tiny values; keep the digits short.
-        let s = format!("{v:e}");
-        match s.split_once('e') {
-            Some((m, e)) if !e.starts_with('-') => format!("{m}e+{:0>2}", e),
-            Some((m, e)) => format!("{m}e-{:0>2}", e.trim_start_matches('-')),
-            None => s,
-        }
-    } else {
-        format!("{v}")
+        return "NaN".into();
     }
+    if v.is_infinite() {
+        return if v > 0.0 { "+Inf".into() } else { "-Inf".into() };
+    }
+    if v == 0.0 {
+        return "0".into();
+    }
+    let e = format!("{v:e}");
+    let (mantissa, exp) = e.split_once('e').expect("LowerExp writes an exponent");
+    let exp: i32 = exp.parse().expect("LowerExp writes an integer exponent");
+    if (-4..6).contains(&exp) {
+        return format!("{v}");
+    }
+    let sign = if exp < 0 { '-' } else { '+' };
+    format!("{mantissa}e{sign}{:02}", exp.abs())
 }
 
 /// Escapes a label value: backslash, double quote and newline.

@@ -1,0 +1,161 @@
+//! The routes of the kubelet's ports (`pkg/kubelet/server/server.go` NewServer).
+//!
+//! - [`healthz_router`] — `healthzBindAddress:healthzPort`.
+//! - [`read_only_router`] — `readOnlyPort`, plain HTTP without authentication: the handlers that need no
+//!   authorization, and the debugging endpoints answering 405.
+//! - [`secure_router`] — `address:port` over TLS, every request through the authentication and authorization
+//!   filter; the debugging handlers (`/exec`, `/attach`, `/portForward`, `/run`, `/containerLogs`, `/logs/`,
+//!   `/configz`, `/runningpods/`) when `enableDebuggingHandlers`, else 405 `Debug endpoints are disabled.`.
+//!
+//! Unknown paths answer go-restful's `404: Page Not Found`, a known path with another method
+//! `405: Method Not Allowed`.
+
+mod health;
+mod nodelogs;
+mod pods;
+mod streaming;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+
+use crate::auth::{Authenticator, Authorizer, Decision, attributes, bearer_token};
+use crate::host::{ContainerAccess, PodsView};
+use crate::listen::conn_info;
+
+/// Options of the handlers.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The node's name (authorization attributes).
+    pub node_name: String,
+    /// `enableDebuggingHandlers`.
+    pub enable_debugging_handlers: bool,
+    /// `enableSystemLogHandler`.
+    pub enable_system_log_handler: bool,
+    /// The folder `/logs/` serves (`/var/log`).
+    pub system_log_dir: std::path::PathBuf,
+    /// `streamingConnectionIdleTimeout`: an exec, attach or port-forward stream with no traffic either way for
+    /// this long is closed.
+    pub streaming_idle_timeout: Duration,
+    /// Streams proxied at once (upstream's streaming server allows 1000 pending requests).
+    pub max_streams: usize,
+}
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct Handlers {
+    /// Options.
+    pub options: Arc<Options>,
+    /// The pods.
+    pub pods: Arc<dyn PodsView>,
+    /// Container access.
+    pub containers: Arc<dyn ContainerAccess>,
+    /// `/configz`: the effective configuration as `{"kubeletconfig": {...}}`.
+    pub configz: Arc<serde_json::Value>,
+    /// Wall clock (`sinceSeconds`).
+    pub clock: Arc<dyn kubelet_types::Clock>,
+    /// Stream slots (`Options::max_streams`).
+    pub streams: Arc<tokio::sync::Semaphore>,
+}
+
+/// A plain-text answer as Go's `http.Error` writes it.
+pub(crate) fn text(code: StatusCode, body: impl Into<String>) -> Response {
+    (
+        code,
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8"), (header::X_CONTENT_TYPE_OPTIONS, "nosniff")],
+        body.into(),
+    )
+        .into_response()
+}
+
+/// A JSON answer.
+pub(crate) fn json(code: StatusCode, v: &impl serde::Serialize) -> Response {
+    (code, [(header::CONTENT_TYPE, "application/json")], serde_json::to_vec(v).unwrap_or_default()).into_response()
+}
+
+async fn not_found() -> Response {
+    text(StatusCode::NOT_FOUND, "404: Page Not Found")
+}
+
+async fn method_not_allowed() -> Response {
+    text(StatusCode::METHOD_NOT_ALLOWED, "405: Method Not Allowed")
+}
+
+async fn debugging_disabled() -> Response {
+    text(StatusCode::METHOD_NOT_ALLOWED, "Debug endpoints are disabled.\n")
+}
+
+fn finish(r: Router<Handlers>, h: Handlers) -> Router {
+    r.fallback(not_found).method_not_allowed_fallback(method_not_allowed).with_state(h)
+}
+
+/// The healthz port.
+pub fn healthz_router(h: Handlers) -> Router {
+    finish(health::routes(Router::new()), h)
+}
+
+/// Handlers that need no debugging switch (`InstallAuthNotRequiredHandlers`).
+fn default_routes(r: Router<Handlers>) -> Router<Handlers> {
+    pods::routes(health::routes(r))
+}
+
+fn disabled_routes(mut r: Router<Handlers>) -> Router<Handlers> {
+    for p in ["/run", "/exec", "/attach", "/portForward", "/containerLogs", "/runningpods", "/debug/pprof", "/logs"] {
+        r = r
+            .route(&format!("{p}/"), any(debugging_disabled))
+            .route(&format!("{p}/{{*rest}}"), any(debugging_disabled));
+    }
+    r
+}
+
+/// The read-only port.
+pub fn read_only_router(h: Handlers) -> Router {
+    finish(disabled_routes(default_routes(Router::new())), h)
+}
+
+/// Authentication and authorization of the secure port.
+pub struct Auth {
+    /// Authenticators.
+    pub authenticator: Authenticator,
+    /// Authorizer.
+    pub authorizer: Authorizer,
+    /// The node's name.
+    pub node_name: String,
+}
+
+async fn filter(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Response {
+    let info = conn_info(&req);
+    let token = {
+        let hv = |n: header::HeaderName| req.headers().get(n).and_then(|v| v.to_str().ok());
+        bearer_token(hv(header::AUTHORIZATION), hv(header::SEC_WEBSOCKET_PROTOCOL))
+    };
+    let user = match auth.authenticator.authenticate(&info.peer, token.as_deref()).await {
+        Ok(u) => u,
+        Err(e) => {
+            tracing::debug!(reason = %e.0, remote = ?info.remote, "unable to authenticate the request");
+            return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
+        }
+    };
+    let attrs = attributes(req.method().as_str(), req.uri().path(), &auth.node_name);
+    match auth.authorizer.authorize(&user, &attrs).await {
+        Decision::Allow => next.run(req).await,
+        Decision::Forbidden(msg) => (StatusCode::FORBIDDEN, msg).into_response(),
+        Decision::Error(msg) => (StatusCode::INTERNAL_SERVER_ERROR, msg).into_response(),
+    }
+}
+
+/// The secure port.
+pub fn secure_router(h: Handlers, auth: Arc<Auth>) -> Router {
+    let mut r = default_routes(Router::new());
+    r = if h.options.enable_debugging_handlers { pods::debug_routes(r) } else { disabled_routes(r) };
+    finish(r, h).layer(axum::middleware::from_fn_with_state(auth, filter))
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

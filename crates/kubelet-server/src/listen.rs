@@ -1,0 +1,174 @@
+//! Accepting connections for the kubelet's ports (`ListenAndServeKubeletServer`,
+//! `ListenAndServeKubeletReadOnlyServer`, `ListenAndServePodResources` of `pkg/kubelet/server/server.go`).
+//!
+//! Upstream's Go server has a 4 h read timeout and no header timeout; here slow or hostile clients are held to
+//! tighter bounds ([`Limits`]): a TLS handshake must finish in 10 s, request headers in 30 s (which also closes
+//! idle keep-alive connections), headers are limited to 1 MiB, and at most `max_connections` connections are
+//! served at once (more are closed at accept, with a warning at most once a minute). Upgraded streams are
+//! bounded separately by the streaming proxy.
+//!
+//! [`serve`] runs until their cancellation token fires; then connections get a graceful
+//! shutdown (in-flight requests finish, up to the caller's own deadline).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+use crate::auth::PeerCert;
+use crate::tls::ClientCa;
+
+/// Bounds on connections.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Connections served at once.
+    pub max_connections: usize,
+    /// Time for the TLS handshake.
+    pub handshake_timeout: Duration,
+    /// Time for a request's headers, and for an idle keep-alive connection.
+    pub header_timeout: Duration,
+    /// Largest header block.
+    pub max_header_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_connections: 1024,
+            handshake_timeout: Duration::from_secs(10),
+            header_timeout: Duration::from_secs(30),
+            max_header_bytes: 1 << 20,
+        }
+    }
+}
+
+/// Facts about the connection a request came on, as a request extension.
+#[derive(Clone, Debug, Default)]
+pub struct ConnInfo {
+    /// The client's address.
+    pub remote: Option<SocketAddr>,
+    /// Its client certificate.
+    pub peer: PeerCert,
+}
+
+async fn serve_conn<S>(io: S, router: Router, info: ConnInfo, limits: Limits, cancel: CancellationToken)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let svc = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
+        req.extensions_mut().insert(info.clone());
+        let router = router.clone();
+        async move {
+            let Ok(resp) = router.oneshot(req.map(axum::body::Body::new)).await;
+            Ok::<_, Infallible>(resp)
+        }
+    });
+    let mut b = hyper::server::conn::http1::Builder::new();
+    b.timer(TokioTimer::new())
+        .header_read_timeout(limits.header_timeout)
+        .max_buf_size(limits.max_header_bytes.max(8192));
+    let conn = b.serve_connection(TokioIo::new(io), svc).with_upgrades();
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => if let Err(e) = r { tracing::debug!(error = %e, "connection ended") },
+        _ = cancel.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
+}
+
+struct Admission {
+    slots: Arc<Semaphore>,
+    last_warning: std::sync::Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Admission {
+    fn new(max: usize) -> Self {
+        Admission { slots: Arc::new(Semaphore::new(max)), last_warning: std::sync::Mutex::new(None) }
+    }
+
+    fn admit(&self, addr: &SocketAddr, remote: &SocketAddr) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        let p = self.slots.clone().try_acquire_owned().ok();
+        if p.is_none() {
+            let mut last = self.last_warning.lock().unwrap();
+            if last.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
+                tracing::warn!(address = %addr, remote = %remote, "too many connections; closing new ones");
+                *last = Some(tokio::time::Instant::now());
+            }
+        }
+        p
+    }
+}
+
+/// The TLS of a port: the rustls configuration and the CA client certificates are checked against.
+#[derive(Clone)]
+pub struct TlsSetup {
+    /// rustls configuration.
+    pub config: Arc<rustls::ServerConfig>,
+    /// `authentication.x509.clientCAFile`.
+    pub client_ca: Option<Arc<ClientCa>>,
+}
+
+/// Serves `router` on `listener`, over TLS when `tls` is given (client certificates are classified with its
+/// client CA), else plain HTTP (the read-only and healthz ports).
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<TlsSetup>,
+    router: Router,
+    limits: Limits,
+    cancel: CancellationToken,
+) {
+    let addr = listener.local_addr().ok();
+    let acceptor = tls.as_ref().map(|t| tokio_rustls::TlsAcceptor::from(t.config.clone()));
+    let client_ca = tls.and_then(|t| t.client_ca);
+    let admission = Admission::new(limits.max_connections);
+    let tracker = tokio_util::task::TaskTracker::new();
+    loop {
+        let (stream, remote) = tokio::select! {
+            _ = cancel.cancelled() => break,
+            r = listener.accept() => match r {
+                Ok(x) => x,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let Some(permit) = admission.admit(&addr.unwrap_or(remote), &remote) else { continue };
+        let (acceptor, router, limits, cancel, ca) =
+            (acceptor.clone(), router.clone(), limits.clone(), cancel.clone(), client_ca.clone());
+        tracker.spawn(async move {
+            let _permit = permit;
+            let Some(acceptor) = acceptor else {
+                let info = ConnInfo { remote: Some(remote), peer: PeerCert::None };
+                return serve_conn(stream, router, info, limits, cancel).await;
+            };
+            let tls = match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => return tracing::debug!(remote = %remote, error = %e, "TLS handshake failed"),
+                Err(_) => return tracing::debug!(remote = %remote, "TLS handshake timed out"),
+            };
+            let peer = PeerCert::from_chain(ca.as_deref(), tls.get_ref().1.peer_certificates());
+            serve_conn(tls, router, ConnInfo { remote: Some(remote), peer }, limits, cancel).await;
+        });
+    }
+    tracker.close();
+    tracker.wait().await;
+}
+
+/// A request's connection facts (absent in handler unit tests: then no certificate).
+pub fn conn_info(req: &Request) -> ConnInfo {
+    req.extensions().get::<ConnInfo>().cloned().unwrap_or_default()
+}
