@@ -64,6 +64,7 @@ impl BinNode {
         let mut cmd = Command::new(spec.binary);
         cmd.arg(format!("--config={}", p.join("config.yaml").display()))
             .arg(format!("--root-dir={}", p.join("root").display()))
+            .arg(format!("--cert-dir={}", p.join("pki").display()))
             .arg(format!("--hostname-override={NODE}"))
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log));

@@ -116,11 +116,15 @@ impl RemoteRuntime {
             // The deadline is also enforced locally: a hung connection attempt must not outlive it.
             Some(t) => match tokio::time::timeout(t + Duration::from_millis(100), fut).await {
                 Ok(r) => r,
-                Err(_) => return Err(CriError::DeadlineExceeded { op, seconds: t.as_secs() }),
+                Err(_) => {
+                    kubelet_metrics::kubelet::record_runtime_operation(op, start.elapsed().as_secs_f64(), false);
+                    return Err(CriError::DeadlineExceeded { op, seconds: t.as_secs() });
+                }
             },
             None => fut.await,
         };
         tracing::debug!(op, elapsed_us = start.elapsed().as_micros() as u64, ok = res.is_ok(), "cri call");
+        kubelet_metrics::kubelet::record_runtime_operation(op, start.elapsed().as_secs_f64(), res.is_ok());
         match res {
             Ok(r) => Ok(r.into_inner()),
             Err(s) if s.code() == tonic::Code::DeadlineExceeded || s.code() == tonic::Code::Cancelled => {
@@ -238,6 +242,43 @@ impl RuntimeService for RemoteRuntime {
         Ok(self.call("ListContainers", Some(self.timeout), c.list_containers(r)).await?.containers)
     }
 
+    async fn exec(&self, req: api::ExecRequest) -> CriResult<String> {
+        let mut c = self.runtime.clone();
+        let r = self.req(req, Some(self.timeout));
+        Ok(self.call("Exec", Some(self.timeout), c.exec(r)).await?.url)
+    }
+
+    async fn attach(&self, req: api::AttachRequest) -> CriResult<String> {
+        let mut c = self.runtime.clone();
+        let r = self.req(req, Some(self.timeout));
+        Ok(self.call("Attach", Some(self.timeout), c.attach(r)).await?.url)
+    }
+
+    async fn port_forward(&self, sandbox_id: &str, ports: Vec<i32>) -> CriResult<String> {
+        let mut c = self.runtime.clone();
+        let r = self
+            .req(api::PortForwardRequest { pod_sandbox_id: sandbox_id.to_string(), port: ports }, Some(self.timeout));
+        Ok(self.call("PortForward", Some(self.timeout), c.port_forward(r)).await?.url)
+    }
+
+    async fn list_container_stats(
+        &self,
+        filter: Option<api::ContainerStatsFilter>,
+    ) -> CriResult<Vec<api::ContainerStats>> {
+        let mut c = self.runtime.clone();
+        let r = self.req(api::ListContainerStatsRequest { filter }, Some(self.timeout));
+        Ok(self.call("ListContainerStats", Some(self.timeout), c.list_container_stats(r)).await?.stats)
+    }
+
+    async fn list_pod_sandbox_stats(
+        &self,
+        filter: Option<api::PodSandboxStatsFilter>,
+    ) -> CriResult<Vec<api::PodSandboxStats>> {
+        let mut c = self.runtime.clone();
+        let r = self.req(api::ListPodSandboxStatsRequest { filter }, Some(self.timeout));
+        Ok(self.call("ListPodSandboxStats", Some(self.timeout), c.list_pod_sandbox_stats(r)).await?.stats)
+    }
+
     async fn list_pod_sandbox_brief(&self) -> CriResult<Vec<crate::BriefSandbox>> {
         let path = "/runtime.v1.RuntimeService/ListPodSandbox";
         let r: crate::brief::BriefListPodSandboxResponse =
@@ -284,6 +325,12 @@ impl ImageService for RemoteRuntime {
         let mut c = self.images.clone();
         let r = self.req(api::PullImageRequest { image: Some(image), auth, sandbox_config }, None);
         Ok(self.call("PullImage", None, c.pull_image(r)).await?.image_ref)
+    }
+
+    async fn image_fs_info(&self) -> CriResult<api::ImageFsInfoResponse> {
+        let mut c = self.images.clone();
+        let r = self.req(api::ImageFsInfoRequest {}, Some(self.timeout));
+        self.call("ImageFsInfo", Some(self.timeout), c.image_fs_info(r)).await
     }
 
     async fn remove_image(&self, image: api::ImageSpec) -> CriResult<()> {

@@ -46,6 +46,38 @@ pub trait RuntimeService: Send + Sync + 'static {
         let _ = (id, cmd, timeout);
         Err(crate::CriError::Unimplemented { op: "ExecSync" })
     }
+    /// The streaming URL of an interactive command (`Exec`); the runtime's streaming server serves it once.
+    async fn exec(&self, req: api::ExecRequest) -> CriResult<String> {
+        let _ = req;
+        Err(crate::CriError::Unimplemented { op: "Exec" })
+    }
+    /// The streaming URL to attach to a running container (`Attach`).
+    async fn attach(&self, req: api::AttachRequest) -> CriResult<String> {
+        let _ = req;
+        Err(crate::CriError::Unimplemented { op: "Attach" })
+    }
+    /// The streaming URL to forward ports of a sandbox (`PortForward`); `ports` may be empty (SPDY clients name
+    /// them per stream).
+    async fn port_forward(&self, sandbox_id: &str, ports: Vec<i32>) -> CriResult<String> {
+        let _ = (sandbox_id, ports);
+        Err(crate::CriError::Unimplemented { op: "PortForward" })
+    }
+    /// Resource usage of the containers matching the filter (`ListContainerStats`).
+    async fn list_container_stats(
+        &self,
+        filter: Option<api::ContainerStatsFilter>,
+    ) -> CriResult<Vec<api::ContainerStats>> {
+        let _ = filter;
+        Err(crate::CriError::Unimplemented { op: "ListContainerStats" })
+    }
+    /// Resource usage of the sandboxes matching the filter, with their containers (`ListPodSandboxStats`).
+    async fn list_pod_sandbox_stats(
+        &self,
+        filter: Option<api::PodSandboxStatsFilter>,
+    ) -> CriResult<Vec<api::PodSandboxStats>> {
+        let _ = filter;
+        Err(crate::CriError::Unimplemented { op: "ListPodSandboxStats" })
+    }
     /// Every sandbox, brief (the PLEG relist). The default converts the full list.
     async fn list_pod_sandbox_brief(&self) -> CriResult<Vec<BriefSandbox>> {
         Ok(self.list_pod_sandbox(None).await?.into_iter().map(BriefSandbox::from).collect())
@@ -72,6 +104,10 @@ pub struct ExecOutput {
 pub trait ImageService: Send + Sync + 'static {
     /// Images matching the filter.
     async fn list_images(&self, filter: Option<api::ImageFilter>) -> CriResult<Vec<api::Image>>;
+    /// Usage of the filesystems holding images and container layers (`ImageFsInfo`).
+    async fn image_fs_info(&self) -> CriResult<api::ImageFsInfoResponse> {
+        Err(crate::CriError::Unimplemented { op: "ImageFsInfo" })
+    }
     /// The image, or `None` if it is not present.
     async fn image_status(&self, image: api::ImageSpec) -> CriResult<Option<api::Image>>;
     /// Pulls an image; returns its reference (image ID or digest).

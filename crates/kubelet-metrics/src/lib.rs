@@ -13,6 +13,7 @@
 //! and never blocks for long (one short mutex per family); a label count that does not match the family's is a
 //! programming error and panics in debug builds, and is dropped in release builds.
 
+pub mod kubelet;
 pub mod process;
 mod text;
 
@@ -55,24 +56,33 @@ pub struct Opts {
     pub help: &'static str,
     /// Stability level.
     pub stability: Stability,
-    /// Label names, in order.
+    /// Label names, sorted.
     pub labels: &'static [&'static str],
+    /// Whether the family is written before anything is recorded. component-base writes a plain metric
+    /// always and a vector (even one without labels) only once a series exists.
+    pub show_empty: bool,
 }
 
 impl Opts {
     /// An ALPHA family.
     pub const fn alpha(name: &'static str, help: &'static str, labels: &'static [&'static str]) -> Self {
-        Opts { name, help, stability: Stability::Alpha, labels }
+        Opts { name, help, stability: Stability::Alpha, labels, show_empty: labels.is_empty() }
     }
 
     /// A BETA family.
     pub const fn beta(name: &'static str, help: &'static str, labels: &'static [&'static str]) -> Self {
-        Opts { name, help, stability: Stability::Beta, labels }
+        Opts { name, help, stability: Stability::Beta, labels, show_empty: labels.is_empty() }
     }
 
     /// A STABLE family.
     pub const fn stable(name: &'static str, help: &'static str, labels: &'static [&'static str]) -> Self {
-        Opts { name, help, stability: Stability::Stable, labels }
+        Opts { name, help, stability: Stability::Stable, labels, show_empty: labels.is_empty() }
+    }
+
+    /// The same family written only once a series exists (a vector without labels).
+    pub const fn vec(mut self) -> Self {
+        self.show_empty = false;
+        self
     }
 
     /// Writes the `# HELP` and `# TYPE` lines.
@@ -164,7 +174,7 @@ impl Collector for CounterVec {
 
     fn collect(&self, out: &mut String) {
         let m = self.values.lock().unwrap();
-        if m.is_empty() && !self.opts.labels.is_empty() {
+        if m.is_empty() && !self.opts.show_empty {
             return;
         }
         self.opts.header(out, "counter");
@@ -227,7 +237,7 @@ impl Collector for GaugeVec {
 
     fn collect(&self, out: &mut String) {
         let m = self.values.lock().unwrap();
-        if m.is_empty() && !self.opts.labels.is_empty() {
+        if m.is_empty() && !self.opts.show_empty {
             return;
         }
         self.opts.header(out, "gauge");
@@ -301,7 +311,7 @@ impl Collector for HistogramVec {
 
     fn collect(&self, out: &mut String) {
         let m = self.values.lock().unwrap();
-        if m.is_empty() && !self.opts.labels.is_empty() {
+        if m.is_empty() && !self.opts.show_empty {
             return;
         }
         self.opts.header(out, "histogram");

@@ -106,7 +106,7 @@ impl Collector for ProcessCollector {
             (NAMES[6], "Maximum amount of virtual memory available in bytes.", "gauge", st.max_virtual_bytes),
         ];
         for (name, help, kind, v) in rows {
-            Opts { name, help, stability: Stability::Raw, labels: &[] }.header(out, kind);
+            Opts { name, help, stability: Stability::Raw, labels: &[], show_empty: true }.header(out, kind);
             let _ = writeln!(out, "{name} {}", format_float(v));
         }
     }

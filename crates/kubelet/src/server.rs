@@ -1,24 +1,22 @@
-//! The kubelet's small HTTP endpoints (`pkg/kubelet/server/server.go`): `/healthz` on
-//! `healthzBindAddress:healthzPort` with the `syncloop` and `pleg` checks, and, when `readOnlyPort` is set, the
-//! unauthenticated read-only API with `/healthz` and `/pods` (the desired pods with their current status).
+//! What the kubelet's HTTP API (`kubelet-server`, upstream `pkg/kubelet/server`) reads of the core: upstream's
+//! `HostInterface` as [`KubeletHost`], and the sync loop's health (`syncLoopHealthCheck`).
 //!
-//! [`serve`] runs until its cancellation token fires; a port that cannot be bound is an error at start.
+//! The handlers call these from the server's tasks at any time; nothing here blocks the sync loop (the pod list
+//! is a watch channel's latest value, statuses and the runtime cache are read under short locks, and runtime
+//! calls go to the CRI with its own timeouts).
 
-use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::routing::get;
-use k8s_openapi::api::core::v1::Pod as ApiPod;
-use kubelet_runtime::PlegHealth;
+use async_trait::async_trait;
+use kubelet_cri::{CriError, RuntimeService, api as cri};
+use kubelet_runtime::{PlegHealth, PodCache};
+use kubelet_server::host::{ContainerAccess, HealthResult, HostError, PodsView, StreamOpts};
 use kubelet_types::Pod;
+use kubelet_types::runtime::ContainerState;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::status::StatusManager;
 
@@ -51,9 +49,10 @@ impl SyncLoopHealth {
     }
 }
 
-/// What the handlers read.
+/// What the kubelet's HTTP handlers read of the core: the pods and their statuses, the runtime and its pod
+/// cache, and the health of the loops. Implements the traits of `kubelet-server`.
 #[derive(Clone)]
-pub struct ServerState {
+pub struct KubeletHost {
     /// Sync loop health.
     pub syncloop: Arc<SyncLoopHealth>,
     /// PLEG health.
@@ -62,55 +61,141 @@ pub struct ServerState {
     pub pods: watch::Receiver<Arc<Vec<Arc<Pod>>>>,
     /// Their statuses.
     pub status: Arc<StatusManager>,
+    /// The CRI runtime (streaming URLs, container status).
+    pub runtime: Arc<dyn RuntimeService>,
+    /// The runtime's view of the pods, as the PLEG keeps it.
+    pub cache: Arc<PodCache>,
 }
 
-async fn healthz(State(s): State<ServerState>) -> Response {
-    let checks = [("syncloop", s.syncloop.healthy()), ("pleg", s.pleg.healthy())];
-    if checks.iter().all(|(_, r)| r.is_ok()) {
-        return (StatusCode::OK, "ok").into_response();
-    }
-    let mut body = String::from("[+]ping ok\n[+]log ok\n");
-    for (name, r) in &checks {
-        match r {
-            Ok(()) => body.push_str(&format!("[+]{name} ok\n")),
-            Err(e) => {
-                tracing::warn!(check = name, error = %e, "healthz check failed");
-                body.push_str(&format!("[-]{name} failed: reason withheld\n"));
-            }
+fn host_error(e: CriError) -> HostError {
+    if e.is_not_found() { HostError::NotFound(e.to_string()) } else { HostError::Other(e.to_string()) }
+}
+
+impl KubeletHost {
+    fn with_status(&self, p: &Pod) -> Pod {
+        let mut p = p.clone();
+        if let Some(st) = self.status.get(&kubelet_types::pod_update::pod_uid(&p)) {
+            p.status = Some((*st).clone());
         }
+        p
     }
-    body.push_str("healthz check failed\n");
-    (StatusCode::INTERNAL_SERVER_ERROR, body).into_response()
+
+    /// The running container `name` of `pod` (`findContainer`).
+    fn running_container(&self, pod: &Pod, name: &str) -> Result<String, HostError> {
+        let uid = kubelet_types::pod_update::pod_uid(pod);
+        self.cache
+            .get(&uid)
+            .and_then(|st| {
+                st.container_statuses
+                    .iter()
+                    .find(|c| c.name == name && c.state == ContainerState::Running)
+                    .map(|c| c.id.clone())
+            })
+            .ok_or_else(|| HostError::Other(format!("container not found ({name:?})")))
+    }
 }
 
-async fn pods(State(s): State<ServerState>) -> Response {
-    let pods = s.pods.borrow().clone();
-    let items: Vec<ApiPod> = pods
-        .iter()
-        .map(|p| {
-            let mut p = (**p).clone();
-            if let Some(st) = s.status.get(&kubelet_types::pod_update::pod_uid(&p)) {
-                p.status = Some((*st).clone());
+#[async_trait]
+impl PodsView for KubeletHost {
+    fn health_checks(&self) -> Vec<HealthResult> {
+        vec![("syncloop", self.syncloop.healthy()), ("pleg", self.pleg.healthy())]
+    }
+
+    fn pods(&self) -> Vec<Pod> {
+        let pods = self.pods.borrow().clone();
+        pods.iter().map(|p| self.with_status(p)).collect()
+    }
+
+    fn pod(&self, namespace: &str, name: &str) -> Option<Pod> {
+        let pods = self.pods.borrow().clone();
+        pods.iter()
+            .find(|p| {
+                p.metadata.namespace.as_deref().unwrap_or("default") == namespace
+                    && p.metadata.name.as_deref() == Some(name)
+            })
+            .map(|p| self.with_status(p))
+    }
+
+    async fn running_pods(&self) -> Result<Vec<Pod>, HostError> {
+        let mut out = vec![];
+        for st in self.cache.statuses() {
+            if !st.sandbox_statuses.iter().any(|s| s.state == kubelet_types::runtime::SandboxState::Ready) {
+                continue;
             }
-            p
-        })
-        .collect();
-    let list = serde_json::json!({ "kind": "PodList", "apiVersion": "v1", "metadata": {}, "items": items });
-    ([("content-type", "application/json")], list.to_string()).into_response()
+            let containers: Vec<serde_json::Value> = st
+                .container_statuses
+                .iter()
+                .filter(|c| c.state == ContainerState::Running)
+                .map(|c| serde_json::json!({"name": c.name, "image": c.image}))
+                .collect();
+            let v = serde_json::json!({
+                "metadata": {"name": st.name, "namespace": st.namespace, "uid": st.id.to_string(), "creationTimestamp": null},
+                "spec": {"containers": containers},
+                "status": {},
+            });
+            out.push(serde_json::from_value(v).map_err(|e| HostError::Other(e.to_string()))?);
+        }
+        out.sort_by(|a: &Pod, b: &Pod| {
+            (&a.metadata.namespace, &a.metadata.name).cmp(&(&b.metadata.namespace, &b.metadata.name))
+        });
+        Ok(out)
+    }
 }
 
-/// The `/healthz` router.
-pub fn healthz_router(state: ServerState) -> Router {
-    Router::new().route("/healthz", get(healthz)).with_state(state)
-}
+#[async_trait]
+impl ContainerAccess for KubeletHost {
+    async fn exec(&self, pod: &Pod, container: &str, cmd: Vec<String>, o: StreamOpts) -> Result<String, HostError> {
+        let id = self.running_container(pod, container)?;
+        let req =
+            cri::ExecRequest { container_id: id, cmd, tty: o.tty, stdin: o.stdin, stdout: o.stdout, stderr: o.stderr };
+        self.runtime.exec(req).await.map_err(host_error)
+    }
 
-/// The read-only API router.
-pub fn read_only_router(state: ServerState) -> Router {
-    Router::new().route("/healthz", get(healthz)).route("/pods", get(pods)).with_state(state)
-}
+    async fn attach(&self, pod: &Pod, container: &str, o: StreamOpts) -> Result<String, HostError> {
+        let id = self.running_container(pod, container)?;
+        let req =
+            cri::AttachRequest { container_id: id, stdin: o.stdin, tty: o.tty, stdout: o.stdout, stderr: o.stderr };
+        self.runtime.attach(req).await.map_err(host_error)
+    }
 
-/// Serves `router` on `addr` until cancelled.
-pub async fn serve(addr: SocketAddr, router: Router, cancel: CancellationToken) -> std::io::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr).await?;
-    axum::serve(listener, router).with_graceful_shutdown(async move { cancel.cancelled().await }).await
+    async fn port_forward(&self, pod: &Pod, ports: Vec<i32>) -> Result<String, HostError> {
+        let uid = kubelet_types::pod_update::pod_uid(pod);
+        let sandbox =
+            self.cache.get(&uid).and_then(|st| st.sandbox_statuses.first().map(|s| s.id.clone())).ok_or_else(|| {
+                HostError::NotFound(format!("pod not found ({:?})", kubelet_types::pod_update::pod_ref(pod)))
+            })?;
+        self.runtime.port_forward(&sandbox, ports).await.map_err(host_error)
+    }
+
+    async fn run(&self, pod: &Pod, container: &str, cmd: Vec<String>) -> Result<Vec<u8>, HostError> {
+        let id = self.running_container(pod, container)?;
+        let out = self.runtime.exec_sync(&id, cmd.clone(), Duration::ZERO).await.map_err(host_error)?;
+        if out.exit_code != 0 {
+            return Err(HostError::Other(format!(
+                "command '{}' exited with {}: {}",
+                cmd.join(" "),
+                out.exit_code,
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        let mut all = out.stdout;
+        all.extend_from_slice(&out.stderr);
+        Ok(all)
+    }
+
+    async fn log_file(&self, container_id: &str) -> Result<PathBuf, HostError> {
+        let st = self
+            .runtime
+            .container_status(container_id)
+            .await
+            .map_err(|e| HostError::Other(format!("unable to retrieve container logs for {container_id}: {e}")))?;
+        Ok(PathBuf::from(st.log_path))
+    }
+
+    async fn is_running(&self, container_id: &str) -> bool {
+        self.runtime
+            .container_status(container_id)
+            .await
+            .is_ok_and(|st| st.state == cri::ContainerState::ContainerRunning as i32)
+    }
 }

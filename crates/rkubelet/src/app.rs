@@ -2,7 +2,6 @@
 //! manager, spawns them into one task tracker, and on SIGTERM/SIGINT cancels them and waits a bounded time.
 //! Pods keep running across a restart of rkubelet, as with the Go kubelet. A second signal exits at once.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +12,7 @@ use kubelet::events::EventSink;
 use kubelet::mirror::{ApiMirrorClient, MirrorClient};
 use kubelet::pod_workers::PodWorkers;
 use kubelet::runtime_state::RuntimeState;
-use kubelet::server::{ServerState, SyncLoopHealth, healthz_router, read_only_router, serve};
+use kubelet::server::{KubeletHost, SyncLoopHealth};
 use kubelet::status::StatusManager;
 use kubelet::status::apisync::StatusSync;
 use kubelet::sync_loop::{SyncLoop, SyncLoopDeps};
@@ -125,54 +124,42 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     std::fs::create_dir_all(&pod_logs_dir).with_context(|| format!("create {}", pod_logs_dir.display()))?;
 
     // Health endpoints come up first, so a runtime that is not there yet is visible.
+    kubelet_metrics::kubelet::register_all();
+    kubelet_metrics::kubelet::NODE_NAME.set(&[&node_name], 1.0);
     let syncloop_health = Arc::new(SyncLoopHealth::new(cfg.sync_frequency.0));
     let pleg_health = Arc::new(PlegHealth::new(RELIST_THRESHOLD));
     let status = Arc::new(StatusManager::new(clock.clone()));
     let (pods_tx, pods_rx) = watch::channel(Arc::new(Vec::new()));
-    let server_state = ServerState {
+    let remote = Arc::new(RemoteRuntime::new(&cfg.container_runtime_endpoint, cfg.runtime_request_timeout.0)?);
+    let cache = Arc::new(PodCache::default());
+    let host = Arc::new(KubeletHost {
         syncloop: syncloop_health.clone(),
         pleg: pleg_health.clone(),
         pods: pods_rx,
         status: status.clone(),
+        runtime: remote.clone(),
+        cache: cache.clone(),
+    });
+    let handlers = kubelet_server::handlers::Handlers {
+        options: Arc::new(crate::server::options(&cfg, &node_name)),
+        pods: host.clone(),
+        containers: host,
+        configz: Arc::new(crate::server::configz(&cfg)),
+        clock: clock.clone(),
+        streams: Arc::new(tokio::sync::Semaphore::new(crate::server::options(&cfg, &node_name).max_streams)),
     };
-    let healthz_port = cfg.healthz_port.unwrap_or(10248);
-    if healthz_port > 0 {
-        let addr: SocketAddr = format!("{}:{}", cfg.healthz_bind_address, healthz_port)
-            .parse()
-            .with_context(|| format!("healthzBindAddress {:?}", cfg.healthz_bind_address))?;
-        let listener_cancel = cancel.clone();
-        let router = healthz_router(server_state.clone());
-        // Bind now so a taken port fails start-up.
-        let listener =
-            tokio::net::TcpListener::bind(addr).await.with_context(|| format!("listen for healthz on {addr}"))?;
-        tracker.spawn(async move {
-            let _ = axum::serve(listener, router)
-                .with_graceful_shutdown(async move { listener_cancel.cancelled().await })
-                .await;
-        });
-        info!(address = %addr, "healthz server listening");
-    }
-    if cfg.read_only_port > 0 {
-        let addr: SocketAddr = format!("{}:{}", cfg.address, cfg.read_only_port)
-            .parse()
-            .with_context(|| format!("address {:?}", cfg.address))?;
-        let router = read_only_router(server_state.clone());
-        let c = cancel.clone();
-        tracker.spawn(async move {
-            if let Err(e) = serve(addr, router, c).await {
-                warn!(address = %addr, error = %e, "read-only server failed");
-            }
-        });
-        info!(address = %addr, "read-only server listening");
+    crate::server::start_local(&cfg, &handlers, &tracker, &cancel).await?;
+    // Without an apiserver the secure port needs nothing more; it is checked (and bound) before the runtime wait.
+    if kubeconfig.is_none() {
+        crate::server::start_secure(&cfg, &cli.cert_dir, &node_name, &*clock, &handlers, None, &tracker, &cancel)
+            .await?;
     }
 
-    let remote = RemoteRuntime::new(&cfg.container_runtime_endpoint, cfg.runtime_request_timeout.0)?;
     let Some(runtime_version) = wait_for_runtime(&remote, &cancel).await else {
         tracker.close();
         tracker.wait().await;
         return Ok(());
     };
-    let remote = Arc::new(remote);
 
     let cgroups: Arc<dyn PodCgroups> = if cfg.cgroups_per_qos.unwrap_or(true) {
         let root = PathBuf::from("/sys/fs/cgroup");
@@ -246,7 +233,6 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         )
         .with_node_facts(node_facts);
     let runtime = Arc::new(runtime);
-    let cache = Arc::new(PodCache::default());
 
     let runtime_state = Arc::new(RuntimeState::default());
     tracker.spawn(runtime_state.clone().run(remote.clone() as Arc<dyn RuntimeService>, cancel.clone()));
@@ -309,6 +295,18 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         );
         objects.bind(kube.clone(), strategy);
         tracker.spawn(StatusSync::new(status.clone(), kube.clone()).run(cancel.clone()));
+        let reviews: Arc<dyn kubelet_apiclient::ReviewApi> = kube.clone();
+        crate::server::start_secure(
+            &cfg,
+            &cli.cert_dir,
+            &node_name,
+            &*clock,
+            &handlers,
+            Some(reviews),
+            &tracker,
+            &cancel,
+        )
+        .await?;
         api = Some(kube);
     }
     drop(src_tx);

@@ -8,6 +8,7 @@ mod cluster;
 mod node;
 mod objects;
 mod residency;
+mod server;
 
 use std::process::ExitCode;
 
@@ -24,6 +25,11 @@ fn load_config(cli: &Cli) -> anyhow::Result<KubeletConfiguration> {
         Some(path) => load_file(path)?,
         None => {
             let mut c = KubeletConfiguration::new();
+            // Without a file, upstream's flag defaults apply where they differ from v1beta1's:
+            // --anonymous-auth=true, --authentication-token-webhook=false, --authorization-mode=AlwaysAllow.
+            c.authentication.anonymous.enabled = Some(true);
+            c.authentication.webhook.enabled = Some(false);
+            c.authorization.mode = "AlwaysAllow".into();
             c.set_defaults();
             c.apply_default_eviction_hard();
             c

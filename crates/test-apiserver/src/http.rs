@@ -348,6 +348,12 @@ fn resource(c: &Ctx, t: &Target) -> Result<Response<Body>, ApiError> {
                 },
             ))
         }
+        (&Method::POST, None) if def.resource == "tokenreviews" => {
+            Ok(respond(201, &crate::review::token_review(&c.shared, def, c.json()?)?))
+        }
+        (&Method::POST, None) if def.resource == "subjectaccessreviews" => {
+            Ok(respond(201, &crate::review::access_review(&c.shared, def, c.json()?)?))
+        }
         (&Method::POST, None) => {
             let obj = c.shared.create(def, ns, c.json()?, &c.user)?;
             Ok(respond(201, &obj))

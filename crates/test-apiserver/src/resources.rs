@@ -30,6 +30,7 @@ pub struct ResourceDef {
 const ALL_VERBS: &[&str] = &["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"];
 const NS_VERBS: &[&str] = &["create", "delete", "get", "list", "patch", "update", "watch"];
 const LIST_ONLY: &[&str] = &["get", "list", "watch"];
+const CREATE_ONLY: &[&str] = &["create"];
 
 macro_rules! res {
     ($g:expr, $v:expr, $r:expr, $s:expr, $k:expr, $ns:expr, $short:expr, $verbs:expr, $sub:expr, $cat:expr) => {
@@ -72,6 +73,30 @@ pub static RESOURCES: &[ResourceDef] = &[
         &[]
     ),
     res!("events.k8s.io", "v1", "events", "event", "Event", true, &["ev"], ALL_VERBS, &[], &[]),
+    res!(
+        "authentication.k8s.io",
+        "v1",
+        "tokenreviews",
+        "tokenreview",
+        "TokenReview",
+        false,
+        &[],
+        CREATE_ONLY,
+        &[],
+        &[]
+    ),
+    res!(
+        "authorization.k8s.io",
+        "v1",
+        "subjectaccessreviews",
+        "subjectaccessreview",
+        "SubjectAccessReview",
+        false,
+        &[],
+        CREATE_ONLY,
+        &[],
+        &[]
+    ),
     res!("storage.k8s.io", "v1", "csidrivers", "csidriver", "CSIDriver", false, &[], LIST_ONLY, &[], &[]),
 ];
 

@@ -51,6 +51,8 @@ pub struct Options {
     /// The longest lifetime of a service account token (`--service-account-max-token-expiration`); longer
     /// requests are granted this one. `None`: as asked.
     pub max_token_expiration: Option<Duration>,
+    /// Who may do what, for SubjectAccessReviews (`system:masters` may do everything besides).
+    pub access_rules: Vec<crate::review::AccessRule>,
 }
 
 impl Default for Options {
@@ -66,6 +68,7 @@ impl Default for Options {
             tls: None,
             auto_approve_node_csrs: false,
             max_token_expiration: None,
+            access_rules: Vec::new(),
         }
     }
 }
@@ -131,17 +134,7 @@ impl Shared {
             return self.opts.anonymous.clone().ok_or_else(ApiError::unauthorized);
         };
         let token = h.strip_prefix("Bearer ").map(str::trim).ok_or_else(ApiError::unauthorized)?;
-        if let Some((_, u)) = self.opts.tokens.iter().find(|(t, _)| t == token) {
-            return Ok(u.clone());
-        }
-        if self.opts.bootstrap_tokens.iter().any(|t| t == token) {
-            let id = token.split('.').next().unwrap_or("");
-            return Ok(User {
-                name: format!("system:bootstrap:{id}"),
-                groups: vec!["system:bootstrappers".into(), "system:authenticated".into()],
-            });
-        }
-        Err(ApiError::unauthorized())
+        crate::review::user_of_token(self, token).ok_or_else(ApiError::unauthorized)
     }
 
     fn record(&self, r: RequestRecord) {

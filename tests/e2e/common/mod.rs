@@ -59,6 +59,8 @@ pub async fn clean_runtime(rt: &RemoteRuntime) {
 pub const HEALTHZ_PORT: u16 = 20248;
 /// Read-only API port.
 pub const READ_ONLY_PORT: u16 = 20255;
+/// The kubelet API (HTTPS).
+pub const SECURE_PORT: u16 = 20250;
 /// Node name of the test node.
 pub const NODE: &str = "e2e-node";
 
@@ -80,7 +82,7 @@ fn config_yaml(manifests: &Path, logs: &Path) -> String {
     format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
          containerRuntimeEndpoint: {}\nstaticPodPath: {}\npodLogsDir: {}\nfileCheckFrequency: 20s\n\
-         healthzBindAddress: 127.0.0.1\nhealthzPort: {HEALTHZ_PORT}\naddress: 127.0.0.1\nreadOnlyPort: {READ_ONLY_PORT}\n\
+         healthzBindAddress: 127.0.0.1\nhealthzPort: {HEALTHZ_PORT}\naddress: 127.0.0.1\nport: {SECURE_PORT}\nreadOnlyPort: {READ_ONLY_PORT}\n\
          failSwapOn: false\nresolvConf: /etc/resolv.conf\nauthentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n\
          authorization:\n  mode: AlwaysAllow\n",
         endpoint(),
@@ -141,6 +143,7 @@ impl Node {
         let child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
             .arg(format!("--config={}", self.config.display()))
             .arg(format!("--root-dir={}", self.root.display()))
+            .arg(format!("--cert-dir={}", self.dir.join("pki").display()))
             .arg(format!("--hostname-override={NODE}"))
             .arg("--v=3")
             .args(&self.extra_args)

@@ -1,0 +1,333 @@
+//! The kubelet's own metrics on `/metrics` (`pkg/kubelet/metrics/metrics.go`, `pkg/kubelet/server/metrics`),
+//! with upstream's names, help, labels, buckets and stability. Each is registered in [`crate::global`] when first
+//! used; [`register_all`] registers every one at start-up so a scrape lists them from the beginning, as
+//! upstream's `metrics.Register()` does.
+
+use std::sync::{Arc, LazyLock};
+
+use crate::{CounterVec, DEFAULT_BUCKETS, GaugeVec, HistogramVec, Opts, exponential_buckets, register_global};
+
+/// `podStartupDurationBuckets`.
+pub const POD_STARTUP_BUCKETS: [f64; 25] = [
+    0.5, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 20.0, 30.0, 45.0, 60.0, 120.0, 180.0, 240.0, 300.0, 360.0, 480.0,
+    600.0, 900.0, 1200.0, 1800.0, 2700.0, 3600.0,
+];
+
+macro_rules! metric {
+    ($(#[$m:meta])* $name:ident: $t:ty = $init:expr) => {
+        $(#[$m])*
+        pub static $name: LazyLock<Arc<$t>> = LazyLock::new(|| register_global($init));
+    };
+}
+
+metric!(
+    /// `kubelet_pod_start_duration_seconds`: from the kubelet first seeing a pod to its containers running.
+    POD_START_DURATION: HistogramVec = HistogramVec::new(
+        Opts::alpha(
+            "kubelet_pod_start_duration_seconds",
+            "Duration in seconds from kubelet seeing a pod for the first time to the pod starting to run",
+            &[],
+        ),
+        POD_STARTUP_BUCKETS.to_vec(),
+    )
+);
+metric!(
+    /// `kubelet_pod_start_sli_duration_seconds`: from pod creation to all containers started, image pulls excluded.
+    POD_START_SLI_DURATION: HistogramVec = HistogramVec::new(
+        Opts::alpha(
+            "kubelet_pod_start_sli_duration_seconds",
+            "Duration in seconds to start a pod, excluding time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch",
+            &[],
+        )
+        .vec(),
+        POD_STARTUP_BUCKETS.to_vec(),
+    )
+);
+metric!(
+    /// `kubelet_pod_start_total_duration_seconds`: from pod creation to all containers started.
+    POD_START_TOTAL_DURATION: HistogramVec = HistogramVec::new(
+        Opts::alpha(
+            "kubelet_pod_start_total_duration_seconds",
+            "Duration in seconds to start a pod since creation, including time to pull images and run init containers, measured from pod creation timestamp to when all its containers are reported as started and observed via watch",
+            &[],
+        )
+        .vec(),
+        POD_STARTUP_BUCKETS.to_vec(),
+    )
+);
+metric!(
+    /// `kubelet_pod_worker_duration_seconds{operation_type}`: one pod sync (`create`, `update`, `sync`, `kill`).
+    POD_WORKER_DURATION: HistogramVec = HistogramVec::new(
+        Opts::alpha(
+            "kubelet_pod_worker_duration_seconds",
+            "Duration in seconds to sync a single pod. Broken down by operation type: create, update, or sync",
+            &["operation_type"],
+        ),
+        DEFAULT_BUCKETS.to_vec(),
+    )
+);
+metric!(
+    /// `kubelet_pod_worker_start_duration_seconds`: from seeing a pod to starting its worker.
+    POD_WORKER_START_DURATION: HistogramVec = HistogramVec::new(
+        Opts::alpha(
+            "kubelet_pod_worker_start_duration_seconds",
+            "Duration in seconds from kubelet seeing a pod to starting a worker.",
+            &[],
+        ),
+        DEFAULT_BUCKETS.to_vec(),
+    )
+);
+metric!(
+    /// `kubelet_pleg_relist_duration_seconds`.
+    PLEG_RELIST_DURATION: HistogramVec = HistogramVec::new(
+        Opts::alpha("kubelet_pleg_relist_duration_seconds", "Duration in seconds for relisting pods in PLEG.", &[]),
+        DEFAULT_BUCKETS.to_vec(),
+    )
+);
+metric!(
+    /// `kubelet_pleg_relist_interval_seconds`.
+    PLEG_RELIST_INTERVAL: HistogramVec = HistogramVec::new(
+        Opts::alpha("kubelet_pleg_relist_interval_seconds", "Interval in seconds between relisting in PLEG.", &[]),
+        DEFAULT_BUCKETS.to_vec(),
+    )
+);
+metric!(
+    /// `kubelet_pleg_last_seen_seconds`: Unix time of the last relist.
+    PLEG_LAST_SEEN: GaugeVec = GaugeVec::new(Opts::alpha(
+        "kubelet_pleg_last_seen_seconds",
+        "Timestamp in seconds when PLEG was last seen active.",
+        &[],
+    ))
+);
+metric!(
+    /// `kubelet_pleg_discard_events`.
+    PLEG_DISCARD_EVENTS: CounterVec =
+        CounterVec::new(Opts::alpha("kubelet_pleg_discard_events", "The number of discard events in PLEG.", &[]))
+);
+metric!(
+    /// `kubelet_running_pods`: pods with a running sandbox.
+    RUNNING_PODS: GaugeVec =
+        GaugeVec::new(Opts::alpha("kubelet_running_pods", "Number of pods that have a running pod sandbox", &[]))
+);
+metric!(
+    /// `kubelet_running_containers{container_state}`.
+    RUNNING_CONTAINERS: GaugeVec = GaugeVec::new(Opts::alpha(
+        "kubelet_running_containers",
+        "Number of containers currently running",
+        &["container_state"],
+    ))
+);
+metric!(
+    /// `kubelet_runtime_operations_total{operation_type}`.
+    RUNTIME_OPERATIONS: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_runtime_operations_total",
+        "Cumulative number of runtime operations by operation type.",
+        &["operation_type"],
+    ))
+);
+metric!(
+    /// `kubelet_runtime_operations_duration_seconds{operation_type}`.
+    RUNTIME_OPERATIONS_DURATION: HistogramVec = HistogramVec::new(
+        Opts::alpha(
+            "kubelet_runtime_operations_duration_seconds",
+            "Duration in seconds of runtime operations. Broken down by operation type.",
+            &["operation_type"],
+        ),
+        exponential_buckets(0.005, 2.5, 14),
+    )
+);
+metric!(
+    /// `kubelet_runtime_operations_errors_total{operation_type}`.
+    RUNTIME_OPERATIONS_ERRORS: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_runtime_operations_errors_total",
+        "Cumulative number of runtime operation errors by operation type.",
+        &["operation_type"],
+    ))
+);
+metric!(
+    /// `kubelet_started_pods_total`.
+    STARTED_PODS: CounterVec =
+        CounterVec::new(Opts::alpha("kubelet_started_pods_total", "Cumulative number of pods started", &[]))
+);
+metric!(
+    /// `kubelet_started_pods_errors_total`.
+    STARTED_PODS_ERRORS: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_started_pods_errors_total",
+        "Cumulative number of errors when starting pods",
+        &[],
+    ))
+);
+metric!(
+    /// `kubelet_started_containers_total{container_type}`.
+    STARTED_CONTAINERS: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_started_containers_total",
+        "Cumulative number of containers started",
+        &["container_type"],
+    ))
+);
+metric!(
+    /// `kubelet_started_containers_errors_total{code,container_type}`.
+    STARTED_CONTAINERS_ERRORS: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_started_containers_errors_total",
+        "Cumulative number of errors when starting containers",
+        &["code", "container_type"],
+    ))
+);
+metric!(
+    /// `kubelet_node_name{node}`, always 1.
+    NODE_NAME: GaugeVec =
+        GaugeVec::new(Opts::alpha("kubelet_node_name", "The node's name. The count is always 1.", &["node"]))
+);
+metric!(
+    /// `kubelet_desired_pods{static}`.
+    DESIRED_PODS: GaugeVec = GaugeVec::new(Opts::alpha(
+        "kubelet_desired_pods",
+        "The number of pods the kubelet is being instructed to run. static is true if the pod is not from the apiserver.",
+        &["static"],
+    ))
+);
+metric!(
+    /// `kubelet_mirror_pods`.
+    MIRROR_PODS: GaugeVec = GaugeVec::new(Opts::alpha(
+        "kubelet_mirror_pods",
+        "The number of mirror pods the kubelet will try to create (one per admitted static pod)",
+        &[],
+    ))
+);
+metric!(
+    /// `kubelet_http_requests_total{long_running,method,path,server_type}`.
+    HTTP_REQUESTS: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_http_requests_total",
+        "Number of the http requests received since the server started",
+        &["long_running", "method", "path", "server_type"],
+    ))
+);
+metric!(
+    /// `kubelet_http_requests_duration_seconds{long_running,method,path,server_type}`.
+    HTTP_REQUESTS_DURATION: HistogramVec = HistogramVec::new(
+        Opts::alpha(
+            "kubelet_http_requests_duration_seconds",
+            "Duration in seconds to serve http requests",
+            &["long_running", "method", "path", "server_type"],
+        ),
+        DEFAULT_BUCKETS.to_vec(),
+    )
+);
+metric!(
+    /// `kubelet_http_inflight_requests{long_running,method,path,server_type}`.
+    HTTP_INFLIGHT: GaugeVec = GaugeVec::new(Opts::alpha(
+        "kubelet_http_inflight_requests",
+        "Number of the inflight http requests",
+        &["long_running", "method", "path", "server_type"],
+    ))
+);
+
+/// Registers every kubelet metric and the process collector in [`crate::global`] (idempotent).
+pub fn register_all() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        LazyLock::force(&POD_START_DURATION);
+        LazyLock::force(&POD_START_SLI_DURATION);
+        LazyLock::force(&POD_START_TOTAL_DURATION);
+        LazyLock::force(&POD_WORKER_DURATION);
+        LazyLock::force(&POD_WORKER_START_DURATION);
+        LazyLock::force(&PLEG_RELIST_DURATION);
+        LazyLock::force(&PLEG_RELIST_INTERVAL);
+        LazyLock::force(&PLEG_LAST_SEEN);
+        LazyLock::force(&PLEG_DISCARD_EVENTS);
+        LazyLock::force(&RUNNING_PODS);
+        LazyLock::force(&RUNNING_CONTAINERS);
+        LazyLock::force(&RUNTIME_OPERATIONS);
+        LazyLock::force(&RUNTIME_OPERATIONS_DURATION);
+        LazyLock::force(&RUNTIME_OPERATIONS_ERRORS);
+        LazyLock::force(&STARTED_PODS);
+        LazyLock::force(&STARTED_PODS_ERRORS);
+        LazyLock::force(&STARTED_CONTAINERS);
+        LazyLock::force(&STARTED_CONTAINERS_ERRORS);
+        LazyLock::force(&NODE_NAME);
+        LazyLock::force(&DESIRED_PODS);
+        LazyLock::force(&MIRROR_PODS);
+        LazyLock::force(&HTTP_REQUESTS);
+        LazyLock::force(&HTTP_REQUESTS_DURATION);
+        LazyLock::force(&HTTP_INFLIGHT);
+        crate::global().register(Arc::new(crate::process::ProcessCollector));
+    });
+}
+
+/// A CRI method name as upstream's `operation_type` spells it: `RunPodSandbox` → `run_podsandbox`,
+/// `ListContainerStats` → `list_container_stats`, `UpdateContainerResources` → `update_container`.
+pub fn operation_type(cri_method: &str) -> String {
+    if cri_method == "UpdateContainerResources" {
+        return "update_container".into();
+    }
+    let m = cri_method.replace("PodSandbox", "Podsandbox");
+    let mut out = String::with_capacity(m.len() + 4);
+    for (i, c) in m.chars().enumerate() {
+        if c.is_ascii_uppercase() {
+            if i > 0 {
+                out.push('_');
+            }
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Records one runtime call (`instrumentedRuntimeService`).
+pub fn record_runtime_operation(cri_method: &str, seconds: f64, ok: bool) {
+    let op = operation_type(cri_method);
+    RUNTIME_OPERATIONS.inc(&[&op]);
+    RUNTIME_OPERATIONS_DURATION.observe(&[&op], seconds);
+    if !ok {
+        RUNTIME_OPERATIONS_ERRORS.inc(&[&op]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operation_types_are_upstreams() {
+        for (m, want) in [
+            ("RunPodSandbox", "run_podsandbox"),
+            ("ListPodSandboxStats", "list_podsandbox_stats"),
+            ("PodSandboxStatus", "podsandbox_status"),
+            ("ListContainers", "list_containers"),
+            ("ExecSync", "exec_sync"),
+            ("PortForward", "port_forward"),
+            ("ImageFsInfo", "image_fs_info"),
+            ("ReopenContainerLog", "reopen_container_log"),
+            ("UpdateContainerResources", "update_container"),
+            ("Version", "version"),
+        ] {
+            assert_eq!(operation_type(m), want);
+        }
+    }
+
+    #[test]
+    fn every_kubelet_metric_renders_with_its_stability() {
+        register_all();
+        record_runtime_operation("ListPodSandbox", 0.002, true);
+        let text = crate::global().gather();
+        for name in [
+            "kubelet_pod_start_duration_seconds",
+            "kubelet_pod_worker_start_duration_seconds",
+            "kubelet_pleg_relist_duration_seconds",
+            "kubelet_pleg_relist_interval_seconds",
+            "kubelet_pleg_last_seen_seconds",
+            "kubelet_running_pods",
+            "kubelet_started_pods_total",
+            "kubelet_runtime_operations_total",
+            "process_resident_memory_bytes",
+        ] {
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name} missing:\n{text}");
+        }
+        assert!(text.contains("kubelet_runtime_operations_total{operation_type=\"list_podsandbox\"} 1\n"), "{text}");
+        assert!(text.contains("kubelet_runtime_operations_duration_seconds_bucket{operation_type=\"list_podsandbox\",le=\"0.005\"} 1\n"), "{text}");
+        assert!(!text.contains("kubelet_pod_start_sli_duration_seconds"), "a vector is hidden until used");
+        assert!(text.contains("# HELP kubelet_running_pods [ALPHA] Number of pods that have a running pod sandbox\n"));
+    }
+}
