@@ -85,17 +85,21 @@ impl CriError {
         }
     }
 
-    /// The error as Go's gRPC client prints it (`rpc error: code = NotFound desc = ...`), as upstream puts it in
-    /// events and container statuses.
-    pub fn grpc_text(&self) -> String {
-        let code = match self {
+    /// The gRPC status code's name (`NotFound`, `Unavailable`, ...).
+    pub fn code(&self) -> &str {
+        match self {
             CriError::NotFound { .. } => "NotFound",
             CriError::Unavailable { .. } => "Unavailable",
             CriError::DeadlineExceeded { .. } => "DeadlineExceeded",
             CriError::Unimplemented { .. } => "Unimplemented",
             CriError::Other { code, .. } => code.as_str(),
-        };
-        format!("rpc error: code = {code} desc = {}", self.message())
+        }
+    }
+
+    /// The error as Go's gRPC client prints it (`rpc error: code = NotFound desc = ...`), as upstream puts it in
+    /// events and container statuses.
+    pub fn grpc_text(&self) -> String {
+        format!("rpc error: code = {} desc = {}", self.code(), self.message())
     }
 
     /// The tonic status this error stands for (for the gRPC adapter of the fake).

@@ -364,14 +364,21 @@ impl RuntimeManager {
         })?;
         let config = config_gen::container_config(&self.cfg, pod, c, restart_count, &env.vars, mounts, &image_user)
             .map_err(|m| err("CreateContainerConfigError", m))?;
-        let id = self
-            .runtime
-            .create_container(sandbox_id, config, sandbox_config.clone())
-            .await
-            .map_err(|e| err("CreateContainerError", e.message()))?;
+        let kind = container_type(pod, &c.name);
+        kubelet_metrics::kubelet::STARTED_CONTAINERS.inc(&[kind]);
+        let started_error = |e: &kubelet_cri::CriError| {
+            kubelet_metrics::kubelet::STARTED_CONTAINERS_ERRORS.inc(&[e.code(), kind]);
+        };
+        let id = self.runtime.create_container(sandbox_id, config, sandbox_config.clone()).await.map_err(|e| {
+            started_error(&e);
+            err("CreateContainerError", e.message())
+        })?;
         let cref = container_reference(pod, &c.name);
         self.recorder.event(&cref, NORMAL, reason::CREATED, format!("Created container: {}", c.name));
-        self.runtime.start_container(&id).await.map_err(|e| err("RunContainerError", e.message()))?;
+        self.runtime.start_container(&id).await.map_err(|e| {
+            started_error(&e);
+            err("RunContainerError", e.message())
+        })?;
         self.recorder.event(&cref, NORMAL, reason::STARTED, format!("Started container {}", c.name));
         info!(pod = %pod_ref(pod), containerName = %c.name, containerID = %id, restartCount = restart_count, "started container");
         if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
@@ -444,6 +451,18 @@ fn rand_u32() -> u32 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
     h.finish() as u32
+}
+
+/// `container`, `init_container` or `ephemeral_container`, as the started-containers metrics label them.
+fn container_type(pod: &Pod, name: &str) -> &'static str {
+    let spec = pod.spec.as_ref();
+    if spec.is_some_and(|s| s.init_containers.iter().flatten().any(|c| c.name == name)) {
+        "init_container"
+    } else if spec.is_some_and(|s| s.ephemeral_containers.iter().flatten().any(|c| c.name == name)) {
+        "ephemeral_container"
+    } else {
+        "container"
+    }
 }
 
 #[cfg(test)]

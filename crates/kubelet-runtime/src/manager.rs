@@ -531,7 +531,9 @@ impl RuntimeManager {
         crate::logs::ensure_dir(std::path::Path::new(&config.log_directory)).map_err(|e| {
             err("CreatePodSandboxConfigError", format!("create log directory {}: {e}", config.log_directory))
         })?;
+        kubelet_metrics::kubelet::STARTED_PODS.inc(&[]);
         let id = self.runtime.run_pod_sandbox(config, "").await.map_err(|e| {
+            kubelet_metrics::kubelet::STARTED_PODS_ERRORS.inc(&[]);
             let m = format!("Failed to create pod sandbox: {}", e.message());
             self.recorder.event(&pod_reference(pod), WARNING, reason::FAILED_CREATE_POD_SANDBOX, m.clone());
             err("FailedCreatePodSandBox", m)

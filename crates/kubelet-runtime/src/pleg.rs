@@ -68,6 +68,7 @@ pub struct GenericPleg {
     period: Duration,
     old: HashMap<PodUid, HashMap<String, PlegState>>,
     names: HashMap<PodUid, (String, String)>,
+    last_relist: Option<tokio::time::Instant>,
 }
 
 impl GenericPleg {
@@ -80,7 +81,7 @@ impl GenericPleg {
         health: Arc<PlegHealth>,
         period: Duration,
     ) -> Self {
-        Self { manager, cache, events, health, period, old: HashMap::new(), names: HashMap::new() }
+        Self { manager, cache, events, health, period, old: HashMap::new(), names: HashMap::new(), last_relist: None }
     }
 
     /// Relists until cancelled.
@@ -100,8 +101,16 @@ impl GenericPleg {
 
     /// One relist: returns the events sent.
     pub async fn relist(&mut self) -> Result<Vec<PodLifecycleEvent>, kubelet_cri::CriError> {
+        use kubelet_metrics::kubelet as m;
+        let start = tokio::time::Instant::now();
+        if let Some(prev) = self.last_relist.replace(start) {
+            m::PLEG_RELIST_INTERVAL.observe(&[], (start - prev).as_secs_f64());
+        }
         let pods = self.manager.get_pods(true).await?;
         self.health.mark();
+        let wall = self.manager.clock().now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        m::PLEG_LAST_SEEN.set(&[], wall.as_secs() as f64);
+        running_metrics(&pods);
         let mut new: HashMap<PodUid, HashMap<String, PlegState>> = HashMap::with_capacity(pods.len());
         for p in &pods {
             let mut m = HashMap::with_capacity(p.containers.len() + p.sandboxes.len());
@@ -152,11 +161,35 @@ impl GenericPleg {
             debug!(podUID = %e.id, event = ?e.kind, data = %e.data, "PLEG event");
             if self.events.try_send(e.clone()).is_err() {
                 warn!("event channel is full, discard this relist() cycle event");
+                kubelet_metrics::kubelet::PLEG_DISCARD_EVENTS.inc(&[]);
                 break;
             }
         }
+        kubelet_metrics::kubelet::PLEG_RELIST_DURATION.observe(&[], start.elapsed().as_secs_f64());
         Ok(all_events)
     }
+}
+
+/// `kubelet_running_pods` (pods with a ready sandbox) and `kubelet_running_containers` per state
+/// (`updateRunningPodAndContainerMetrics`; states not seen are set to 0 rather than left stale).
+fn running_metrics(pods: &[kubelet_types::runtime::RuntimePod]) {
+    let mut states = [("created", 0u32), ("running", 0), ("exited", 0), ("unknown", 0)];
+    for p in pods {
+        for c in &p.containers {
+            let i = match c.state {
+                ContainerState::Created => 0,
+                ContainerState::Running => 1,
+                ContainerState::Exited => 2,
+                ContainerState::Unknown => 3,
+            };
+            states[i].1 += 1;
+        }
+    }
+    for (state, n) in states {
+        kubelet_metrics::kubelet::RUNNING_CONTAINERS.set(&[state], f64::from(n));
+    }
+    let running = pods.iter().filter(|p| p.sandboxes.iter().any(|(_, s)| *s == SandboxState::Ready)).count();
+    kubelet_metrics::kubelet::RUNNING_PODS.set(&[], running as f64);
 }
 
 fn generate_events(uid: &PodUid, id: &str, old: Option<PlegState>, new: Option<PlegState>) -> Vec<PodLifecycleEvent> {

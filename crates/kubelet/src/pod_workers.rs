@@ -227,6 +227,10 @@ impl PodWorkers {
     async fn worker(self, uid: PodUid, notify: Arc<Notify>) {
         let mut next_at: Option<Instant> = None;
         let mut run_now = false;
+        // `kubelet_pod_worker_duration_seconds{operation_type}`: the first sync creates, an update updates, a
+        // timer resyncs.
+        let mut operation = "create";
+        let mut synced_once = false;
         loop {
             if !run_now {
                 let deadline = next_at.unwrap_or_else(|| Instant::now() + self.resync);
@@ -240,6 +244,9 @@ impl PodWorkers {
                 if woken && !pending {
                     continue;
                 }
+                if synced_once {
+                    operation = if pending { "update" } else { "sync" };
+                }
             }
             if self.cancel.is_cancelled() {
                 return;
@@ -251,7 +258,12 @@ impl PodWorkers {
                 WorkerPhase::Syncing => {
                     let Some(pod) = pod else { continue };
                     let span = info_span!("sync_pod", pod = %key, podUID = %uid);
-                    match self.syncer.sync_pod(&pod).instrument(span).await {
+                    let started = Instant::now();
+                    let outcome = self.syncer.sync_pod(&pod).instrument(span).await;
+                    kubelet_metrics::kubelet::POD_WORKER_DURATION
+                        .observe(&[operation], started.elapsed().as_secs_f64());
+                    synced_once = true;
+                    match outcome {
                         SyncOutcome::Synced => {}
                         SyncOutcome::Retry(d) => next_at = Some(Instant::now() + d),
                         SyncOutcome::Requeue(d) => next_at = Some(Instant::now() + d.min(self.resync)),
@@ -268,10 +280,12 @@ impl PodWorkers {
                         st.terminating = Some(token.clone());
                     }
                     let step = self.syncer.sync_terminating_pod(&key, pod.as_ref(), grace).instrument(span);
+                    let started = Instant::now();
                     let res = tokio::select! {
                         r = step => Some(r),
                         _ = token.cancelled() => None,
                     };
+                    kubelet_metrics::kubelet::POD_WORKER_DURATION.observe(&["kill"], started.elapsed().as_secs_f64());
                     if let Some(st) = self.shared.pods.lock().unwrap().get_mut(&uid) {
                         st.terminating = None;
                     }

@@ -122,6 +122,29 @@ impl KubeletSyncer {
         Some(end.saturating_sub(now))
     }
 
+    /// `kubelet_pod_start_duration_seconds`: from the kubelet first seeing the pod (`kubernetes.io/config.seen`)
+    /// to its first Running status (`SyncPod`).
+    fn observe_start(&self, pod: &Pod, phase: Option<&str>) {
+        if phase != Some("Running") {
+            return;
+        }
+        let before = self.status.get(&kubelet_types::pod_update::pod_uid(pod));
+        if before.as_ref().is_some_and(|s| s.phase.as_deref() != Some("Pending")) {
+            return;
+        }
+        let seen = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(kubelet_types::labels::CONFIG_SEEN))
+            .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok());
+        if let Some(seen) = seen {
+            let now = chrono::DateTime::<chrono::Utc>::from(self.runtime.clock().now());
+            let secs = (now - seen.with_timezone(&chrono::Utc)).num_milliseconds() as f64 / 1000.0;
+            kubelet_metrics::kubelet::POD_START_DURATION.observe(&[], secs.max(0.0));
+        }
+    }
+
     async fn publish(&self, pod: &Pod, rt: &PodStatus, terminal: bool) -> Option<String> {
         let name = self.runtime.runtime_name().await.unwrap_or_else(|_| "containerd".into());
         let deadline_exceeded = self.deadline_left(pod).is_some_and(|d| d.is_zero());
@@ -144,6 +167,7 @@ impl KubeletSyncer {
         };
         let status = generate_api_pod_status(pod, &inputs);
         let phase = status.phase.clone();
+        self.observe_start(pod, phase.as_deref());
         self.status.set_pod_status(pod, status);
         phase
     }

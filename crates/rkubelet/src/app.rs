@@ -147,6 +147,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         configz: Arc::new(crate::server::configz(&cfg)),
         clock: clock.clone(),
         streams: Arc::new(tokio::sync::Semaphore::new(crate::server::options(&cfg, &node_name).max_streams)),
+        probe_metrics: Arc::new(kubelet_metrics::Registry::new()),
     };
     crate::server::start_local(&cfg, &handlers, &tracker, &cancel).await?;
     // Without an apiserver the secure port needs nothing more; it is checked (and bound) before the runtime wait.

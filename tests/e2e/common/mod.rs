@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod kubelet_api;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

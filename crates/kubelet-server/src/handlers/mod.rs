@@ -11,6 +11,7 @@
 //! `405: Method Not Allowed`.
 
 mod health;
+mod metrics;
 mod nodelogs;
 mod pods;
 mod streaming;
@@ -62,6 +63,8 @@ pub struct Handlers {
     pub clock: Arc<dyn kubelet_types::Clock>,
     /// Stream slots (`Options::max_streams`).
     pub streams: Arc<tokio::sync::Semaphore>,
+    /// What `/metrics/probes` serves.
+    pub probe_metrics: Arc<kubelet_metrics::Registry>,
 }
 
 /// A plain-text answer as Go's `http.Error` writes it.
@@ -102,7 +105,7 @@ pub fn healthz_router(h: Handlers) -> Router {
 
 /// Handlers that need no debugging switch (`InstallAuthNotRequiredHandlers`).
 fn default_routes(r: Router<Handlers>) -> Router<Handlers> {
-    pods::routes(health::routes(r))
+    metrics::routes(pods::routes(health::routes(r)))
 }
 
 fn disabled_routes(mut r: Router<Handlers>) -> Router<Handlers> {
@@ -116,7 +119,7 @@ fn disabled_routes(mut r: Router<Handlers>) -> Router<Handlers> {
 
 /// The read-only port.
 pub fn read_only_router(h: Handlers) -> Router {
-    finish(disabled_routes(default_routes(Router::new())), h)
+    metrics::recorded(finish(disabled_routes(default_routes(Router::new())), h), "readonly")
 }
 
 /// Authentication and authorization of the secure port.
@@ -154,7 +157,7 @@ async fn filter(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Resp
 pub fn secure_router(h: Handlers, auth: Arc<Auth>) -> Router {
     let mut r = default_routes(Router::new());
     r = if h.options.enable_debugging_handlers { pods::debug_routes(r) } else { disabled_routes(r) };
-    finish(r, h).layer(axum::middleware::from_fn_with_state(auth, filter))
+    metrics::recorded(finish(r, h).layer(axum::middleware::from_fn_with_state(auth, filter)), "readwrite")
 }
 
 #[cfg(test)]

@@ -1,0 +1,262 @@
+//! End to end: the kubelet API on the secure port (issue 7) — the real binary on the real containerd, called
+//! as the apiserver, metrics-server and Prometheus call it: container logs with every option, exec and
+//! port-forward over WebSocket through the runtime's streaming server, `/metrics` in the text format, and the
+//! authentication/authorization matrix decided by the test apiserver's TokenReviews and SubjectAccessReviews.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::kubelet_api::KubeletApi;
+use common::*;
+
+const POD: &str = "talk-e2e-node";
+
+fn anonymous_allowed(n: &Node) -> String {
+    std::fs::read_to_string(&n.config)
+        .unwrap()
+        .replace("anonymous:\n    enabled: false", "anonymous:\n    enabled: true")
+}
+
+fn talk_manifest() -> String {
+    manifest(
+        "talk",
+        &[],
+        &[
+            ("app", "echo out-1; sleep 0.3; echo err-1 >&2; sleep 0.3; echo out-2; exec sleep 3600"),
+            ("ticker", "i=0; trap 'exit 0' TERM; while true; do i=$((i+1)); echo tick-$i; sleep 0.2; done"),
+            ("http", "mkdir -p /www && echo served-by-httpd > /www/index.html && exec httpd -f -p 8080 -h /www"),
+        ],
+        "  terminationGracePeriodSeconds: 1\n",
+    )
+}
+
+fn open_fds(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map(|d| d.count()).unwrap_or(0)
+}
+
+#[tokio::test]
+async fn logs_exec_and_port_forward_through_the_kubelet_api() {
+    let (_g, rt) = fresh_runtime().await;
+    let mut node = Node::start_with(&[("talk.yaml", &talk_manifest())], anonymous_allowed);
+    node.wait_running(POD).await;
+    let api = KubeletApi::new(SECURE_PORT);
+    let app = format!("/containerLogs/default/{POD}/app");
+
+    // Logs: the whole log, then each query option.
+    node.wait_for("the app's three lines", Duration::from_secs(20), || async {
+        (api.get(&app).await == (200, "out-1\nerr-1\nout-2\n".to_string())).then_some(())
+    })
+    .await;
+    assert_eq!(api.get(&format!("{app}?tailLines=1")).await, (200, "out-2\n".into()));
+    assert_eq!(api.get(&format!("{app}?tail=2")).await.1, "err-1\nout-2\n", "the legacy parameter");
+    assert_eq!(api.get(&format!("{app}?limitBytes=8")).await.1, "out-1\ner");
+    let (_, stamped) = api.get(&format!("{app}?timestamps=true")).await;
+    let lines: Vec<&str> = stamped.lines().collect();
+    assert_eq!(lines.len(), 3, "{stamped}");
+    for (l, text) in lines.iter().zip(["out-1", "err-1", "out-2"]) {
+        let (ts, rest) = l.split_once(' ').unwrap();
+        assert_eq!(rest, text);
+        assert_eq!(ts.len(), "2026-01-02T03:04:05.123456789Z".len(), "nine fractional digits: {ts}");
+        assert!(ts.ends_with('Z'));
+    }
+    let second = lines[1].split_once(' ').unwrap().0;
+    assert_eq!(api.get(&format!("{app}?sinceTime={second}")).await.1, "err-1\nout-2\n");
+    assert_eq!(api.get(&format!("{app}?sinceSeconds=3600")).await.1, "out-1\nerr-1\nout-2\n");
+    assert_eq!(
+        api.get(&format!("{app}?sinceSeconds=1&sinceTime={second}")).await,
+        (422, r#"{"message": "Invalid request."}"#.into())
+    );
+    assert_eq!(api.get(&format!("{app}?tailLines=x")).await, (400, r#"{"message": "Unable to decode query."}"#.into()));
+    assert_eq!(
+        api.get(&format!("{app}?previous=true")).await,
+        (400, format!("previous terminated container \"app\" in pod \"{POD}\" not found"))
+    );
+    assert_eq!(
+        api.get(&format!("/containerLogs/default/{POD}/nope")).await,
+        (404, format!("container \"nope\" not found in pod \"{POD}\"\n"))
+    );
+    assert_eq!(api.get("/containerLogs/default/nope/app").await, (404, "pod \"nope\" does not exist\n".into()));
+
+    // follow: new lines arrive as the container writes them; clients that leave leave nothing behind.
+    let pid = node.pid();
+    let fds_before = open_fds(pid);
+    for _ in 0..10 {
+        let resp = api.send("GET", &format!("/containerLogs/default/{POD}/ticker?follow=true&tailLines=0")).await;
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.into_body();
+        let mut seen = String::new();
+        while seen.matches("tick-").count() < 2 {
+            use http_body_util::BodyExt;
+            let f = tokio::time::timeout(Duration::from_secs(5), body.frame()).await.expect("a followed line in time");
+            seen.push_str(&String::from_utf8_lossy(&f.unwrap().unwrap().into_data().unwrap()));
+        }
+        assert!(seen.starts_with("tick-") && seen.ends_with('\n'), "{seen}");
+    }
+    node.wait_for("the followers' files and watches closed", Duration::from_secs(10), || async {
+        (open_fds(pid) <= fds_before + 2).then_some(())
+    })
+    .await;
+
+    // exec over WebSocket (v4.channel.k8s.io): stdout, stderr and the exit status.
+    let cmd = "command=sh&command=-c&command=echo%20out;%20echo%20err%20%3E%262;%20exit%203";
+    let mut ws =
+        api.websocket(&format!("/exec/default/{POD}/app?{cmd}&output=1&error=1"), "v4.channel.k8s.io").await.unwrap();
+    let got = ws.drain().await;
+    assert_eq!(got.get(&1).map(|b| String::from_utf8_lossy(b).into_owned()).as_deref(), Some("out\n"));
+    assert_eq!(got.get(&2).map(|b| String::from_utf8_lossy(b).into_owned()).as_deref(), Some("err\n"));
+    let status: serde_json::Value = serde_json::from_slice(&got[&3]).unwrap();
+    assert_eq!(status["status"], "Failure", "{status}");
+    assert_eq!(status["reason"], "NonZeroExitCode");
+    assert_eq!(status["details"]["causes"][0]["reason"], "ExitCode");
+    assert_eq!(status["details"]["causes"][0]["message"], "3");
+    // stdin reaches the command.
+    let mut ws = api
+        .websocket(&format!("/exec/default/{POD}/app?command=head&command=-n1&input=1&output=1"), "v4.channel.k8s.io")
+        .await
+        .unwrap();
+    ws.send(0, b"hello from stdin\n").await;
+    let got = ws.drain().await;
+    assert_eq!(String::from_utf8_lossy(&got[&1]), "hello from stdin\n");
+    assert_eq!(serde_json::from_slice::<serde_json::Value>(&got[&3]).unwrap()["status"], "Success");
+    // What the runtime refuses reaches the client unchanged (kubectl falls back to SPDY on it).
+    let refused = api.websocket(&format!("/exec/default/{POD}/app?command=true&output=1"), "v5.channel.k8s.io").await;
+    assert_eq!(refused.err().map(|e| e.0), Some(403));
+    assert_eq!(
+        api.request("POST", &format!("/exec/default/{POD}/app?command=true&output=1")).await,
+        (500, "Upgrade request required\n".into())
+    );
+
+    // port-forward over WebSocket to busybox httpd in the pod.
+    let mut ws = api.websocket(&format!("/portForward/default/{POD}?port=8080"), "v4.channel.k8s.io").await.unwrap();
+    let mut port_prefixes = 0;
+    let mut data = Vec::new();
+    ws.send(0, b"GET / HTTP/1.0\r\nHost: pod\r\n\r\n").await;
+    while let Some((ch, bytes)) =
+        tokio::time::timeout(Duration::from_secs(10), ws.recv()).await.expect("a reply in time")
+    {
+        if bytes == 8080u16.to_le_bytes() && port_prefixes < 2 {
+            port_prefixes += 1;
+            continue;
+        }
+        if ch == 0 {
+            data.extend_from_slice(&bytes);
+        }
+        if String::from_utf8_lossy(&data).contains("served-by-httpd") {
+            break;
+        }
+    }
+    let reply = String::from_utf8_lossy(&data);
+    assert!(reply.starts_with("HTTP/1.1 200 OK"), "{reply}");
+    assert!(reply.contains("served-by-httpd"), "{reply}");
+
+    // /run: the command's output.
+    assert_eq!(api.request("POST", &format!("/run/default/{POD}/app?cmd=echo%20ran")).await, (200, "ran\n".into()));
+
+    // /metrics: the text format with upstream's families.
+    let (code, text) = api.get("/metrics").await;
+    assert_eq!(code, 200);
+    let fams = parse_prometheus(&text);
+    for (name, kind) in [
+        ("kubelet_pod_start_duration_seconds", "histogram"),
+        ("kubelet_pod_worker_duration_seconds", "histogram"),
+        ("kubelet_pleg_relist_duration_seconds", "histogram"),
+        ("kubelet_pleg_relist_interval_seconds", "histogram"),
+        ("kubelet_pleg_last_seen_seconds", "gauge"),
+        ("kubelet_running_pods", "gauge"),
+        ("kubelet_running_containers", "gauge"),
+        ("kubelet_runtime_operations_total", "counter"),
+        ("kubelet_runtime_operations_duration_seconds", "histogram"),
+        ("kubelet_started_pods_total", "counter"),
+        ("kubelet_node_name", "gauge"),
+        ("process_resident_memory_bytes", "gauge"),
+        ("process_cpu_seconds_total", "counter"),
+    ] {
+        assert_eq!(fams.get(name).map(|f| f.0.as_str()), Some(kind), "{name} in /metrics");
+    }
+    let sample = |name: &str, labels: &str| fams[name].1.iter().find(|(l, _)| l == labels).map(|(_, v)| *v);
+    assert_eq!(sample("kubelet_node_name", "node=\"e2e-node\""), Some(1.0));
+    assert_eq!(sample("kubelet_running_pods", ""), Some(1.0));
+    assert_eq!(sample("kubelet_running_containers", "container_state=\"running\""), Some(3.0));
+    assert!(sample("kubelet_runtime_operations_total", "operation_type=\"exec\"").unwrap() >= 3.0);
+    assert!(sample("kubelet_started_pods_total", "").unwrap() >= 1.0);
+    assert!(sample("kubelet_pod_start_duration_seconds_count", "").unwrap() >= 1.0);
+
+    node.stop_and_clean(&rt).await;
+}
+
+/// Parses the Prometheus text format strictly: every sample belongs to a family declared before it with
+/// `# TYPE`, names and label pairs are well formed, values are floats, histogram buckets grow and end at
+/// `+Inf` equal to `_count`. Returns family → (type, [(labels, value)]) with samples under their own names.
+fn parse_prometheus(text: &str) -> BTreeMap<String, (String, Vec<(String, f64)>)> {
+    let mut fams: BTreeMap<String, (String, Vec<(String, f64)>)> = BTreeMap::new();
+    let mut current = String::new();
+    let valid_name = |n: &str| {
+        !n.is_empty()
+            && n.chars()
+                .enumerate()
+                .all(|(i, c)| c.is_ascii_alphabetic() || c == '_' || c == ':' || (i > 0 && c.is_ascii_digit()))
+    };
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# HELP ") {
+            let name = rest.split(' ').next().unwrap();
+            assert!(valid_name(name), "HELP name {line}");
+            continue;
+        }
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            assert!(["counter", "gauge", "histogram", "summary", "untyped"].contains(&kind), "{line}");
+            assert!(fams.insert(name.to_string(), (kind.to_string(), vec![])).is_none(), "family twice: {line}");
+            current = name.to_string();
+            continue;
+        }
+        assert!(!line.starts_with('#') && !line.is_empty(), "unexpected line {line:?}");
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        let value: f64 = match value {
+            "+Inf" => f64::INFINITY,
+            "-Inf" => f64::NEG_INFINITY,
+            v => v.parse().unwrap_or_else(|_| panic!("value of {line}")),
+        };
+        let (name, labels) = match series.split_once('{') {
+            Some((n, l)) => (n, l.strip_suffix('}').unwrap_or_else(|| panic!("labels of {line}")).to_string()),
+            None => (series, String::new()),
+        };
+        assert!(valid_name(name), "sample name {line}");
+        if !labels.is_empty() {
+            for pair in labels.split("\",") {
+                let (k, v) = pair.split_once("=\"").unwrap_or_else(|| panic!("label pair of {line}"));
+                assert!(valid_name(k), "label name of {line}");
+                assert!(!v.trim_end_matches('"').contains('\n'));
+            }
+        }
+        let base = ["_bucket", "_sum", "_count"].iter().find_map(|s| name.strip_suffix(s)).filter(|b| *b == current);
+        assert!(name == current || base.is_some(), "sample {name} outside its family {current}");
+        fams.get_mut(&current).unwrap().1.push((labels.clone(), value));
+        // Also under the sample's own name, for lookups of _count and _sum.
+        if name != current {
+            fams.entry(name.to_string()).or_insert_with(|| ("sample".into(), vec![])).1.push((labels, value));
+        }
+    }
+    for (name, (kind, _)) in &fams {
+        if kind != "histogram" {
+            continue;
+        }
+        let mut series: BTreeMap<String, Vec<(String, f64)>> = BTreeMap::new();
+        for (l, v) in &fams[&format!("{name}_bucket")].1 {
+            let (others, le) = l.rsplit_once("le=\"").unwrap_or_else(|| panic!("{name}: bucket without le"));
+            series
+                .entry(others.trim_end_matches(',').to_string())
+                .or_default()
+                .push((le.trim_end_matches('"').into(), *v));
+        }
+        for (others, buckets) in series {
+            assert!(buckets.windows(2).all(|w| w[0].1 <= w[1].1), "{name}{{{others}}}: buckets grow: {buckets:?}");
+            let (le, inf) = buckets.last().unwrap();
+            assert_eq!(le, "+Inf", "{name}{{{others}}}: the last bucket is +Inf");
+            let count = fams[&format!("{name}_count")].1.iter().find(|(l, _)| *l == others).map(|(_, v)| *v);
+            assert_eq!(count, Some(*inf), "{name}{{{others}}}: +Inf equals _count");
+        }
+    }
+    fams
+}
