@@ -186,6 +186,95 @@ async fn logs_exec_and_port_forward_through_the_kubelet_api() {
     node.stop_and_clean(&rt).await;
 }
 
+#[tokio::test]
+async fn authentication_and_authorization_are_decided_by_the_apiserver() {
+    use test_apiserver::review::AccessRule;
+    use test_apiserver::{Options, TestApiServer, TlsOptions, User};
+    let (_g, rt) = fresh_runtime().await;
+    let user =
+        |n: &str, groups: &[&str]| User { name: n.into(), groups: groups.iter().map(|g| g.to_string()).collect() };
+    let server = TestApiServer::start(Options {
+        tls: Some(TlsOptions::default()),
+        anonymous: None,
+        tokens: vec![
+            ("viewer-token".into(), user("viewer", &["system:authenticated"])),
+            ("ops-token".into(), user("ops", &["system:masters", "system:authenticated"])),
+        ],
+        access_rules: vec![AccessRule::new("user:metrics-reader", &["get"], &["nodes/metrics", "nodes/stats"])],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubelet.conf");
+    let (cert, key) = server.issue_client_cert("system:node:e2e-node", &["system:nodes"]).unwrap();
+    server.kubeconfig_for(&kubeconfig, &cert, &key).unwrap();
+    let ca = dir.path().join("ca.crt");
+    std::fs::write(&ca, server.ca_pem().unwrap()).unwrap();
+    let config = |n: &Node| {
+        std::fs::read_to_string(&n.config)
+            .unwrap()
+            .replace(
+                "  webhook:\n    enabled: false\n",
+                &format!(
+                    "  webhook:\n    enabled: true\n    cacheTTL: 2m\n  x509:\n    clientCAFile: {}\n",
+                    ca.display()
+                ),
+            )
+            .replace("mode: AlwaysAllow", "mode: Webhook")
+    };
+    let mut node = Node::start_full(&[], config, vec![format!("--kubeconfig={}", kubeconfig.display())]);
+    let api = KubeletApi::new(SECURE_PORT);
+    node.wait_for("the secure port", Duration::from_secs(30), || async {
+        let port_up = std::net::TcpStream::connect(("127.0.0.1", SECURE_PORT)).is_ok();
+        port_up.then_some(())
+    })
+    .await;
+
+    // Authentication.
+    assert_eq!(api.get("/pods").await, (401, "Unauthorized".into()), "no credentials");
+    assert_eq!(api.with_token("nope").get("/pods").await.0, 401, "a token the apiserver refuses");
+    let other = TestApiServer::start(Options { tls: Some(TlsOptions::default()), ..Default::default() }).await.unwrap();
+    let foreign = other.issue_client_cert("admin", &["system:masters"]).unwrap();
+    assert_eq!(api.with_cert(foreign).get("/pods").await.0, 401, "a certificate from another CA");
+
+    // Authorization, per subresource and verb.
+    let viewer = api.with_token("viewer-token");
+    assert_eq!(
+        viewer.get("/pods").await,
+        (403, "Forbidden (user=viewer, verb=get, resource=nodes, subresource(s)=[pods proxy])\n".into())
+    );
+    let reader = api.with_cert(server.issue_client_cert("metrics-reader", &[]).unwrap());
+    let (code, text) = reader.get("/metrics").await;
+    assert_eq!(code, 200, "{text}");
+    assert!(text.contains("kubelet_node_name{node=\"e2e-node\"} 1"));
+    assert_eq!(
+        reader.request("POST", "/exec/default/x/y?command=id&output=1").await,
+        (403, "Forbidden (user=metrics-reader, verb=create, resource=nodes, subresource(s)=[proxy])\n".into())
+    );
+    assert_eq!(reader.get("/configz").await.0, 403);
+    let admin = api.with_cert(server.issue_client_cert("admin", &["system:masters"]).unwrap());
+    let (code, body) = admin.get("/configz").await;
+    assert_eq!(code, 200);
+    let cfg: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(cfg["kubeletconfig"]["authorization"]["mode"], "Webhook");
+    assert_eq!(cfg["kubeletconfig"]["port"], SECURE_PORT);
+    assert!(cfg["kubeletconfig"].get("kind").is_none(), "no TypeMeta, as upstream");
+    assert_eq!(api.with_token("ops-token").get("/runningpods/").await.0, 200);
+
+    // The decisions came from TokenReviews and SubjectAccessReviews, and are cached.
+    let reviews = |kind: &str| server.requests().iter().filter(|r| r.method == "POST" && r.uri.contains(kind)).count();
+    assert!(reviews("/tokenreviews") >= 3, "viewer, ops and the refused token were reviewed");
+    let sars = reviews("/subjectaccessreviews");
+    viewer.get("/pods").await;
+    reader.get("/metrics").await;
+    assert_eq!(reviews("/subjectaccessreviews"), sars, "answers are cached (5m allowed, 30s denied)");
+    let node_user = server.requests().iter().find(|r| r.uri.contains("/subjectaccessreviews")).unwrap().user.clone();
+    assert_eq!(node_user, "system:node:e2e-node", "the kubelet asks with its own credentials");
+
+    node.stop_and_clean(&rt).await;
+}
+
 /// Parses the Prometheus text format strictly: every sample belongs to a family declared before it with
 /// `# TYPE`, names and label pairs are well formed, values are floats, histogram buckets grow and end at
 /// `+Inf` equal to `_count`. Returns family → (type, [(labels, value)]) with samples under their own names.
