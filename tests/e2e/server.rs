@@ -27,6 +27,10 @@ fn talk_manifest() -> String {
             ("app", "echo out-1; sleep 0.3; echo err-1 >&2; sleep 0.3; echo out-2; exec sleep 3600"),
             ("ticker", "i=0; trap 'exit 0' TERM; while true; do i=$((i+1)); echo tick-$i; sleep 0.2; done"),
             ("http", "mkdir -p /www && echo served-by-httpd > /www/index.html && exec httpd -f -p 8080 -h /www"),
+            (
+                "hog",
+                "trap 'exit 0' TERM; while [ ! -f /tmp/go ]; do sleep 0.2; done; x=$(head -c 67108864 /dev/zero | tr '\\0' a); while true; do sleep 0.2; done",
+            ),
         ],
         "  terminationGracePeriodSeconds: 1\n",
     )
@@ -178,10 +182,62 @@ async fn logs_exec_and_port_forward_through_the_kubelet_api() {
     let sample = |name: &str, labels: &str| fams[name].1.iter().find(|(l, _)| l == labels).map(|(_, v)| *v);
     assert_eq!(sample("kubelet_node_name", "node=\"e2e-node\""), Some(1.0));
     assert_eq!(sample("kubelet_running_pods", ""), Some(1.0));
-    assert_eq!(sample("kubelet_running_containers", "container_state=\"running\""), Some(3.0));
+    assert_eq!(sample("kubelet_running_containers", "container_state=\"running\""), Some(4.0));
     assert!(sample("kubelet_runtime_operations_total", "operation_type=\"exec\"").unwrap() >= 3.0);
     assert!(sample("kubelet_started_pods_total", "").unwrap() >= 1.0);
     assert!(sample("kubelet_pod_start_duration_seconds_count", "").unwrap() >= 1.0);
+
+    // /stats/summary and /metrics/resource: the numbers move when a container allocates 64 MiB.
+    let working_set = |s: &serde_json::Value, container: Option<&str>| -> Option<u64> {
+        let pod = s["pods"].as_array()?.iter().find(|p| p["podRef"]["name"] == POD)?;
+        let m = match container {
+            Some(c) => &pod["containers"].as_array()?.iter().find(|x| x["name"] == c)?["memory"],
+            None => &pod["memory"],
+        };
+        m["workingSetBytes"].as_u64()
+    };
+    let summary = || async { serde_json::from_str::<serde_json::Value>(&api.get("/stats/summary").await.1).unwrap() };
+    let s = summary().await;
+    assert_eq!(s["node"]["nodeName"], NODE);
+    for path in [
+        "/node/cpu/usageCoreNanoSeconds",
+        "/node/memory/workingSetBytes",
+        "/node/fs/capacityBytes",
+        "/node/rlimit/maxpid",
+    ] {
+        assert!(s.pointer(path).and_then(|v| v.as_u64()).is_some_and(|v| v > 0), "{path} in {s}");
+    }
+    let (pod_before, hog_before) = (working_set(&s, None).unwrap(), working_set(&s, Some("hog")).unwrap());
+    let pod = s["pods"].as_array().unwrap().iter().find(|p| p["podRef"]["name"] == POD).unwrap();
+    assert_eq!(pod["containers"].as_array().unwrap().len(), 4);
+    assert!(pod["network"]["rxBytes"].as_u64().is_some(), "the pod's network namespace: {pod}");
+    assert!(pod["ephemeral-storage"]["usedBytes"].as_u64().is_some_and(|b| b > 0), "{pod}");
+    let mut ws = api
+        .websocket(&format!("/exec/default/{POD}/hog?command=touch&command=/tmp/go&output=1"), "v4.channel.k8s.io")
+        .await
+        .unwrap();
+    ws.drain().await;
+    const GROWTH: u64 = 50 << 20;
+    node.wait_for("the hog's 64 MiB in the summary", Duration::from_secs(30), || async {
+        let s = summary().await;
+        (working_set(&s, Some("hog"))? > hog_before + GROWTH && working_set(&s, None)? > pod_before + GROWTH)
+            .then_some(())
+    })
+    .await;
+    let (_, text) = api.get("/metrics/resource").await;
+    let fams = parse_prometheus(&text);
+    let hog = fams["container_memory_working_set_bytes"]
+        .1
+        .iter()
+        .find(|(l, _)| l == &format!("container=\"hog\",namespace=\"default\",pod=\"{POD}\""))
+        .map(|(_, v)| *v)
+        .expect("the hog's working set in /metrics/resource");
+    assert!(hog > GROWTH as f64, "{hog}");
+    assert_eq!(fams["resource_scrape_error"].1, vec![(String::new(), 0.0)]);
+    assert!(
+        text.lines().any(|l| l.starts_with("node_cpu_usage_seconds_total ") && l.split(' ').count() == 3),
+        "with a timestamp"
+    );
 
     node.stop_and_clean(&rt).await;
 }
@@ -301,7 +357,15 @@ fn parse_prometheus(text: &str) -> BTreeMap<String, (String, Vec<(String, f64)>)
             continue;
         }
         assert!(!line.starts_with('#') && !line.is_empty(), "unexpected line {line:?}");
-        let (series, value) = line.rsplit_once(' ').unwrap();
+        // `series value [timestamp]`; the series ends at its closing brace when it has labels.
+        let split_at = line.rfind('}').map(|i| i + 1).unwrap_or_else(|| line.find(' ').unwrap());
+        let (series, rest) = line.split_at(split_at);
+        let mut fields = rest.split_whitespace();
+        let value = fields.next().unwrap_or_else(|| panic!("no value in {line}"));
+        if let Some(ts) = fields.next() {
+            assert!(ts.parse::<i64>().is_ok(), "timestamp of {line}");
+        }
+        assert!(fields.next().is_none(), "trailing fields in {line}");
         let value: f64 = match value {
             "+Inf" => f64::INFINITY,
             "-Inf" => f64::NEG_INFINITY,

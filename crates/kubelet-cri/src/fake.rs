@@ -47,6 +47,8 @@ struct State {
     errors: HashMap<&'static str, VecDeque<CriError>>,
     /// Containers that exit with this code as soon as they start.
     exit_on_start: HashMap<String, i32>,
+    /// Cumulative CPU (core-ns) and working set (bytes) of containers, for `ListContainerStats`.
+    usage: HashMap<String, (u64, u64)>,
 }
 
 /// What an `ExecSync` in the fake does: given the container name and the command, the output or an error.
@@ -175,6 +177,11 @@ impl FakeRuntime {
     /// How many times `op` was called.
     pub fn count(&self, op: &str) -> usize {
         self.state.lock().unwrap().calls.iter().filter(|c| **c == op).count()
+    }
+
+    /// Sets a container's cumulative CPU (core-nanoseconds) and working set, as `ListContainerStats` reports them.
+    pub fn set_usage(&self, id: &str, cpu_ns: u64, memory: u64) {
+        self.state.lock().unwrap().usage.insert(id.to_string(), (cpu_ns, memory));
     }
 
     /// Makes a running container exit with `code` now.
@@ -495,6 +502,36 @@ impl RuntimeService for FakeRuntime {
             })
             .map(|(id, c)| Self::to_container(id, c))
             .collect())
+    }
+
+    async fn list_container_stats(
+        &self,
+        _filter: Option<api::ContainerStatsFilter>,
+    ) -> CriResult<Vec<api::ContainerStats>> {
+        let st = self.enter("ListContainerStats")?;
+        let now = self.now();
+        let mut out: Vec<api::ContainerStats> = st
+            .containers
+            .iter()
+            .filter(|(_, c)| c.state == api::ContainerState::ContainerRunning as i32)
+            .map(|(id, c)| {
+                let (cpu, mem) = st.usage.get(id).copied().unwrap_or_default();
+                let v = |value| Some(api::UInt64Value { value });
+                api::ContainerStats {
+                    attributes: Some(api::ContainerAttributes {
+                        id: id.clone(),
+                        metadata: c.config.metadata.clone(),
+                        labels: c.config.labels.clone(),
+                        annotations: c.config.annotations.clone(),
+                    }),
+                    cpu: Some(api::CpuUsage { timestamp: now, usage_core_nano_seconds: v(cpu), ..Default::default() }),
+                    memory: Some(api::MemoryUsage { timestamp: now, working_set_bytes: v(mem), ..Default::default() }),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.attributes.as_ref().map(|a| &a.id).cmp(&b.attributes.as_ref().map(|b| &b.id)));
+        Ok(out)
     }
 
     async fn container_status(&self, id: &str) -> CriResult<api::ContainerStatus> {

@@ -8,4 +8,5 @@ pub mod handlers;
 pub mod host;
 pub mod listen;
 pub mod logs;
+pub mod stats;
 pub mod tls;

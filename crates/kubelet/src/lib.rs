@@ -7,6 +7,7 @@
 //!   manager (`pkg/kubelet/status`).
 //! - [`cm`]: pod and QoS cgroups (`pkg/kubelet/cm`).
 //! - [`server`]: `/healthz` and the read-only API (`pkg/kubelet/server`).
+//! - [`stats`]: the Summary API (`pkg/kubelet/stats`).
 //! - [`runtime_state`]: whether the container runtime answers (`runtime.go` runtimeState).
 
 pub mod admission;
@@ -21,6 +22,7 @@ pub mod pod_workers;
 pub mod probes;
 pub mod runtime_state;
 pub mod server;
+pub mod stats;
 pub mod status;
 pub mod sync_loop;
 pub mod syncer;

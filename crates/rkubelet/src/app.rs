@@ -140,6 +140,21 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         runtime: remote.clone(),
         cache: cache.clone(),
     });
+    let stats = Arc::new(kubelet::stats::SummaryProvider::new(kubelet::stats::SummaryDeps {
+        node_name: node_name.clone(),
+        runtime: remote.clone(),
+        images: remote.clone(),
+        paths: Default::default(),
+        root_dir: root_dir.clone(),
+        pod_logs_dir: pod_logs_dir.clone(),
+        pods_cgroup: cfg
+            .cgroups_per_qos
+            .unwrap_or(true)
+            .then(|| format!("{}/kubepods", cfg.cgroup_root.trim_end_matches('/'))),
+        volume_stats_period: cfg.volume_stats_agg_period.0,
+        clock: clock.clone(),
+    }));
+    tracker.spawn(stats.clone().run(cancel.clone()));
     let handlers = kubelet_server::handlers::Handlers {
         options: Arc::new(crate::server::options(&cfg, &node_name)),
         pods: host.clone(),
@@ -148,6 +163,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         clock: clock.clone(),
         streams: Arc::new(tokio::sync::Semaphore::new(crate::server::options(&cfg, &node_name).max_streams)),
         probe_metrics: Arc::new(kubelet_metrics::Registry::new()),
+        stats,
     };
     crate::server::start_local(&cfg, &handlers, &tracker, &cancel).await?;
     // Without an apiserver the secure port needs nothing more; it is checked (and bound) before the runtime wait.

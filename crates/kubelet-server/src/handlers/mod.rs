@@ -63,6 +63,8 @@ pub struct Handlers {
     pub clock: Arc<dyn kubelet_types::Clock>,
     /// Stream slots (`Options::max_streams`).
     pub streams: Arc<tokio::sync::Semaphore>,
+    /// `/stats/summary` and `/metrics/resource`.
+    pub stats: Arc<dyn crate::stats::StatsProvider>,
     /// What `/metrics/probes` serves.
     pub probe_metrics: Arc<kubelet_metrics::Registry>,
 }
@@ -105,7 +107,7 @@ pub fn healthz_router(h: Handlers) -> Router {
 
 /// Handlers that need no debugging switch (`InstallAuthNotRequiredHandlers`).
 fn default_routes(r: Router<Handlers>) -> Router<Handlers> {
-    metrics::routes(pods::routes(health::routes(r)))
+    crate::stats::routes(metrics::routes(pods::routes(health::routes(r))))
 }
 
 fn disabled_routes(mut r: Router<Handlers>) -> Router<Handlers> {

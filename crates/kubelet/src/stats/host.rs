@@ -1,0 +1,302 @@
+//! What the node's own files say (cAdvisor's raw handler, `pkg/kubelet/stats/pidlimit`, `fs.Info`): cgroup CPU
+//! and memory (v1 and v2), `/proc/net/dev`, `statfs`, the process limits and the boot time. Paths are relative
+//! to a [`HostPaths`] so tests can point them at a folder of their own. Every reader returns `None` (the field
+//! is then left out of the summary) rather than failing the request.
+
+use std::path::{Path, PathBuf};
+
+/// Where the host's files are.
+#[derive(Clone, Debug)]
+pub struct HostPaths {
+    /// `/proc`.
+    pub proc: PathBuf,
+    /// `/sys/fs/cgroup`.
+    pub cgroup: PathBuf,
+}
+
+impl Default for HostPaths {
+    fn default() -> Self {
+        HostPaths { proc: "/proc".into(), cgroup: "/sys/fs/cgroup".into() }
+    }
+}
+
+/// Cumulative CPU of a cgroup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cpu {
+    /// Core-nanoseconds.
+    pub usage_ns: u64,
+}
+
+/// Memory of a cgroup.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Memory {
+    /// Usage including page cache.
+    pub usage: u64,
+    /// Usage minus inactive file pages.
+    pub working_set: u64,
+    /// Anonymous memory.
+    pub rss: u64,
+    /// Page faults.
+    pub pgfault: u64,
+    /// Major page faults.
+    pub pgmajfault: u64,
+    /// The limit (`None` when unlimited).
+    pub limit: Option<u64>,
+}
+
+fn read(p: &Path) -> Option<String> {
+    std::fs::read_to_string(p).ok()
+}
+
+fn num(s: &str) -> Option<u64> {
+    s.trim().parse().ok()
+}
+
+/// `key value` lines (memory.stat, cpu.stat).
+fn keyed(s: &str, key: &str) -> Option<u64> {
+    s.lines().find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(' ')).and_then(num))
+}
+
+/// Whether the unified hierarchy holds the controllers (cgroup v2).
+fn unified(paths: &HostPaths) -> bool {
+    paths.cgroup.join("cgroup.controllers").exists()
+}
+
+fn v1_dir(paths: &HostPaths, controller: &str, cgroup: &str) -> Option<PathBuf> {
+    let rel = cgroup.trim_start_matches('/');
+    [controller.to_string(), format!("cpu,{controller}"), format!("{controller},cpu")]
+        .iter()
+        .map(|c| paths.cgroup.join(c).join(rel))
+        .find(|d| d.is_dir())
+}
+
+/// CPU of `cgroup` (`/` for the root).
+pub fn cgroup_cpu(paths: &HostPaths, cgroup: &str) -> Option<Cpu> {
+    if unified(paths) {
+        let s = read(&paths.cgroup.join(cgroup.trim_start_matches('/')).join("cpu.stat"))?;
+        return Some(Cpu { usage_ns: keyed(&s, "usage_usec")? * 1000 });
+    }
+    let d = v1_dir(paths, "cpuacct", cgroup)?;
+    Some(Cpu { usage_ns: num(&read(&d.join("cpuacct.usage"))?)? })
+}
+
+/// CPU of the whole node: the root cgroup, else `/proc/stat` (user, nice, system, irq, softirq, steal).
+pub fn node_cpu(paths: &HostPaths) -> Option<Cpu> {
+    if let Some(c) = cgroup_cpu(paths, "/") {
+        return Some(c);
+    }
+    let s = read(&paths.proc.join("stat"))?;
+    let f: Vec<u64> = s.lines().next()?.split_whitespace().skip(1).filter_map(num).collect();
+    let jiffies: u64 = [0usize, 1, 2, 5, 6, 7].iter().filter_map(|i| f.get(*i)).sum();
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+    Some(Cpu { usage_ns: jiffies * 1_000_000_000 / hz })
+}
+
+/// `/proc/meminfo` field in bytes.
+pub fn meminfo(paths: &HostPaths, key: &str) -> Option<u64> {
+    let s = read(&paths.proc.join("meminfo"))?;
+    s.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.trim().strip_suffix("kB").and_then(num))
+        .map(|k| k * 1024)
+}
+
+/// Memory of `cgroup`; for the root, limited by the machine's memory.
+pub fn cgroup_memory(paths: &HostPaths, cgroup: &str) -> Option<Memory> {
+    let root = cgroup.trim_start_matches('/').is_empty();
+    let mut m = Memory::default();
+    if unified(paths) {
+        let d = paths.cgroup.join(cgroup.trim_start_matches('/'));
+        let stat = read(&d.join("memory.stat"))?;
+        let (anon, file) = (keyed(&stat, "anon").unwrap_or(0), keyed(&stat, "file").unwrap_or(0));
+        m.usage = if root { anon + file } else { num(&read(&d.join("memory.current"))?)? };
+        m.working_set = m.usage.saturating_sub(keyed(&stat, "inactive_file").unwrap_or(0));
+        m.rss = anon;
+        m.pgfault = keyed(&stat, "pgfault").unwrap_or(0);
+        m.pgmajfault = keyed(&stat, "pgmajfault").unwrap_or(0);
+        m.limit = read(&d.join("memory.max")).and_then(|s| num(&s));
+    } else {
+        let d = v1_dir(paths, "memory", cgroup)?;
+        let stat = read(&d.join("memory.stat"))?;
+        m.usage = num(&read(&d.join("memory.usage_in_bytes"))?)?;
+        m.working_set = m.usage.saturating_sub(keyed(&stat, "total_inactive_file").unwrap_or(0));
+        m.rss = keyed(&stat, "total_rss").unwrap_or(0);
+        m.pgfault = keyed(&stat, "total_pgfault").unwrap_or(0);
+        m.pgmajfault = keyed(&stat, "total_pgmajfault").unwrap_or(0);
+        m.limit = read(&d.join("memory.limit_in_bytes")).and_then(|s| num(&s)).filter(|l| *l <= 1 << 62);
+    }
+    if root {
+        m.limit = meminfo(paths, "MemTotal");
+    }
+    Some(m)
+}
+
+/// One interface of `/proc/<pid>/net/dev`: (name, rx bytes, rx errors, tx bytes, tx errors).
+pub type Interface = (String, u64, u64, u64, u64);
+
+/// The interfaces of a network namespace (`/proc/<pid>/net/dev`), without `lo`, `veth*` and `docker*` as
+/// cAdvisor leaves them out.
+pub fn net_dev(paths: &HostPaths, pid: &str) -> Option<Vec<Interface>> {
+    let s = read(&paths.proc.join(pid).join("net/dev"))?;
+    Some(parse_net_dev(&s))
+}
+
+/// Parses `/proc/net/dev`.
+pub fn parse_net_dev(s: &str) -> Vec<Interface> {
+    let mut out = vec![];
+    for l in s.lines().skip(2) {
+        let Some((name, rest)) = l.split_once(':') else { continue };
+        let name = name.trim();
+        if name == "lo" || name.starts_with("veth") || name.starts_with("docker") {
+            continue;
+        }
+        let f: Vec<u64> = rest.split_whitespace().filter_map(num).collect();
+        if f.len() >= 11 {
+            out.push((name.to_string(), f[0], f[2], f[8], f[10]));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A filesystem's size: (capacity, available, used, inodes, inodes free), in bytes and inodes.
+pub fn statfs(p: &Path) -> Option<(u64, u64, u64, u64, u64)> {
+    let s = nix::sys::statvfs::statvfs(p).ok()?;
+    let frsize = s.fragment_size();
+    let cap = s.blocks() * frsize;
+    let free = s.blocks_free() * frsize;
+    Some((cap, s.blocks_available() * frsize, cap.saturating_sub(free), s.files(), s.files_free()))
+}
+
+/// `maxpid` (min of `pid_max` and `threads-max`) and `curproc` (tasks, from `/proc/loadavg`).
+pub fn rlimit(paths: &HostPaths) -> (Option<i64>, Option<i64>) {
+    let val = |f: &str| read(&paths.proc.join("sys/kernel").join(f)).and_then(|s| s.trim().parse::<i64>().ok());
+    let max = match (val("pid_max"), val("threads-max")) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    };
+    let cur =
+        read(&paths.proc.join("loadavg")).and_then(|s| s.split_whitespace().nth(3)?.split_once('/')?.1.parse().ok());
+    (max, cur)
+}
+
+/// Boot time, seconds since the epoch.
+pub fn boot_time(paths: &HostPaths) -> Option<i64> {
+    read(&paths.proc.join("stat"))?.lines().find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())
+}
+
+/// Bytes and inodes used under `dir` as `du` counts them (`fs.DiskUsage`): blocks × 512, one inode per entry,
+/// hard links once, without crossing into other filesystems.
+pub fn disk_usage(dir: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let top = std::fs::symlink_metadata(dir).ok()?;
+    let dev = top.dev();
+    let (mut bytes, mut inodes) = (0u64, 0u64);
+    let mut seen = std::collections::HashSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
+        if m.dev() != dev {
+            continue;
+        }
+        if m.nlink() > 1 && !m.is_dir() && !seen.insert(m.ino()) {
+            continue;
+        }
+        bytes += m.blocks() * 512;
+        inodes += 1;
+        if m.is_dir()
+            && let Ok(rd) = std::fs::read_dir(&p)
+        {
+            stack.extend(rd.flatten().map(|e| e.path()));
+        }
+    }
+    Some((bytes, inodes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fake(v2: bool) -> (tempfile::TempDir, HostPaths) {
+        let d = tempfile::tempdir().unwrap();
+        let p = HostPaths { proc: d.path().join("proc"), cgroup: d.path().join("cg") };
+        let w = |rel: &str, s: &str| {
+            let f = d.path().join(rel);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, s).unwrap();
+        };
+        w("proc/meminfo", "MemTotal:        2048000 kB\nMemFree:          100 kB\n");
+        w("proc/stat", "cpu  100 0 50 1000 0 0 0 0 0 0\nbtime 1700000000\n");
+        w("proc/loadavg", "0.10 0.20 0.30 2/3518 12345\n");
+        w("proc/sys/kernel/pid_max", "4194304\n");
+        w("proc/sys/kernel/threads-max", "63403\n");
+        w(
+            "proc/77/net/dev",
+            "Inter-|   Receive\n face |bytes\n    lo: 5 1 0 0 0 0 0 0 5 1 0 0 0 0 0 0\n  eth0: 1000 10 2 0 0 0 0 0 500 5 1 0 0 0 0 0\n vethab: 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1\n",
+        );
+        if v2 {
+            w("cg/cgroup.controllers", "cpu memory\n");
+            w("cg/cpu.stat", "usage_usec 2500\nuser_usec 2000\n");
+            w("cg/memory.stat", "anon 1000\nfile 3000\ninactive_file 500\npgfault 7\npgmajfault 1\n");
+            w("cg/kubepods/cpu.stat", "usage_usec 1000\n");
+            w("cg/kubepods/memory.current", "4096\n");
+            w("cg/kubepods/memory.max", "max\n");
+            w("cg/kubepods/memory.stat", "anon 3000\nfile 1096\ninactive_file 96\n");
+        } else {
+            w("cg/cpuacct/cpuacct.usage", "123456789\n");
+            w("cg/memory/memory.usage_in_bytes", "10000\n");
+            w("cg/memory/memory.limit_in_bytes", "9223372036854771712\n");
+            w(
+                "cg/memory/memory.stat",
+                "cache 1\ntotal_inactive_file 2500\ntotal_rss 6000\ntotal_pgfault 40\ntotal_pgmajfault 3\n",
+            );
+            w("cg/memory/kubepods/memory.usage_in_bytes", "8000\n");
+            w("cg/memory/kubepods/memory.limit_in_bytes", "1048576\n");
+            w("cg/memory/kubepods/memory.stat", "total_inactive_file 1000\ntotal_rss 5000\n");
+        }
+        (d, p)
+    }
+
+    #[test]
+    fn cgroup_v1_figures_are_read_as_cadvisor_reads_them() {
+        let (_d, p) = fake(false);
+        assert_eq!(node_cpu(&p), Some(Cpu { usage_ns: 123456789 }));
+        let m = cgroup_memory(&p, "/").unwrap();
+        assert_eq!((m.usage, m.working_set, m.rss, m.pgfault, m.pgmajfault), (10000, 7500, 6000, 40, 3));
+        assert_eq!(m.limit, Some(2048000 * 1024), "the root is limited by the machine's memory");
+        let k = cgroup_memory(&p, "/kubepods").unwrap();
+        assert_eq!((k.working_set, k.limit), (7000, Some(1048576)));
+    }
+
+    #[test]
+    fn cgroup_v2_figures_are_read_as_cadvisor_reads_them() {
+        let (_d, p) = fake(true);
+        assert_eq!(node_cpu(&p), Some(Cpu { usage_ns: 2_500_000 }));
+        let m = cgroup_memory(&p, "/").unwrap();
+        assert_eq!((m.usage, m.working_set, m.rss), (4000, 3500, 1000), "root usage is anon + file");
+        let k = cgroup_memory(&p, "/kubepods").unwrap();
+        assert_eq!((k.usage, k.working_set, k.limit), (4096, 4000, None));
+        assert_eq!(cgroup_cpu(&p, "/kubepods"), Some(Cpu { usage_ns: 1_000_000 }));
+    }
+
+    #[test]
+    fn proc_files_give_network_limits_and_boot_time() {
+        let (_d, p) = fake(false);
+        assert_eq!(net_dev(&p, "77"), Some(vec![("eth0".to_string(), 1000, 2, 500, 1)]));
+        assert_eq!(rlimit(&p), (Some(63403), Some(3518)));
+        assert_eq!(boot_time(&p), Some(1_700_000_000));
+        let (cap, avail, used, inodes, _) = statfs(Path::new("/")).unwrap();
+        assert!(cap > 0 && avail <= cap && used <= cap && inodes > 0);
+    }
+
+    #[test]
+    fn disk_usage_counts_blocks_and_entries_once() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("sub")).unwrap();
+        std::fs::write(d.path().join("sub/a"), vec![1u8; 10_000]).unwrap();
+        std::fs::hard_link(d.path().join("sub/a"), d.path().join("b")).unwrap();
+        let (bytes, inodes) = disk_usage(d.path()).unwrap();
+        assert_eq!(inodes, 3, "the folder, sub and one of the two links");
+        assert!(bytes >= 10_000, "{bytes}");
+    }
+}

@@ -1,0 +1,498 @@
+//! The Summary API provider (`pkg/kubelet/stats`: `provider.go`, `cri_stats_provider.go`, `helper.go`, and
+//! `pkg/kubelet/server/stats` `summary.go`, `fs_resource_analyzer.go`).
+//!
+//! - Node: CPU and memory of the root cgroup, the `pods` system container (`/kubepods`), the host's network
+//!   interfaces, the filesystem of `--root-dir`, the runtime's image filesystem (CRI `ImageFsInfo`), and the
+//!   process limits ([`host`]).
+//! - Pods: the runtime's sandboxes and running containers with CRI `ListPodSandboxStats` (CPU, memory, network,
+//!   processes, each container's writable layer), falling back to `ListContainerStats` with pod figures summed
+//!   from the containers for a runtime without it. A not-ready sandbox is reported only while its pod has no
+//!   ready one.
+//! - `usageNanoCores`: the runtime's own value, else the rate between the last two samples of [`SummaryProvider::run`]
+//!   (every 10 s, as the eviction manager refreshes it upstream); left out until two samples exist.
+//! - Volumes, container logs and ephemeral storage: `du`-style walks ([`host::disk_usage`]) every
+//!   `volumeStatsAggPeriod` in the background; the summary only reads their last result.
+//!
+//! Called by the HTTP handlers at any time; a runtime error fails the pods part of the request (500), a missing
+//! host file only leaves its field out.
+
+pub mod host;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use kubelet_cri::{CriError, ImageService, RuntimeService, api as cri};
+use kubelet_server::host::HostError;
+use kubelet_server::stats::{
+    ContainerStats, CpuStats, FsStats, InterfaceStats, MemoryStats, NetworkStats, NodeStats, PodReference, PodStats,
+    ProcessStats, RlimitStats, RuntimeStats, StatsProvider, Summary, Time, VolumeStats,
+};
+use kubelet_types::Clock;
+use tokio_util::sync::CancellationToken;
+
+use host::HostPaths;
+
+/// How often CPU is sampled for `usageNanoCores`.
+pub const CPU_SAMPLE_PERIOD: Duration = Duration::from_secs(10);
+
+/// What the provider reads.
+pub struct SummaryDeps {
+    /// The node's name.
+    pub node_name: String,
+    /// The CRI runtime.
+    pub runtime: Arc<dyn RuntimeService>,
+    /// The CRI image service.
+    pub images: Arc<dyn ImageService>,
+    /// `/proc` and `/sys/fs/cgroup`.
+    pub paths: HostPaths,
+    /// `--root-dir`.
+    pub root_dir: PathBuf,
+    /// `podLogsDir`.
+    pub pod_logs_dir: PathBuf,
+    /// The pods' cgroup (`/kubepods`), with `cgroupsPerQOS`.
+    pub pods_cgroup: Option<String>,
+    /// `volumeStatsAggPeriod` (zero turns volume figures off).
+    pub volume_stats_period: Duration,
+    /// Wall clock.
+    pub clock: Arc<dyn Clock>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Sample {
+    at_ns: i64,
+    usage_ns: u64,
+    rate: Option<u64>,
+}
+
+/// The Summary API provider.
+pub struct SummaryProvider {
+    d: SummaryDeps,
+    samples: Mutex<HashMap<String, Sample>>,
+    du: Mutex<HashMap<PathBuf, (u64, u64, SystemTime)>>,
+}
+
+fn time_ns(ns: i64) -> Time {
+    if ns <= 0 {
+        return Time::default();
+    }
+    Time(DateTime::<Utc>::from_timestamp(ns / 1_000_000_000, (ns % 1_000_000_000) as u32))
+}
+
+fn u(v: &Option<cri::UInt64Value>) -> Option<u64> {
+    v.as_ref().map(|v| v.value)
+}
+
+fn host_err(what: &str, e: CriError) -> HostError {
+    HostError::Other(format!("failed to {what}: {e}"))
+}
+
+fn interface(i: &cri::NetworkInterfaceUsage) -> InterfaceStats {
+    InterfaceStats {
+        name: i.name.clone(),
+        rx_bytes: u(&i.rx_bytes),
+        rx_errors: u(&i.rx_errors),
+        tx_bytes: u(&i.tx_bytes),
+        tx_errors: u(&i.tx_errors),
+    }
+}
+
+fn memory(m: &cri::MemoryUsage) -> MemoryStats {
+    MemoryStats {
+        time: time_ns(m.timestamp),
+        available_bytes: u(&m.available_bytes),
+        usage_bytes: u(&m.usage_bytes),
+        working_set_bytes: u(&m.working_set_bytes),
+        rss_bytes: u(&m.rss_bytes),
+        page_faults: u(&m.page_faults),
+        major_page_faults: u(&m.major_page_faults),
+    }
+}
+
+fn host_memory(m: host::Memory, t: Time) -> MemoryStats {
+    MemoryStats {
+        time: t,
+        available_bytes: m.limit.map(|l| l.saturating_sub(m.working_set)),
+        usage_bytes: Some(m.usage),
+        working_set_bytes: Some(m.working_set),
+        rss_bytes: Some(m.rss),
+        page_faults: Some(m.pgfault),
+        major_page_faults: Some(m.pgmajfault),
+    }
+}
+
+impl SummaryProvider {
+    /// A provider.
+    pub fn new(d: SummaryDeps) -> Self {
+        SummaryProvider { d, samples: Mutex::new(HashMap::new()), du: Mutex::new(HashMap::new()) }
+    }
+
+    fn now_ns(&self) -> i64 {
+        self.d.clock.now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as i64).unwrap_or(0)
+    }
+
+    fn now(&self) -> Time {
+        time_ns(self.now_ns())
+    }
+
+    /// Records a cumulative CPU sample under `key`; the rate against the previous one becomes the key's rate.
+    fn sample(&self, key: &str, at_ns: i64, usage_ns: u64) {
+        let mut m = self.samples.lock().unwrap();
+        let rate = m.get(key).and_then(|p| {
+            let dt = at_ns - p.at_ns;
+            (dt > 0 && usage_ns >= p.usage_ns)
+                .then(|| ((usage_ns - p.usage_ns) as u128 * 1_000_000_000 / dt as u128) as u64)
+        });
+        m.insert(key.to_string(), Sample { at_ns, usage_ns, rate });
+    }
+
+    fn rate(&self, key: &str) -> Option<u64> {
+        self.samples.lock().unwrap().get(key).and_then(|s| s.rate)
+    }
+
+    fn cpu(&self, key: &str, t: Time, usage_ns: Option<u64>, runtime_rate: Option<u64>) -> CpuStats {
+        CpuStats {
+            time: t,
+            usage_nano_cores: runtime_rate.filter(|r| *r > 0).or_else(|| self.rate(key)),
+            usage_core_nano_seconds: usage_ns,
+        }
+    }
+
+    /// Samples CPU every 10 s and measures volumes and logs every `volumeStatsAggPeriod`, until cancelled.
+    pub async fn run(self: Arc<Self>, cancel: CancellationToken) {
+        let mut cpu = tokio::time::interval(CPU_SAMPLE_PERIOD);
+        cpu.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let period =
+            if self.d.volume_stats_period.is_zero() { Duration::from_secs(3600) } else { self.d.volume_stats_period };
+        let mut du = tokio::time::interval(period);
+        du.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = cpu.tick() => self.sample_cpu().await,
+                _ = du.tick(), if !self.d.volume_stats_period.is_zero() => {
+                    let me = self.clone();
+                    let _ = tokio::task::spawn_blocking(move || me.measure_disks()).await;
+                }
+            }
+        }
+    }
+
+    async fn sample_cpu(&self) {
+        let now = self.now_ns();
+        if let Some(c) = host::node_cpu(&self.d.paths) {
+            self.sample("node", now, c.usage_ns);
+        }
+        if let Some(cg) = &self.d.pods_cgroup
+            && let Some(c) = host::cgroup_cpu(&self.d.paths, cg)
+        {
+            self.sample("pods", now, c.usage_ns);
+        }
+        if let Ok((sandboxes, containers)) = self.runtime_stats().await {
+            for s in &sandboxes {
+                if let (Some(a), Some(c)) = (&s.attributes, s.linux.as_ref().and_then(|l| l.cpu.as_ref()))
+                    && let Some(v) = u(&c.usage_core_nano_seconds)
+                {
+                    self.sample(&a.id, c.timestamp, v);
+                }
+            }
+            for c in containers.iter() {
+                if let (Some(a), Some(cpu)) = (&c.attributes, &c.cpu)
+                    && let Some(v) = u(&cpu.usage_core_nano_seconds)
+                {
+                    self.sample(&a.id, cpu.timestamp, v);
+                }
+            }
+        }
+        // Forget what no longer exists (entries not refreshed for 10 minutes, `defaultCachePeriod`).
+        let cutoff = now - 600_000_000_000;
+        self.samples.lock().unwrap().retain(|_, s| s.at_ns >= cutoff);
+    }
+
+    /// The sandbox stats (with their containers) and every container's stats: `ListPodSandboxStats`, else
+    /// `ListContainerStats` with empty sandbox stats.
+    async fn runtime_stats(&self) -> Result<(Vec<cri::PodSandboxStats>, Vec<cri::ContainerStats>), CriError> {
+        match self.d.runtime.list_pod_sandbox_stats(None).await {
+            Ok(s) => {
+                let cs = s.iter().flat_map(|p| p.linux.iter().flat_map(|l| l.containers.clone())).collect();
+                Ok((s, cs))
+            }
+            Err(CriError::Unimplemented { .. }) => Ok((vec![], self.d.runtime.list_container_stats(None).await?)),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Walks every pod's volumes and container log folders (blocking; run off the async threads).
+    fn measure_disks(&self) {
+        let mut dirs = vec![];
+        for pod in read_dir(&self.d.root_dir.join("pods")) {
+            for plugin in read_dir(&pod.join("volumes")) {
+                dirs.extend(read_dir(&plugin));
+            }
+        }
+        for pod in read_dir(&self.d.pod_logs_dir) {
+            dirs.extend(read_dir(&pod));
+        }
+        let measured: HashMap<PathBuf, (u64, u64, SystemTime)> = dirs
+            .into_iter()
+            .filter_map(|d| host::disk_usage(&d).map(|(b, i)| (d, (b, i, self.d.clock.now()))))
+            .collect();
+        *self.du.lock().unwrap() = measured;
+    }
+
+    fn du(&self, p: &Path) -> Option<(u64, u64, SystemTime)> {
+        self.du.lock().unwrap().get(p).copied()
+    }
+
+    fn fs_of(&self, p: &Path, t: Time) -> Option<FsStats> {
+        let (cap, avail, used, inodes, free) = host::statfs(p)?;
+        Some(FsStats {
+            time: t,
+            available_bytes: Some(avail),
+            capacity_bytes: Some(cap),
+            used_bytes: Some(used),
+            inodes_free: Some(free),
+            inodes: Some(inodes),
+            inodes_used: Some(inodes.saturating_sub(free)),
+        })
+    }
+
+    async fn node(&self, only: bool) -> NodeStats {
+        let t = self.now();
+        let mut n = NodeStats { node_name: self.d.node_name.clone(), ..Default::default() };
+        n.start_time = host::boot_time(&self.d.paths)
+            .and_then(|b| DateTime::<Utc>::from_timestamp(b, 0))
+            .map(Time::at)
+            .unwrap_or_default();
+        n.cpu = host::node_cpu(&self.d.paths).map(|c| self.cpu("node", t, Some(c.usage_ns), None));
+        n.memory = host::cgroup_memory(&self.d.paths, "/").map(|m| host_memory(m, t));
+        if let Some(cg) = &self.d.pods_cgroup {
+            let cpu = host::cgroup_cpu(&self.d.paths, cg).map(|c| self.cpu("pods", t, Some(c.usage_ns), None));
+            let memory = host::cgroup_memory(&self.d.paths, cg).map(|m| host_memory(m, t));
+            if cpu.is_some() || memory.is_some() {
+                n.system_containers.push(ContainerStats {
+                    name: "pods".into(),
+                    start_time: n.start_time,
+                    cpu,
+                    memory,
+                    ..Default::default()
+                });
+            }
+        }
+        if only {
+            return n;
+        }
+        n.network = host::net_dev(&self.d.paths, "self").map(|ifs| {
+            network(
+                t,
+                ifs.iter()
+                    .map(|i| InterfaceStats {
+                        name: i.0.clone(),
+                        rx_bytes: Some(i.1),
+                        rx_errors: Some(i.2),
+                        tx_bytes: Some(i.3),
+                        tx_errors: Some(i.4),
+                    })
+                    .collect(),
+            )
+        });
+        n.fs = self.fs_of(&self.d.root_dir, t);
+        match self.d.images.image_fs_info().await {
+            Ok(info) => {
+                let fs = info.image_filesystems.first().map(|f| {
+                    let mut s = f
+                        .fs_id
+                        .as_ref()
+                        .and_then(|id| self.fs_of(Path::new(&id.mountpoint), time_ns(f.timestamp)))
+                        .unwrap_or_default();
+                    s.time = time_ns(f.timestamp);
+                    s.used_bytes = u(&f.used_bytes);
+                    s.inodes_used = u(&f.inodes_used).or(s.inodes_used);
+                    s
+                });
+                n.runtime = Some(RuntimeStats { image_fs: fs.clone(), container_fs: fs });
+            }
+            Err(e) => tracing::warn!(error = %e, "unable to get the image filesystem's stats"),
+        }
+        let (maxpid, curproc) = host::rlimit(&self.d.paths);
+        n.rlimit = Some(RlimitStats { time: t, maxpid, curproc });
+        n
+    }
+
+    async fn pods(&self, only: bool) -> Result<Vec<PodStats>, HostError> {
+        let sandboxes = self.d.runtime.list_pod_sandbox(None).await.map_err(|e| host_err("list pod sandboxes", e))?;
+        let containers = self.d.runtime.list_containers(None).await.map_err(|e| host_err("list containers", e))?;
+        let (sandbox_stats, container_stats) = self.runtime_stats().await.map_err(|e| host_err("list pod stats", e))?;
+        let sstats: HashMap<&str, &cri::PodSandboxStats> =
+            sandbox_stats.iter().filter_map(|s| Some((s.attributes.as_ref()?.id.as_str(), s))).collect();
+        let cstats: HashMap<&str, &cri::ContainerStats> =
+            container_stats.iter().filter_map(|c| Some((c.attributes.as_ref()?.id.as_str(), c))).collect();
+        let ready = |s: &cri::PodSandbox| s.state == cri::PodSandboxState::SandboxReady as i32;
+        let key = |s: &cri::PodSandbox| s.metadata.as_ref().map(|m| (m.namespace.clone(), m.name.clone()));
+        let with_ready: std::collections::HashSet<_> = sandboxes.iter().filter(|s| ready(s)).filter_map(key).collect();
+        let t = self.now();
+        let root_fs = if only { None } else { self.fs_of(&self.d.root_dir, t) };
+        let mut out = vec![];
+        for sb in &sandboxes {
+            let Some(meta) = &sb.metadata else { continue };
+            if !ready(sb) && with_ready.contains(&(meta.namespace.clone(), meta.name.clone())) {
+                continue;
+            }
+            let pod_ref =
+                PodReference { name: meta.name.clone(), namespace: meta.namespace.clone(), uid: meta.uid.clone() };
+            let log_dir = self.d.pod_logs_dir.join(format!("{}_{}_{}", meta.namespace, meta.name, meta.uid));
+            let mut pod = PodStats { pod_ref, start_time: time_ns(sb.created_at), ..Default::default() };
+            let mut list = vec![];
+            let (mut sum_cpu, mut sum_mem, mut eph_used, mut eph_inodes) = (0u64, 0u64, 0u64, 0u64);
+            for c in containers
+                .iter()
+                .filter(|c| c.pod_sandbox_id == sb.id && c.state == cri::ContainerState::ContainerRunning as i32)
+            {
+                let name = c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
+                let st = cstats.get(c.id.as_str());
+                let cpu = st.and_then(|s| s.cpu.as_ref()).map(|cpu| {
+                    self.cpu(&c.id, time_ns(cpu.timestamp), u(&cpu.usage_core_nano_seconds), u(&cpu.usage_nano_cores))
+                });
+                let mem = st.and_then(|s| s.memory.as_ref()).map(memory);
+                sum_cpu += cpu.as_ref().and_then(|c| c.usage_core_nano_seconds).unwrap_or(0);
+                sum_mem += mem.as_ref().and_then(|m| m.working_set_bytes).unwrap_or(0);
+                let mut cs = ContainerStats {
+                    name: name.clone(),
+                    start_time: time_ns(c.created_at),
+                    cpu,
+                    memory: mem,
+                    ..Default::default()
+                };
+                if !only {
+                    let base = root_fs.clone().unwrap_or_default();
+                    if let Some(w) = st.and_then(|s| s.writable_layer.as_ref()) {
+                        cs.rootfs = Some(FsStats {
+                            time: time_ns(w.timestamp),
+                            used_bytes: u(&w.used_bytes),
+                            inodes_used: u(&w.inodes_used),
+                            ..base.clone()
+                        });
+                        eph_used += u(&w.used_bytes).unwrap_or(0);
+                        eph_inodes += u(&w.inodes_used).unwrap_or(0);
+                    }
+                    if let Some((b, i, at)) = self.du(&log_dir.join(&name)) {
+                        cs.logs = Some(FsStats {
+                            time: Time::at(at.into()),
+                            used_bytes: Some(b),
+                            inodes_used: Some(i),
+                            ..base
+                        });
+                        eph_used += b;
+                        eph_inodes += i;
+                    }
+                }
+                list.push(cs);
+            }
+            list.sort_by(|a, b| a.name.cmp(&b.name));
+            let linux = sstats.get(sb.id.as_str()).and_then(|s| s.linux.as_ref());
+            pod.cpu = match linux.and_then(|l| l.cpu.as_ref()) {
+                Some(c) => {
+                    Some(self.cpu(&sb.id, time_ns(c.timestamp), u(&c.usage_core_nano_seconds), u(&c.usage_nano_cores)))
+                }
+                None if !list.is_empty() => {
+                    Some(CpuStats { time: t, usage_core_nano_seconds: Some(sum_cpu), ..Default::default() })
+                }
+                None => None,
+            };
+            pod.memory = match linux.and_then(|l| l.memory.as_ref()) {
+                Some(m) => Some(memory(m)),
+                None if !list.is_empty() => {
+                    Some(MemoryStats { time: t, working_set_bytes: Some(sum_mem), ..Default::default() })
+                }
+                None => None,
+            };
+            if !only {
+                pod.network = linux.and_then(|l| l.network.as_ref()).map(|n| {
+                    let at = if n.timestamp > 0 { time_ns(n.timestamp) } else { t };
+                    let mut ns = network(at, n.interfaces.iter().map(interface).collect());
+                    if let Some(d) = &n.default_interface {
+                        ns.default = interface(d);
+                    }
+                    ns
+                });
+                pod.process_stats =
+                    linux.and_then(|l| l.process.as_ref()).map(|p| ProcessStats { process_count: u(&p.process_count) });
+                let (volumes, ephemeral) = self.volumes(&meta.uid, root_fs.as_ref());
+                eph_used += ephemeral.0;
+                eph_inodes += ephemeral.1;
+                pod.volume = volumes;
+                if let Some(base) = &root_fs {
+                    pod.ephemeral_storage = Some(FsStats {
+                        time: t,
+                        used_bytes: Some(eph_used),
+                        inodes_used: Some(eph_inodes),
+                        ..base.clone()
+                    });
+                }
+            }
+            pod.containers = Some(list);
+            out.push(pod);
+        }
+        out.sort_by(|a, b| (&a.pod_ref.namespace, &a.pod_ref.name).cmp(&(&b.pod_ref.namespace, &b.pod_ref.name)));
+        Ok(out)
+    }
+
+    /// The pod's volumes with their measured usage, and what of it counts as ephemeral storage (disk-backed
+    /// emptyDirs and configMaps, as `IsLocalEphemeralVolume`).
+    fn volumes(&self, uid: &str, root_fs: Option<&FsStats>) -> (Vec<VolumeStats>, (u64, u64)) {
+        let (mut out, mut eph) = (vec![], (0u64, 0u64));
+        if self.d.volume_stats_period.is_zero() {
+            return (out, eph);
+        }
+        for plugin in read_dir(&self.d.root_dir.join("pods").join(uid).join("volumes")) {
+            let kind = plugin.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            for vol in read_dir(&plugin) {
+                let Some((bytes, inodes, at)) = self.du(&vol) else { continue };
+                let t = Time::at(at.into());
+                let mut fs = self.fs_of(&vol, t).unwrap_or_else(|| root_fs.cloned().unwrap_or_default());
+                fs.time = t;
+                fs.used_bytes = Some(bytes);
+                fs.inodes_used = Some(inodes);
+                let on_disk = !is_tmpfs(&vol);
+                if on_disk && (kind == "kubernetes.io~empty-dir" || kind == "kubernetes.io~configmap") {
+                    eph.0 += bytes;
+                    eph.1 += inodes;
+                }
+                let name = vol.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                out.push(VolumeStats { fs, name });
+            }
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        (out, eph)
+    }
+}
+
+fn network(t: Time, interfaces: Vec<InterfaceStats>) -> NetworkStats {
+    let default = interfaces.iter().find(|i| i.name == "eth0").cloned().unwrap_or_default();
+    NetworkStats { time: t, default, interfaces }
+}
+
+fn read_dir(p: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(p)
+        .map(|rd| rd.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())).map(|e| e.path()).collect())
+        .unwrap_or_default()
+}
+
+fn is_tmpfs(p: &Path) -> bool {
+    nix::sys::statfs::statfs(p).is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+}
+
+#[async_trait]
+impl StatsProvider for SummaryProvider {
+    async fn summary(&self, only_cpu_and_memory: bool) -> Result<Summary, HostError> {
+        let node = self.node(only_cpu_and_memory).await;
+        let pods = self.pods(only_cpu_and_memory).await?;
+        Ok(Summary { node, pods: (!pods.is_empty()).then_some(pods) })
+    }
+}
+
+#[cfg(test)]
+mod tests;
