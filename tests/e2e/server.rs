@@ -20,7 +20,7 @@ fn anonymous_allowed(n: &Node) -> String {
 }
 
 fn talk_manifest() -> String {
-    manifest(
+    let m = manifest(
         "talk",
         &[],
         &[
@@ -33,6 +33,11 @@ fn talk_manifest() -> String {
             ),
         ],
         "  terminationGracePeriodSeconds: 1\n",
+    );
+    // A readiness probe on the web server, for /metrics/probes.
+    let (head, tail) = m.split_once("  - name: hog").unwrap();
+    format!(
+        "{head}    readinessProbe:\n      httpGet:\n        port: 8080\n      periodSeconds: 1\n  - name: hog{tail}"
     )
 }
 
@@ -186,6 +191,21 @@ async fn logs_exec_and_port_forward_through_the_kubelet_api() {
     assert!(sample("kubelet_runtime_operations_total", "operation_type=\"exec\"").unwrap() >= 3.0);
     assert!(sample("kubelet_started_pods_total", "").unwrap() >= 1.0);
     assert!(sample("kubelet_pod_start_duration_seconds_count", "").unwrap() >= 1.0);
+
+    // /metrics/probes: the readiness probe's results, labelled as upstream.
+    let (code, text) = api.get("/metrics/probes").await;
+    assert_eq!(code, 200);
+    let fams = parse_prometheus(&text);
+    let uid = node.wait_running(POD).await["metadata"]["uid"].as_str().unwrap().to_string();
+    let labels = format!(
+        "container=\"http\",namespace=\"default\",pod=\"{POD}\",pod_uid=\"{uid}\",probe_type=\"Readiness\",result=\"successful\""
+    );
+    let ok = fams["prober_probe_total"].1.iter().find(|(l, _)| *l == labels).map(|(_, v)| *v);
+    assert!(ok.is_some_and(|n| n >= 1.0), "{labels} in {text}");
+    assert!(
+        text.contains("# HELP prober_probe_total [BETA] Cumulative number of a liveness, readiness or startup probe")
+    );
+    assert!(fams.contains_key("prober_probe_duration_seconds") && fams.contains_key("process_start_time_seconds"));
 
     // /stats/summary and /metrics/resource: the numbers move when a container allocates 64 MiB.
     let working_set = |s: &serde_json::Value, container: Option<&str>| -> Option<u64> {

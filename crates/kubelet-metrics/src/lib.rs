@@ -14,6 +14,7 @@
 //! programming error and panics in debug builds, and is dropped in release builds.
 
 pub mod kubelet;
+pub mod prober;
 pub mod process;
 mod text;
 

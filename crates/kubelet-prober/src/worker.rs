@@ -118,6 +118,14 @@ impl Worker {
         if let Some(id) = &self.container_id {
             self.results.remove(id);
         }
+        // The worker's series go with it, as upstream deletes them when the worker stops.
+        let pod = self.pod.lock().unwrap().clone();
+        let (ns, name) = (pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or(""));
+        let (c, kind, uid) = (self.container.name.as_str(), self.probe_type_label(), self.uid.to_string());
+        for result in ["successful", "failed", "unknown"] {
+            kubelet_metrics::prober::PROBE_TOTAL.remove(&[c, ns, name, &uid, kind, result]);
+        }
+        kubelet_metrics::prober::PROBE_DURATION.remove(&[c, ns, name, kind]);
         self.shared.worker_done(&self.uid, &self.container.name, self.probe_type, &self.stop);
     }
 
@@ -202,14 +210,40 @@ impl Worker {
         true
     }
 
+    /// `Liveness`, `Readiness` or `Startup`, as the probe metrics label them.
+    fn probe_type_label(&self) -> &'static str {
+        match self.probe_type {
+            ProbeType::Liveness => "Liveness",
+            ProbeType::Readiness => "Readiness",
+            ProbeType::Startup => "Startup",
+        }
+    }
+
+    /// `prober_probe_total` and `prober_probe_duration_seconds` (the latter not for failures, as upstream).
+    fn record(&self, pod: &Pod, outcome: Outcome, seconds: f64) {
+        let (ns, name) = (pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or(""));
+        let (c, kind, uid) = (self.container.name.as_str(), self.probe_type_label(), self.uid.to_string());
+        let result = match outcome {
+            Outcome::Success | Outcome::Warning => "successful",
+            Outcome::Failure => "failed",
+            Outcome::Unknown => "unknown",
+        };
+        kubelet_metrics::prober::PROBE_TOTAL.inc(&[c, ns, name, &uid, kind, result]);
+        if result != "failed" {
+            kubelet_metrics::prober::PROBE_DURATION.observe(&[c, ns, name, kind], seconds);
+        }
+    }
+
     /// One check with upstream's events; None when the probe errored (its result is thrown away).
     async fn probe(&self, pod: &Pod, id: &str, pod_ip: &str) -> Option<ProbeResult> {
         let cref = container_reference(pod, &self.container.name);
         let kind = self.probe_type.as_str();
         let mut last_err = None;
         for _ in 0..MAX_PROBE_RETRIES {
+            let started = tokio::time::Instant::now();
             match handlers::run_probe(&self.spec, self.shared.runtime.as_ref(), &self.container, id, pod_ip).await {
                 Ok(out) => {
+                    self.record(pod, out.outcome, started.elapsed().as_secs_f64());
                     let (result, event) = match out.outcome {
                         Outcome::Success => (ProbeResult::Success, None),
                         Outcome::Warning => (

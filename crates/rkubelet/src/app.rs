@@ -162,7 +162,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         configz: Arc::new(crate::server::configz(&cfg)),
         clock: clock.clone(),
         streams: Arc::new(tokio::sync::Semaphore::new(crate::server::options(&cfg, &node_name).max_streams)),
-        probe_metrics: Arc::new(kubelet_metrics::Registry::new()),
+        probe_metrics: kubelet_metrics::prober::registry(),
         stats,
     };
     crate::server::start_local(&cfg, &handlers, &tracker, &cancel).await?;
