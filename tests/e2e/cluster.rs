@@ -3,7 +3,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use common::*;
@@ -24,32 +24,6 @@ async fn cluster() -> Cluster {
     let kubeconfig = dir.path().join("admin.conf");
     server.kubeconfig(&kubeconfig).unwrap();
     Cluster { server, kubeconfig, _dir: dir }
-}
-
-/// Runs kubectl; returns stdout, failing the test with stderr on a non-zero exit.
-async fn kubectl(kc: &Path, args: &[&str]) -> String {
-    let out = tokio::process::Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", kc.display()))
-        .args(args)
-        .output()
-        .await
-        .expect("run kubectl");
-    assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// `kubectl get ... -o json`, or None when it is not found.
-async fn get_json(kc: &Path, args: &[&str]) -> Option<Value> {
-    let mut a = vec!["get"];
-    a.extend_from_slice(args);
-    a.extend_from_slice(&["-o", "json"]);
-    let out = tokio::process::Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", kc.display()))
-        .args(&a)
-        .output()
-        .await
-        .ok()?;
-    out.status.success().then(|| serde_json::from_slice(&out.stdout).ok()).flatten()
 }
 
 fn condition(node: &Value, kind: &str) -> Option<String> {
@@ -81,7 +55,7 @@ async fn node_registers_turns_ready_and_renews_its_lease() {
     assert_eq!(n["status"]["capacity"]["pods"], "110");
     assert!(n["status"]["nodeInfo"]["containerRuntimeVersion"].as_str().unwrap().starts_with("containerd://"));
     assert_eq!(n["status"]["nodeInfo"]["kubeletVersion"], "v1.34.0");
-    assert_eq!(n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"], 10250);
+    assert_eq!(n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"], SECURE_PORT);
     for kind in ["MemoryPressure", "DiskPressure", "PIDPressure"] {
         assert_eq!(condition(&n, kind).as_deref(), Some("False"), "{kind}");
     }

@@ -269,43 +269,13 @@ async fn authentication_and_authorization_are_decided_by_the_apiserver() {
     let (_g, rt) = fresh_runtime().await;
     let user =
         |n: &str, groups: &[&str]| User { name: n.into(), groups: groups.iter().map(|g| g.to_string()).collect() };
-    let server = TestApiServer::start(Options {
-        tls: Some(TlsOptions::default()),
-        anonymous: None,
-        tokens: vec![
-            ("viewer-token".into(), user("viewer", &["system:authenticated"])),
-            ("ops-token".into(), user("ops", &["system:masters", "system:authenticated"])),
-        ],
-        access_rules: vec![AccessRule::new("user:metrics-reader", &["get"], &["nodes/metrics", "nodes/stats"])],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let kubeconfig = dir.path().join("kubelet.conf");
-    let (cert, key) = server.issue_client_cert("system:node:e2e-node", &["system:nodes"]).unwrap();
-    server.kubeconfig_for(&kubeconfig, &cert, &key).unwrap();
-    let ca = dir.path().join("ca.crt");
-    std::fs::write(&ca, server.ca_pem().unwrap()).unwrap();
-    let config = |n: &Node| {
-        std::fs::read_to_string(&n.config)
-            .unwrap()
-            .replace(
-                "  webhook:\n    enabled: false\n",
-                &format!(
-                    "  webhook:\n    enabled: true\n    cacheTTL: 2m\n  x509:\n    clientCAFile: {}\n",
-                    ca.display()
-                ),
-            )
-            .replace("mode: AlwaysAllow", "mode: Webhook")
-    };
-    let mut node = Node::start_full(&[], config, vec![format!("--kubeconfig={}", kubeconfig.display())]);
+    let tokens = vec![
+        ("viewer-token".into(), user("viewer", &["system:authenticated"])),
+        ("ops-token".into(), user("ops", &["system:masters", "system:authenticated"])),
+    ];
+    let rules = vec![AccessRule::new("user:metrics-reader", &["get"], &["nodes/metrics", "nodes/stats"])];
+    let (server, _dir, node) = kubeadm_like_cluster(rules, tokens).await;
     let api = KubeletApi::new(SECURE_PORT);
-    node.wait_for("the secure port", Duration::from_secs(30), || async {
-        let port_up = std::net::TcpStream::connect(("127.0.0.1", SECURE_PORT)).is_ok();
-        port_up.then_some(())
-    })
-    .await;
 
     // Authentication.
     assert_eq!(api.get("/pods").await, (401, "Unauthorized".into()), "no credentials");
@@ -348,6 +318,171 @@ async fn authentication_and_authorization_are_decided_by_the_apiserver() {
     let node_user = server.requests().iter().find(|r| r.uri.contains("/subjectaccessreviews")).unwrap().user.clone();
     assert_eq!(node_user, "system:node:e2e-node", "the kubelet asks with its own credentials");
 
+    node.stop_and_clean(&rt).await;
+}
+
+/// A TLS test apiserver that reaches kubelets on loopback, and a node joined to it with webhook authentication
+/// and authorization as kubeadm configures them.
+async fn kubeadm_like_cluster(
+    access_rules: Vec<test_apiserver::review::AccessRule>,
+    tokens: Vec<(String, test_apiserver::User)>,
+) -> (test_apiserver::TestApiServer, tempfile::TempDir, Node) {
+    use test_apiserver::{Options, TestApiServer, TlsOptions};
+    let server = TestApiServer::start(Options {
+        tls: Some(TlsOptions::default()),
+        anonymous: None,
+        tokens,
+        access_rules,
+        kubelet_address: Some("127.0.0.1".into()),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("kubelet.conf");
+    let (cert, key) = server.issue_client_cert("system:node:e2e-node", &["system:nodes"]).unwrap();
+    server.kubeconfig_for(&kubeconfig, &cert, &key).unwrap();
+    server.admin_kubeconfig(dir.path().join("admin.conf")).unwrap();
+    let ca = dir.path().join("ca.crt");
+    std::fs::write(&ca, server.ca_pem().unwrap()).unwrap();
+    let config = |n: &Node| {
+        std::fs::read_to_string(&n.config)
+            .unwrap()
+            .replace(
+                "  webhook:\n    enabled: false\n",
+                &format!(
+                    "  webhook:\n    enabled: true\n    cacheTTL: 2m\n  x509:\n    clientCAFile: {}\n",
+                    ca.display()
+                ),
+            )
+            .replace("mode: AlwaysAllow", "mode: Webhook")
+    };
+    let mut node = Node::start_full(&[], config, vec![format!("--kubeconfig={}", kubeconfig.display())]);
+    node.wait_for("the secure port", Duration::from_secs(30), || async {
+        std::net::TcpStream::connect(("127.0.0.1", SECURE_PORT)).is_ok().then_some(())
+    })
+    .await;
+    (server, dir, node)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_exec_and_port_forward_through_the_apiserver() {
+    let (_g, rt) = fresh_runtime().await;
+    let (server, dir, mut node) = kubeadm_like_cluster(vec![], vec![]).await;
+    let admin = dir.path().join("admin.conf");
+    let manifest = dir.path().join("web.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\nspec:\n  nodeName: e2e-node\n  terminationGracePeriodSeconds: 1\n  automountServiceAccountToken: false\n  containers:\n  - name: app\n    image: localhost/busybox:1\n    command: [\"sh\", \"-c\", \"echo line-1; echo line-2; echo line-3; trap 'exit 0' TERM; while true; do sleep 0.2; done\"]\n  - name: http\n    image: localhost/busybox:1\n    command: [\"sh\", \"-c\", \"mkdir -p /www && echo served-by-httpd > /www/index.html && exec httpd -f -p 8080 -h /www\"]\n",
+    )
+    .unwrap();
+    kubectl(&admin, &["create", "-f", manifest.to_str().unwrap()]).await;
+    node.wait_for("pod web Running", Duration::from_secs(60), || async {
+        get_json(&admin, &["pod", "web"]).await.filter(|p| p["status"]["phase"] == "Running")
+    })
+    .await;
+
+    // kubectl logs: the apiserver calls /containerLogs with the options.
+    node.wait_for("three log lines", Duration::from_secs(20), || async {
+        let out = tokio::process::Command::new("kubectl")
+            .arg(format!("--kubeconfig={}", admin.display()))
+            .args(["logs", "web", "-c", "app"])
+            .output()
+            .await
+            .ok()?;
+        (String::from_utf8_lossy(&out.stdout) == "line-1\nline-2\nline-3\n").then_some(())
+    })
+    .await;
+    assert_eq!(kubectl(&admin, &["logs", "web", "-c", "app", "--tail=1"]).await, "line-3\n");
+    assert_eq!(kubectl(&admin, &["logs", "web", "-c", "app", "--limit-bytes=9"]).await, "line-1\nli");
+    let stamped = kubectl(&admin, &["logs", "web", "-c", "app", "--timestamps", "--tail=1"]).await;
+    assert!(stamped.ends_with("Z line-3\n"), "{stamped}");
+    // Without -c kubectl picks the first container itself.
+    let out = tokio::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", admin.display()))
+        .args(["logs", "web"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "line-1\nline-2\nline-3\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("Defaulted container \"app\" out of: app, http"));
+    let prev = tokio::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", admin.display()))
+        .args(["logs", "web", "-c", "app", "--previous"])
+        .output()
+        .await
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&prev.stderr)
+            .contains("previous terminated container \"app\" in pod \"web\" not found"),
+        "{}",
+        String::from_utf8_lossy(&prev.stderr)
+    );
+
+    // kubectl exec: WebSocket v5 is refused by the runtime, kubectl falls back to SPDY through both proxies.
+    let out = tokio::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", admin.display()))
+        .args(["exec", "web", "-c", "app", "--", "sh", "-c", "echo to-out; echo to-err >&2; exit 3"])
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "to-out\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("to-err"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "the command's exit status");
+    let mut cat = tokio::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", admin.display()))
+        .args(["exec", "-i", "web", "-c", "app", "--", "cat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = cat.stdin.take().unwrap();
+        stdin.write_all(b"through stdin\n").await.unwrap();
+    }
+    let out =
+        tokio::time::timeout(Duration::from_secs(20), cat.wait_with_output()).await.expect("cat ends at EOF").unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "through stdin\n");
+    assert!(out.status.success());
+
+    // kubectl port-forward to busybox httpd.
+    let mut pf = tokio::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", admin.display()))
+        .args(["port-forward", "pod/web", ":8080", "--address=127.0.0.1"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(pf.stdout.take().unwrap());
+    let mut first = String::new();
+    tokio::time::timeout(Duration::from_secs(20), tokio::io::AsyncBufReadExt::read_line(&mut lines, &mut first))
+        .await
+        .expect("kubectl port-forward reports its port")
+        .unwrap();
+    // "Forwarding from 127.0.0.1:PORT -> 8080"
+    let port: u16 = first
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{first}"));
+    let reply = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        s.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
+        let mut buf = String::new();
+        tokio::time::timeout(Duration::from_secs(20), s.read_to_string(&mut buf))
+            .await
+            .expect("a reply in time")
+            .unwrap();
+        buf
+    };
+    assert!(reply.contains("200 OK") && reply.contains("served-by-httpd"), "{reply}");
+    let _ = pf.kill().await;
+
+    // The apiserver called the kubelet as kube-apiserver-kubelet-client, which the kubelet had authorized.
+    assert!(server.requests().iter().any(|r| r.uri.contains("/subjectaccessreviews")));
     node.stop_and_clean(&rt).await;
 }
 

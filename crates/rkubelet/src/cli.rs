@@ -10,6 +10,8 @@ use clap::Parser;
 #[command(
     name = "rkubelet",
     disable_version_flag = true,
+    // A flag given twice takes its last value, as Go's flag package does.
+    args_override_self = true,
     about = "The Kubernetes node agent, in Rust: a drop-in kubelet."
 )]
 pub struct Cli {
@@ -88,5 +90,7 @@ mod tests {
         let c = Cli::try_parse_from(["rkubelet", "--node-labels=role=edge,zone=a"]).unwrap();
         assert_eq!(c.node_labels.get("zone").map(String::as_str), Some("a"));
         assert!(Cli::try_parse_from(["rkubelet", "--node-labels=broken"]).is_err());
+        let twice = Cli::try_parse_from(["rkubelet", "--cert-dir=/a", "--cert-dir=/b"]).unwrap();
+        assert_eq!(twice.cert_dir, PathBuf::from("/b"), "the last value wins, as with Go's flags");
     }
 }

@@ -109,6 +109,26 @@ impl ApiError {
         Self::new(410, "Expired", message, None)
     }
 
+    /// 503 `ServiceUnavailable`.
+    pub fn service_unavailable(message: impl Into<String>) -> Self {
+        Self::new(503, "ServiceUnavailable", message.into(), None)
+    }
+
+    /// Another status from a backend, with its text (`NewGenericServerResponse`).
+    pub fn generic(code: u16, message: String) -> Self {
+        let reason = match code {
+            401 => "Unauthorized",
+            403 => "Forbidden",
+            404 => "NotFound",
+            409 => "Conflict",
+            429 => "TooManyRequests",
+            503 => "ServiceUnavailable",
+            504 => "Timeout",
+            _ => "Unknown",
+        };
+        Self::new(code, reason, message, None)
+    }
+
     /// 400 `BadRequest`.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message.into(), None)

@@ -147,6 +147,11 @@ pub async fn handle(
         }
     };
     shared.log(parts.method.as_str(), &uri, &user.name, &ua);
+    if let Some((ns, name, sub)) = pod_stream(parts.uri.path()) {
+        let req = Request::from_parts(parts, body);
+        let resp = crate::proxy::handle(shared, req, &ns, &name, &sub).await.unwrap_or_else(|e| error(&e));
+        return Ok(resp);
+    }
     let body = match body.collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => return Ok(error(&ApiError::bad_request(format!("reading the body: {e}")))),
@@ -164,6 +169,16 @@ pub async fn handle(
     let resp = route(&ctx).unwrap_or_else(|e| error(&e));
     tracing::debug!(method = %parts.method, %uri, status = resp.status().as_u16(), "request");
     Ok(resp)
+}
+
+/// `/api/v1/namespaces/<ns>/pods/<name>/<log|exec|attach|portforward>`.
+fn pod_stream(path: &str) -> Option<(String, String, String)> {
+    match path.trim_matches('/').split('/').collect::<Vec<_>>().as_slice() {
+        ["api", "v1", "namespaces", ns, "pods", name, sub] if crate::proxy::is_proxied(sub) => {
+            Some((ns.to_string(), name.to_string(), sub.to_string()))
+        }
+        _ => None,
+    }
 }
 
 impl Ctx {

@@ -23,6 +23,7 @@ mod http;
 mod kubeconfig;
 pub mod patch;
 pub mod protobuf;
+pub mod proxy;
 pub mod resources;
 pub mod review;
 pub mod selector;

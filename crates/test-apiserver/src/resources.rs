@@ -51,7 +51,18 @@ macro_rules! res {
 
 /// Every served resource.
 pub static RESOURCES: &[ResourceDef] = &[
-    res!("", "v1", "pods", "pod", "Pod", true, &["po"], ALL_VERBS, &["status", "eviction"], &["all"]),
+    res!(
+        "",
+        "v1",
+        "pods",
+        "pod",
+        "Pod",
+        true,
+        &["po"],
+        ALL_VERBS,
+        &["status", "eviction", "log", "exec", "attach", "portforward"],
+        &["all"]
+    ),
     res!("", "v1", "nodes", "node", "Node", false, &["no"], ALL_VERBS, &["status"], &[]),
     res!("", "v1", "namespaces", "namespace", "Namespace", false, &["ns"], NS_VERBS, &["status", "finalize"], &[]),
     res!("", "v1", "events", "event", "Event", true, &["ev"], ALL_VERBS, &[], &[]),
@@ -104,6 +115,8 @@ pub static RESOURCES: &[ResourceDef] = &[
 pub fn subresource_verbs(sub: &str) -> &'static [&'static str] {
     match sub {
         "eviction" | "token" => &["create"],
+        "log" => &["get"],
+        "exec" | "attach" | "portforward" => &["create", "get"],
         "finalize" => &["update"],
         _ => &["get", "patch", "update"],
     }
@@ -114,6 +127,9 @@ pub fn subresource_kind(def: &ResourceDef, sub: &str) -> &'static str {
     match sub {
         "eviction" => "Eviction",
         "token" => "TokenRequest",
+        "exec" => "PodExecOptions",
+        "attach" => "PodAttachOptions",
+        "portforward" => "PodPortForwardOptions",
         _ => def.kind,
     }
 }

@@ -53,6 +53,9 @@ pub struct Options {
     pub max_token_expiration: Option<Duration>,
     /// Who may do what, for SubjectAccessReviews (`system:masters` may do everything besides).
     pub access_rules: Vec<crate::review::AccessRule>,
+    /// Where every kubelet is reached for `pods/log`, `exec`, `attach` and `portforward` instead of its node's
+    /// address (tests run kubelets on loopback); the port is still the node's.
+    pub kubelet_address: Option<String>,
 }
 
 impl Default for Options {
@@ -69,6 +72,7 @@ impl Default for Options {
             auto_approve_node_csrs: false,
             max_token_expiration: None,
             access_rules: Vec::new(),
+            kubelet_address: None,
         }
     }
 }
@@ -104,6 +108,8 @@ pub struct Shared {
     pub pki: Option<Arc<Pki>>,
     /// The service account token signer and the published root CA.
     pub signer: crate::serviceaccount::Signer,
+    /// TLS towards kubelets (with the `kube-apiserver-kubelet-client` certificate when serving TLS).
+    pub kubelet_client: Arc<rustls::ClientConfig>,
 }
 
 impl Shared {
@@ -165,7 +171,7 @@ where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let svc = service_fn(move |req| crate::http::handle(shared.clone(), cert_user.clone(), req));
-    if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(io), svc).await {
+    if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(io), svc).with_upgrades().await {
         tracing::debug!(error = %e, "connection ended");
     }
 }
@@ -221,6 +227,11 @@ impl TestApiServer {
             crate::serviceaccount::publish(&store, ns, &signer.root_ca_pem)?;
         }
         let (close_watches, _) = watch::channel(0);
+        let identity = match &pki {
+            Some(p) => Some(p.issue_client_cert("kube-apiserver-kubelet-client", &["system:masters"])?),
+            None => None,
+        };
+        let kubelet_client = crate::proxy::kubelet_client_config(identity);
         let shared = Arc::new(Shared {
             store,
             opts: opts.clone(),
@@ -230,6 +241,7 @@ impl TestApiServer {
             request_seq: watch::channel(0).0,
             pki,
             signer,
+            kubelet_client,
         });
         let mut s = TestApiServer { shared, port: opts.port, running: None };
         s.listen().await?;

@@ -184,6 +184,18 @@ pub fn parse_query(q: Option<&str>) -> HashMap<String, String> {
         .collect()
 }
 
+/// The query's pairs in order, repeated keys kept (`command=sh&command=-c`).
+pub fn parse_query_pairs(q: Option<&str>) -> Vec<(String, String)> {
+    q.unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| match p.split_once('=') {
+            Some((k, v)) => (percent_decode(k), percent_decode(v)),
+            None => (percent_decode(p), String::new()),
+        })
+        .collect()
+}
+
 /// A dotted field path of a JSON object as a string (`""` when absent), as field selectors see it.
 pub fn field_string(obj: &Value, path: &str) -> String {
     let mut cur = obj;

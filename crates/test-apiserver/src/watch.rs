@@ -60,6 +60,13 @@ pub struct ChannelBody {
     rx: mpsc::Receiver<Bytes>,
 }
 
+impl ChannelBody {
+    /// A body of what `rx` receives, ending when its senders are gone.
+    pub fn new(rx: mpsc::Receiver<Bytes>) -> Self {
+        ChannelBody { rx }
+    }
+}
+
 impl Body for ChannelBody {
     type Data = Bytes;
     type Error = Infallible;

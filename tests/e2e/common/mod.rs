@@ -394,3 +394,29 @@ pub const SERVE: &str = "trap 'exit 0' TERM; while true; do sleep 0.2; done";
 pub fn texts(log: &str) -> Vec<String> {
     log.lines().filter_map(|l| l.splitn(4, ' ').nth(3)).map(str::to_string).collect()
 }
+
+/// Runs kubectl; returns stdout, failing the test with stderr on a non-zero exit.
+pub async fn kubectl(kc: &Path, args: &[&str]) -> String {
+    let out = tokio::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", kc.display()))
+        .args(args)
+        .output()
+        .await
+        .expect("run kubectl");
+    assert!(out.status.success(), "kubectl {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `kubectl get ... -o json`, or None when it is not found.
+pub async fn get_json(kc: &Path, args: &[&str]) -> Option<Value> {
+    let mut a = vec!["get"];
+    a.extend_from_slice(args);
+    a.extend_from_slice(&["-o", "json"]);
+    let out = tokio::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", kc.display()))
+        .args(&a)
+        .output()
+        .await
+        .ok()?;
+    out.status.success().then(|| serde_json::from_slice(&out.stdout).ok()).flatten()
+}
