@@ -172,3 +172,64 @@ pub async fn serve(
 pub fn conn_info(req: &Request) -> ConnInfo {
     req.extensions().get::<ConnInfo>().cloned().unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    use super::*;
+
+    async fn start(limits: Limits) -> (SocketAddr, CancellationToken) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let cancel = CancellationToken::new();
+        let router = Router::new().route("/x", axum::routing::get(|| async { "ok" }));
+        tokio::spawn(serve(l, None, router, limits, cancel.clone()));
+        (addr, cancel)
+    }
+
+    #[tokio::test]
+    async fn a_silent_client_is_dropped_after_the_header_timeout() {
+        let (addr, cancel) = start(Limits { header_timeout: Duration::from_millis(300), ..Default::default() }).await;
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET /x HTTP/1.1\r\nHost: a\r\n").await.unwrap(); // never finishes its headers
+        let mut buf = Vec::new();
+        let n = tokio::time::timeout(Duration::from_secs(10), c.read_to_end(&mut buf)).await;
+        assert!(n.is_ok(), "the server closed the connection");
+        // A well-behaved client is still served.
+        let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+        c.write_all(b"GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").await.unwrap();
+        let mut buf = String::new();
+        c.read_to_string(&mut buf).await.unwrap();
+        assert!(buf.starts_with("HTTP/1.1 200") && buf.ends_with("ok"), "{buf}");
+        cancel.cancel();
+    }
+
+    #[tokio::test]
+    async fn connections_beyond_the_limit_are_closed_at_once() {
+        let (addr, cancel) = start(Limits { max_connections: 2, ..Default::default() }).await;
+        let held =
+            [tokio::net::TcpStream::connect(addr).await.unwrap(), tokio::net::TcpStream::connect(addr).await.unwrap()];
+        let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = third.write_all(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n").await;
+        let mut buf = Vec::new();
+        let r = tokio::time::timeout(Duration::from_secs(10), third.read_to_end(&mut buf)).await.unwrap();
+        assert!(r.is_err() || buf.is_empty(), "closed without an answer: {:?}", String::from_utf8_lossy(&buf));
+        drop(held);
+        // Slots come back once the held connections go.
+        let mut ok = false;
+        for _ in 0..100 {
+            let mut c = tokio::net::TcpStream::connect(addr).await.unwrap();
+            c.write_all(b"GET /x HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n").await.unwrap();
+            let mut buf = String::new();
+            let _ = c.read_to_string(&mut buf).await;
+            if buf.ends_with("ok") {
+                ok = true;
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(ok, "served again after the slots were freed");
+        cancel.cancel();
+    }
+}

@@ -371,3 +371,93 @@ impl ClientCertVerifier for ClientCa {
         self.inner.supported_verify_schemes()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now() -> SystemTime {
+        std::time::UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+    }
+
+    #[test]
+    fn self_signed_pair_is_made_once_in_the_cert_dir_and_loads() {
+        let d = tempfile::tempdir().unwrap();
+        let (crt, key) = serving_files("", "", d.path(), "node-a", now()).unwrap();
+        assert_eq!(
+            (crt.file_name().unwrap(), key.file_name().unwrap()),
+            ("kubelet.crt".as_ref(), "kubelet.key".as_ref())
+        );
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
+        let pem = std::fs::read_to_string(&crt).unwrap();
+        assert_eq!(pem.matches("BEGIN CERTIFICATE").count(), 2, "the leaf, then its CA");
+        let first = x509_parser::pem::parse_x509_pem(pem.as_bytes()).unwrap().1;
+        let cert = first.parse_x509().unwrap();
+        let cn = cert.subject().iter_common_name().next().unwrap().as_str().unwrap().to_string();
+        assert_eq!(cn, "node-a@1800000000");
+        let issuer = cert.issuer().iter_common_name().next().unwrap().as_str().unwrap().to_string();
+        assert_eq!(issuer, "node-a-ca@1800000000");
+        assert_eq!(cert.validity().not_before.timestamp(), 1_800_000_000 - 3600);
+        assert_eq!(cert.validity().not_after.timestamp(), 1_800_000_000 - 3600 + 365 * 24 * 3600);
+        // Kept as they are at the next start.
+        let again = serving_files("", "", d.path(), "node-b", now()).unwrap();
+        assert_eq!(std::fs::read_to_string(&again.0).unwrap(), pem);
+        let settings = TlsSettings { cert_file: crt, key_file: key, ..Default::default() };
+        assert!(server_config(&settings).is_ok());
+        // Configured files win.
+        assert_eq!(serving_files("/x.crt", "/x.key", d.path(), "n", now()).unwrap().0, PathBuf::from("/x.crt"));
+    }
+
+    #[test]
+    fn tls_names_follow_go_and_bad_ones_name_the_field() {
+        assert_eq!(versions("VersionTLS13").unwrap().len(), 1);
+        assert_eq!(versions("").unwrap().len(), 2);
+        assert_eq!(versions("VersionTLS10").unwrap().len(), 2, "raised to 1.2");
+        let e = versions("TLS1.2").unwrap_err().to_string();
+        assert!(e.starts_with("invalid configuration: tlsMinVersion: unknown tls version \"TLS1.2\""), "{e}");
+        let suites =
+            cipher_suites(&["TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256".into(), "TLS_RSA_WITH_AES_128_CBC_SHA".into()])
+                .unwrap();
+        let tls12: Vec<_> = suites.iter().filter(|s| matches!(s, SupportedCipherSuite::Tls12(_))).collect();
+        assert_eq!(tls12.len(), 1, "the CBC suite is left out");
+        let e = cipher_suites(&["TLS_NOPE".into()]).unwrap_err().to_string();
+        assert_eq!(e, "invalid configuration: tlsCipherSuites: unsupported cipher suite \"TLS_NOPE\"");
+        let missing = TlsSettings {
+            cert_file: "/nonexistent.crt".into(),
+            key_file: "/nonexistent.key".into(),
+            ..Default::default()
+        };
+        let e = server_config(&missing).unwrap_err().to_string();
+        assert!(e.starts_with("tlsCertFile /nonexistent.crt: "), "{e}");
+    }
+
+    #[test]
+    fn client_certificates_of_the_ca_name_the_user_and_others_are_refused() {
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::default();
+        ca.distinguished_name.push(DnType::CommonName, "test-ca");
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        let d = tempfile::tempdir().unwrap();
+        let ca_file = d.path().join("ca.crt");
+        std::fs::write(&ca_file, ca_cert.pem()).unwrap();
+        let client = |iss: &Issuer<'_, KeyPair>| {
+            let mut p = CertificateParams::default();
+            p.distinguished_name.push(DnType::CommonName, "alice");
+            p.distinguished_name.push(DnType::OrganizationName, "devs");
+            p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+            p.signed_by(&KeyPair::generate().unwrap(), iss).unwrap().der().clone()
+        };
+        let ca = ClientCa::from_file(&ca_file, provider()).unwrap();
+        let u = ca.user_of(&[client(&issuer)]).unwrap().unwrap();
+        assert_eq!((u.name.as_str(), u.groups.clone()), ("alice", vec!["devs".to_string()]));
+        let other_key = KeyPair::generate().unwrap();
+        let mut other = CertificateParams::default();
+        other.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let other = Issuer::new(other, other_key);
+        assert!(ca.user_of(&[client(&other)]).is_err());
+        assert_eq!(ca.user_of(&[]).unwrap(), None);
+    }
+}

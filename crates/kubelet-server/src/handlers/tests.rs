@@ -438,3 +438,37 @@ async fn an_idle_stream_is_closed_after_the_idle_timeout() {
     assert_eq!(a_peer.read(&mut buf).await.unwrap(), 0, "the client side is closed");
     assert_eq!(b_peer.read(&mut buf).await.unwrap(), 0, "the runtime side is closed");
 }
+
+#[tokio::test]
+async fn node_logs_are_served_from_the_log_folder_and_cannot_leave_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("pods")).unwrap();
+    std::fs::write(dir.path().join("syslog"), "boot\n").unwrap();
+    std::fs::write(dir.path().join("a&b.log"), "x").unwrap();
+    let mut h = handlers(Arc::new(FakeHost::default()), true);
+    let mut o = (*h.options).clone();
+    o.system_log_dir = dir.path().to_path_buf();
+    h.options = Arc::new(o.clone());
+    let r = secure_router(h.clone(), allow_all());
+    let (code, body) = call(&r, "GET", "/logs/", PeerCert::None, &[]).await;
+    assert_eq!(code, 200);
+    assert_eq!(
+        body,
+        "<!doctype html>\n<meta name=\"viewport\" content=\"width=device-width\">\n<pre>\n<a href=\"a%26b.log\">a&amp;b.log</a>\n<a href=\"pods/\">pods/</a>\n<a href=\"syslog\">syslog</a>\n</pre>\n"
+    );
+    assert_eq!(call(&r, "GET", "/logs/syslog", PeerCert::None, &[]).await, (200, "boot\n".into()));
+    assert_eq!(call(&r, "GET", "/logs/pods", PeerCert::None, &[]).await.0, 301, "a folder gets its slash");
+    assert_eq!(
+        call(&r, "GET", "/logs/../../etc/passwd", PeerCert::None, &[]).await.0,
+        404,
+        "cleaned inside the folder"
+    );
+    assert_eq!(call(&r, "GET", "/logs/nope", PeerCert::None, &[]).await, (404, "404 page not found\n".into()));
+    o.enable_system_log_handler = false;
+    h.options = Arc::new(o);
+    let r = secure_router(h, allow_all());
+    assert_eq!(
+        call(&r, "GET", "/logs/syslog", PeerCert::None, &[]).await,
+        (405, "logs endpoint is disabled.\n".into())
+    );
+}
