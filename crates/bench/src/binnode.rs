@@ -38,6 +38,9 @@ pub struct BinNode {
     child: Child,
 }
 
+/// The secure port (HTTPS; anonymous requests are allowed on this loopback-only benchmark node).
+pub const SECURE_PORT: u16 = 21250;
+
 /// Node name every benchmark node registers as.
 pub const NODE: &str = "bench-node";
 
@@ -52,7 +55,7 @@ impl BinNode {
              containerRuntimeEndpoint: {}\nstaticPodPath: {}\npodLogsDir: {}\n\
              healthzBindAddress: 127.0.0.1\nhealthzPort: 21248\naddress: 127.0.0.1\nport: 21250\nreadOnlyPort: 21255\n\
              failSwapOn: false\nresolvConf: /etc/resolv.conf\n\
-             authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n\
+             authentication:\n  anonymous:\n    enabled: true\n  webhook:\n    enabled: false\n\
              authorization:\n  mode: AlwaysAllow\n{}",
             spec.endpoint,
             p.join("manifests").display(),

@@ -44,6 +44,8 @@ pub struct ContainerdOpts {
     pub startup_wait: Duration,
     /// Wait before RSS is read after a change.
     pub settle: Duration,
+    /// Requests per kubelet API endpoint while the batch runs.
+    pub scrapes: usize,
 }
 
 /// One pod started alone.
@@ -97,6 +99,8 @@ pub struct ContainerdResults {
     /// Apiserver creates of pods with a configMap, a secret and the projected service account token volume, one
     /// at a time, alternating with `api_pods.sequential`.
     pub volume_pods: Vec<StartRun>,
+    /// The kubelet API's endpoints with the batch (`steady_pods`) running.
+    pub api_endpoints: Vec<crate::apiscrape::Endpoint>,
 }
 
 impl PathResults {
@@ -427,6 +431,13 @@ pub async fn run(opts: &ContainerdOpts) -> anyhow::Result<ContainerdResults> {
     tokio::time::sleep(opts.settle).await;
     let steady_millicores = node.millicores_over(opts.steady).await?;
     let steady_rss = node.rss()?;
+    let api_endpoints = crate::apiscrape::measure(node.pid(), crate::binnode::SECURE_PORT, opts.scrapes).await?;
+    for e in &api_endpoints {
+        eprintln!(
+            "containerd: {} with {} pods: p50 {:?}, p90 {:?}, CPU {:?} per request, {} bytes",
+            e.path, opts.batch, e.latency.p50, e.latency.p90, e.cpu_per_request, e.bytes
+        );
+    }
     api_batch.all_gone = api_batch_delete(&server, &mut obs, &names).await?;
     node.stop().await;
     Ok(ContainerdResults {
@@ -438,5 +449,6 @@ pub async fn run(opts: &ContainerdOpts) -> anyhow::Result<ContainerdResults> {
         static_pods: PathResults { sequential: static_seq, batch: static_batch },
         api_pods: PathResults { sequential: api_seq, batch: api_batch },
         volume_pods: volume_seq,
+        api_endpoints,
     })
 }

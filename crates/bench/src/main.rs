@@ -3,11 +3,13 @@
 //! - `fake`: the real binary on the in-memory runtime served over CRI gRPC, with the test apiserver (idle and
 //!   per-pod memory, converge N pods through the apiserver, steady CPU, a churn of creations and deletions);
 //! - `containerd`: the real binary on the real containerd with the test apiserver (pod start latency one at a
-//!   time and in a batch, what rkubelet adds over containerd's calls, teardown, idle and steady CPU and RSS).
+//!   time and in a batch, what rkubelet adds over containerd's calls, teardown, idle and steady CPU and RSS, and the
+//!   kubelet API's response times and CPU per request with the batch running).
 //!
 //! It writes a JSON result and a Markdown report, and with `--check` exits non-zero naming every budget missed.
 //! `--smoke` is the small version CI runs so the program cannot rot.
 
+mod apiscrape;
 mod apiwatch;
 mod binnode;
 mod containerd;
@@ -49,6 +51,9 @@ struct Args {
     /// Pods started at once on containerd, per path.
     #[arg(long, default_value_t = 30)]
     batch: usize,
+    /// Requests per kubelet API endpoint (`/stats/summary`, `/metrics/resource`, `/metrics`) with the batch running.
+    #[arg(long, default_value_t = 200)]
+    scrapes: usize,
     /// The rkubelet binary (default: beside this program).
     #[arg(long)]
     rkubelet: Option<PathBuf>,
@@ -76,6 +81,7 @@ fn main() -> anyhow::Result<()> {
         args.churn_seconds = 4;
         args.sequential = 2;
         args.batch = 5;
+        args.scrapes = 5;
         settle = Duration::from_secs(1);
         startup_wait = Duration::from_secs(1);
     }
@@ -107,6 +113,7 @@ fn main() -> anyhow::Result<()> {
             steady,
             settle,
             startup_wait,
+            scrapes: args.scrapes,
         };
         Some(rt.block_on(containerd::run(&opts))?)
     } else {

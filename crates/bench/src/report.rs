@@ -57,6 +57,10 @@ fn pct_md(p: &Percentiles) -> String {
     format!("{:.0} / {:.0} / {:.0} / {:.0} ms", ms(p.p50), ms(p.p90), ms(p.p99), ms(p.max))
 }
 
+fn pct_md_fine(p: &Percentiles) -> String {
+    format!("{:.1} / {:.1} / {:.1} / {:.1} ms", ms(p.p50), ms(p.p90), ms(p.p99), ms(p.max))
+}
+
 fn batch_json(b: &Batch) -> Value {
     json!({"start": pct_json(&b.start), "all_running_ms": ms(b.all_running), "all_gone_ms": ms(b.all_gone)})
 }
@@ -146,6 +150,28 @@ impl Report {
                 );
             }
         }
+        if let Some(c) = &self.containerd {
+            for e in &c.api_endpoints {
+                let (budget, limit): (&'static str, Duration) = match e.path {
+                    "/stats/summary" => ("≤ 50 ms", Duration::from_millis(50)),
+                    _ => ("≤ 10 ms", Duration::from_millis(10)),
+                };
+                add(
+                    format!("`{}` response with {} pods, median (containerd)", e.path, c.steady_pods),
+                    format!("{:.1} ms", ms(e.latency.p50)),
+                    budget,
+                    e.latency.p50 <= limit,
+                );
+            }
+            if let Some(m) = c.api_endpoints.iter().find(|e| e.path == "/metrics") {
+                add(
+                    "CPU of one Prometheus scrape of `/metrics` (containerd)".into(),
+                    format!("{:.2} ms", ms(m.cpu_per_request)),
+                    "≤ 5 ms",
+                    m.cpu_per_request <= Duration::from_millis(5),
+                );
+            }
+        }
         if let Some(ch) = self.fake.as_ref().and_then(|f| f.churn.as_ref()) {
             let grown = ch.rss_after as i64 - ch.rss_before as i64;
             add(
@@ -208,6 +234,10 @@ impl Report {
                 "steady_pods": c.steady_pods, "steady_rss_bytes": c.steady_rss, "steady_millicores": c.steady_millicores,
                 "static": path_json(&c.static_pods), "api": path_json(&c.api_pods),
                 "api_with_volumes": runs_json(&c.volume_pods),
+                "kubelet_api": c.api_endpoints.iter().map(|e| json!({
+                    "path": e.path, "latency": pct_json(&e.latency),
+                    "cpu_per_request_ms": ms(e.cpu_per_request), "bytes": e.bytes,
+                })).collect::<Vec<_>>(),
             })
         });
         json!({
@@ -340,6 +370,24 @@ impl Report {
                 med(StartRun::share),
                 ms(c.api_pods.median_e2e()),
             ));
+            if !c.api_endpoints.is_empty() {
+                s.push_str(&format!(
+                    "\nThe kubelet API with {} pods running: requests one after the other on one kept-alive HTTPS \
+                     connection (as Prometheus and metrics-server scrape), {} per endpoint after 3 unmeasured; \
+                     rkubelet's CPU per request from `/proc` around the series.\n\n\
+                     | endpoint | response p50 / p90 / p99 / max | CPU per request | size |\n|---|---:|---:|---:|\n",
+                    c.steady_pods, c.api_endpoints[0].latency.n
+                ));
+                for e in &c.api_endpoints {
+                    s.push_str(&format!(
+                        "| `{}` | {} | {:.2} ms | {:.1} KiB |\n",
+                        e.path,
+                        pct_md_fine(&e.latency),
+                        ms(e.cpu_per_request),
+                        e.bytes as f64 / 1024.0
+                    ));
+                }
+            }
             s.push_str(&format!(
                 "\nRegistered node, no pod: RSS {:.1} MiB, {:.2} millicores. With {} pods running: RSS {:.1} MiB, {:.2} \
                  millicores.\n",

@@ -9,7 +9,9 @@
 //!   from the containers for a runtime without it. A not-ready sandbox is reported only while its pod has no
 //!   ready one.
 //! - `usageNanoCores`: the runtime's own value, else the rate between the last two samples of [`SummaryProvider::run`]
-//!   (every 10 s, as the eviction manager refreshes it upstream); left out until two samples exist.
+//!   (every 10 s, as the eviction manager refreshes it upstream); left out until two samples exist. The runtime's
+//!   pod and container stats themselves come from that sampling too (at most 15 s old), as upstream's come from
+//!   cAdvisor's housekeeping: a request then costs the runtime two cheap list calls, not a stats walk.
 //! - Volumes, container logs and ephemeral storage: `du`-style walks ([`host::disk_usage`]) every
 //!   `volumeStatsAggPeriod` in the background; the summary only reads their last result.
 //!
@@ -68,11 +70,20 @@ struct Sample {
     rate: Option<u64>,
 }
 
+/// The runtime's sandbox and container stats of one sampling.
+type CriStats = Arc<(Vec<cri::PodSandboxStats>, Vec<cri::ContainerStats>)>;
+
+/// How old the runtime's stats may be when a request reads them: the sampling period and some slack. Asking the
+/// runtime at every request would cost tens of milliseconds of its time (containerd reads every task's cgroups and
+/// network namespace), for figures upstream also serves from a cache refreshed every 10–15 s.
+const RUNTIME_STATS_MAX_AGE: Duration = Duration::from_secs(15);
+
 /// The Summary API provider.
 pub struct SummaryProvider {
     d: SummaryDeps,
     samples: Mutex<HashMap<String, Sample>>,
     du: Mutex<HashMap<PathBuf, (u64, u64, SystemTime)>>,
+    runtime_stats: Mutex<Option<(tokio::time::Instant, CriStats)>>,
 }
 
 fn time_ns(ns: i64) -> Time {
@@ -127,7 +138,12 @@ fn host_memory(m: host::Memory, t: Time) -> MemoryStats {
 impl SummaryProvider {
     /// A provider.
     pub fn new(d: SummaryDeps) -> Self {
-        SummaryProvider { d, samples: Mutex::new(HashMap::new()), du: Mutex::new(HashMap::new()) }
+        SummaryProvider {
+            d,
+            samples: Mutex::new(HashMap::new()),
+            du: Mutex::new(HashMap::new()),
+            runtime_stats: Mutex::new(None),
+        }
     }
 
     fn now_ns(&self) -> i64 {
@@ -191,8 +207,9 @@ impl SummaryProvider {
         {
             self.sample("pods", now, c.usage_ns);
         }
-        if let Ok((sandboxes, containers)) = self.runtime_stats().await {
-            for s in &sandboxes {
+        if let Ok(stats) = self.fresh_runtime_stats().await {
+            let (sandboxes, containers) = &*stats;
+            for s in sandboxes {
                 if let (Some(a), Some(c)) = (&s.attributes, s.linux.as_ref().and_then(|l| l.cpu.as_ref()))
                     && let Some(v) = u(&c.usage_core_nano_seconds)
                 {
@@ -212,16 +229,28 @@ impl SummaryProvider {
         self.samples.lock().unwrap().retain(|_, s| s.at_ns >= cutoff);
     }
 
-    /// The sandbox stats (with their containers) and every container's stats: `ListPodSandboxStats`, else
-    /// `ListContainerStats` with empty sandbox stats.
-    async fn runtime_stats(&self) -> Result<(Vec<cri::PodSandboxStats>, Vec<cri::ContainerStats>), CriError> {
-        match self.d.runtime.list_pod_sandbox_stats(None).await {
+    /// Asks the runtime for the sandbox stats (with their containers) and every container's stats:
+    /// `ListPodSandboxStats`, else `ListContainerStats` with empty sandbox stats; keeps the answer for requests.
+    async fn fresh_runtime_stats(&self) -> Result<CriStats, CriError> {
+        let stats = match self.d.runtime.list_pod_sandbox_stats(None).await {
             Ok(s) => {
                 let cs = s.iter().flat_map(|p| p.linux.iter().flat_map(|l| l.containers.clone())).collect();
-                Ok((s, cs))
+                (s, cs)
             }
-            Err(CriError::Unimplemented { .. }) => Ok((vec![], self.d.runtime.list_container_stats(None).await?)),
-            Err(e) => Err(e),
+            Err(CriError::Unimplemented { .. }) => (vec![], self.d.runtime.list_container_stats(None).await?),
+            Err(e) => return Err(e),
+        };
+        let stats = Arc::new(stats);
+        *self.runtime_stats.lock().unwrap() = Some((tokio::time::Instant::now(), stats.clone()));
+        Ok(stats)
+    }
+
+    /// The last sampling's runtime stats, or new ones when they are older than [`RUNTIME_STATS_MAX_AGE`].
+    async fn runtime_stats(&self) -> Result<CriStats, CriError> {
+        let cached = self.runtime_stats.lock().unwrap().clone();
+        match cached {
+            Some((at, s)) if at.elapsed() <= RUNTIME_STATS_MAX_AGE => Ok(s),
+            _ => self.fresh_runtime_stats().await,
         }
     }
 
@@ -325,7 +354,14 @@ impl SummaryProvider {
     async fn pods(&self, only: bool) -> Result<Vec<PodStats>, HostError> {
         let sandboxes = self.d.runtime.list_pod_sandbox(None).await.map_err(|e| host_err("list pod sandboxes", e))?;
         let containers = self.d.runtime.list_containers(None).await.map_err(|e| host_err("list containers", e))?;
-        let (sandbox_stats, container_stats) = self.runtime_stats().await.map_err(|e| host_err("list pod stats", e))?;
+        let mut stats = self.runtime_stats().await.map_err(|e| host_err("list pod stats", e))?;
+        // A container started since the last sampling is not in it: sample again rather than leave it out.
+        let running = |c: &&cri::Container| c.state == cri::ContainerState::ContainerRunning as i32;
+        let sampled = |s: &CriStats, id: &str| s.1.iter().any(|c| c.attributes.as_ref().is_some_and(|a| a.id == id));
+        if containers.iter().filter(running).any(|c| !sampled(&stats, &c.id)) {
+            stats = self.fresh_runtime_stats().await.map_err(|e| host_err("list pod stats", e))?;
+        }
+        let (sandbox_stats, container_stats) = &*stats;
         let sstats: HashMap<&str, &cri::PodSandboxStats> =
             sandbox_stats.iter().filter_map(|s| Some((s.attributes.as_ref()?.id.as_str(), s))).collect();
         let cstats: HashMap<&str, &cri::ContainerStats> =

@@ -123,3 +123,33 @@ async fn volumes_and_logs_are_measured_in_the_background_and_read_from_the_cache
     let eph = web.ephemeral_storage.as_ref().unwrap().used_bytes.unwrap();
     assert!(eph >= 150_000, "the emptyDir and the logs count as ephemeral storage: {eph}");
 }
+
+#[tokio::test(start_paused = true)]
+async fn requests_read_the_last_sampling_of_the_runtime_stats() {
+    let fake = Arc::new(FakeRuntime::new(&["busybox"]));
+    fake.set_record_calls(true);
+    let (_, ids) = pod(&fake, "web", &["app"]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(TestClock(Mutex::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000))));
+    let p = provider(fake.clone(), clock, dir.path());
+    p.sample_cpu().await;
+    assert_eq!(fake.count("ListContainerStats"), 1);
+    fake.set_usage(&ids[0], 0, 64 << 20);
+    for _ in 0..5 {
+        p.summary(true).await.unwrap();
+    }
+    assert_eq!(fake.count("ListContainerStats"), 1, "requests within 15 s of the sampling reuse it");
+    let (_, new) = pod(&fake, "late", &["x"]).await;
+    fake.set_usage(&new[0], 0, 1 << 20);
+    let s = p.summary(true).await.unwrap();
+    assert_eq!(fake.count("ListContainerStats"), 2, "a container the sampling has not seen makes a new one");
+    let late = s.pods.as_ref().unwrap().iter().find(|p| p.pod_ref.name == "late").unwrap();
+    assert_eq!(late.containers.as_ref().unwrap()[0].memory.as_ref().unwrap().working_set_bytes, Some(1 << 20));
+    tokio::time::advance(Duration::from_secs(16)).await;
+    let s = p.summary(true).await.unwrap();
+    assert_eq!(fake.count("ListContainerStats"), 3, "then they ask the runtime again");
+    let pods = s.pods.unwrap();
+    let web = pods.iter().find(|p| p.pod_ref.name == "web").unwrap();
+    let app = &web.containers.as_ref().unwrap()[0];
+    assert_eq!(app.memory.as_ref().unwrap().working_set_bytes, Some(64 << 20));
+}
