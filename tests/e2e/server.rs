@@ -483,6 +483,14 @@ async fn kubectl_logs_exec_and_port_forward_through_the_apiserver() {
 
     // The apiserver called the kubelet as kube-apiserver-kubelet-client, which the kubelet had authorized.
     assert!(server.requests().iter().any(|r| r.uri.contains("/subjectaccessreviews")));
+
+    // The pod-start SLI of an apiserver pod, from its creation.
+    let api = KubeletApi::new(SECURE_PORT).with_cert(server.issue_client_cert("admin", &["system:masters"]).unwrap());
+    let fams = parse_prometheus(&api.get("/metrics").await.1);
+    for name in ["kubelet_pod_start_sli_duration_seconds_count", "kubelet_pod_start_total_duration_seconds_count"] {
+        let n = fams.get(name).and_then(|f| f.1.first()).map(|s| s.1);
+        assert!(n.is_some_and(|n| n >= 1.0), "{name}: {n:?}");
+    }
     node.stop_and_clean(&rt).await;
 }
 

@@ -195,6 +195,20 @@ metric!(
     ))
 );
 metric!(
+    /// `kubelet_image_pull_duration_seconds{image_size_in_bytes}`.
+    IMAGE_PULL_DURATION: HistogramVec = HistogramVec::new(
+        Opts::alpha(
+            "kubelet_image_pull_duration_seconds",
+            "Duration in seconds to pull an image.",
+            &["image_size_in_bytes"],
+        ),
+        vec![
+            1.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 180.0, 240.0, 300.0, 360.0, 480.0, 600.0, 900.0, 1200.0, 1800.0,
+            2700.0, 3600.0,
+        ],
+    )
+);
+metric!(
     /// `kubelet_http_requests_total{long_running,method,path,server_type}`.
     HTTP_REQUESTS: CounterVec = CounterVec::new(Opts::alpha(
         "kubelet_http_requests_total",
@@ -247,11 +261,37 @@ pub fn register_all() {
         LazyLock::force(&NODE_NAME);
         LazyLock::force(&DESIRED_PODS);
         LazyLock::force(&MIRROR_PODS);
+        LazyLock::force(&IMAGE_PULL_DURATION);
         LazyLock::force(&HTTP_REQUESTS);
         LazyLock::force(&HTTP_REQUESTS_DURATION);
         LazyLock::force(&HTTP_INFLIGHT);
         crate::global().register(Arc::new(crate::process::ProcessCollector));
     });
+}
+
+/// The `image_size_in_bytes` label of an image pull (`GetImageSizeBucket`): the highest bucket whose lower bound
+/// the size exceeds, `N/A` for an unknown (zero) size.
+pub fn image_size_bucket(bytes: u64) -> &'static str {
+    const MB: u64 = 1024 * 1024;
+    const GB: u64 = 1024 * MB;
+    const BUCKETS: [(u64, &str); 12] = [
+        (100 * GB, "GT100GB"),
+        (60 * GB, "60GB-100GB"),
+        (40 * GB, "40GB-60GB"),
+        (30 * GB, "30GB-40GB"),
+        (20 * GB, "20GB-30GB"),
+        (10 * GB, "10GB-20GB"),
+        (5 * GB, "5GB-10GB"),
+        (GB, "1GB-5GB"),
+        (500 * MB, "500MB-1GB"),
+        (100 * MB, "100MB-500MB"),
+        (10 * MB, "10MB-100MB"),
+        (0, "0-10MB"),
+    ];
+    if bytes == 0 {
+        return "N/A";
+    }
+    BUCKETS.iter().find(|(lower, _)| bytes > *lower).map(|(_, l)| *l).unwrap_or("0-10MB")
 }
 
 /// A CRI method name as upstream's `operation_type` spells it: `RunPodSandbox` → `run_podsandbox`,
@@ -305,6 +345,16 @@ mod tests {
         ] {
             assert_eq!(operation_type(m), want);
         }
+    }
+
+    #[test]
+    fn image_sizes_fall_in_upstreams_buckets() {
+        assert_eq!(image_size_bucket(0), "N/A");
+        assert_eq!(image_size_bucket(5 << 20), "0-10MB");
+        assert_eq!(image_size_bucket(10 << 20), "0-10MB", "the bound itself is not exceeded");
+        assert_eq!(image_size_bucket((10 << 20) + 1), "10MB-100MB");
+        assert_eq!(image_size_bucket(3 << 30), "1GB-5GB");
+        assert_eq!(image_size_bucket(200 << 30), "GT100GB");
     }
 
     #[test]

@@ -128,13 +128,20 @@ impl RuntimeManager {
         let waiting_since = tokio::time::Instant::now();
         let permit = self.pulls.clone().acquire_owned().await;
         let started = tokio::time::Instant::now();
+        let uid = kubelet_types::PodUid(pod.metadata.uid.clone().unwrap_or_default());
+        self.pull_windows.lock().unwrap().entry(uid.clone()).or_insert((started, started));
         let res = self.images.pull_image(spec.clone(), None, Some(sandbox_config.clone())).await;
         drop(permit);
+        if let Some(w) = self.pull_windows.lock().unwrap().get_mut(&uid) {
+            w.1 = tokio::time::Instant::now();
+        }
         match res {
             Ok(_) => {
                 self.image_backoff.reset(&key);
                 let pulled = self.images.image_status(spec).await.ok().flatten();
                 let size = pulled.as_ref().map(|i| i.size).unwrap_or(0);
+                kubelet_metrics::kubelet::IMAGE_PULL_DURATION
+                    .observe(&[kubelet_metrics::kubelet::image_size_bucket(size)], started.elapsed().as_secs_f64());
                 self.recorder.event(
                     &cref,
                     NORMAL,

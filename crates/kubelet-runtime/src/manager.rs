@@ -143,6 +143,8 @@ pub struct RuntimeManager {
     pub(crate) pulls: Arc<tokio::sync::Semaphore>,
     /// The last pull error per pod and image, for the back-off message.
     pub(crate) pull_errors: std::sync::Mutex<HashMap<String, String>>,
+    /// Per pod, when its first image pull started and its last one ended (`pod_startup_latency_tracker`).
+    pub(crate) pull_windows: std::sync::Mutex<HashMap<PodUid, (tokio::time::Instant, tokio::time::Instant)>>,
 }
 
 impl std::fmt::Debug for RuntimeManager {
@@ -198,6 +200,7 @@ impl RuntimeManager {
             volumes: Arc::new(kubelet_types::objects::NoVolumes),
             pulls: Arc::new(tokio::sync::Semaphore::new(1)),
             pull_errors: Default::default(),
+            pull_windows: Default::default(),
             reasons: Arc::new(ReasonCache::default()),
             runtime_name: OnceLock::new(),
         }
@@ -265,6 +268,12 @@ impl RuntimeManager {
     /// The configuration.
     pub fn config(&self) -> &RuntimeManagerConfig {
         &self.cfg
+    }
+
+    /// How long the pod's image pulls took, from the first start to the last end (what
+    /// `kubelet_pod_start_sli_duration_seconds` leaves out), and forgets it; zero when nothing was pulled.
+    pub fn take_pull_window(&self, uid: &PodUid) -> Duration {
+        self.pull_windows.lock().unwrap().remove(uid).map(|(a, b)| b.saturating_duration_since(a)).unwrap_or_default()
     }
 
     /// The runtime's name for container IDs (`containerd://...`), asked once.

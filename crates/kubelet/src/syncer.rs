@@ -138,10 +138,24 @@ impl KubeletSyncer {
             .as_ref()
             .and_then(|a| a.get(kubelet_types::labels::CONFIG_SEEN))
             .and_then(|s| chrono::DateTime::parse_from_rfc3339(s).ok());
+        let now = chrono::DateTime::<chrono::Utc>::from(self.runtime.clock().now());
+        let since = |t: chrono::DateTime<chrono::Utc>| ((now - t).num_milliseconds() as f64 / 1000.0).max(0.0);
         if let Some(seen) = seen {
-            let now = chrono::DateTime::<chrono::Utc>::from(self.runtime.clock().now());
-            let secs = (now - seen.with_timezone(&chrono::Utc)).num_milliseconds() as f64 / 1000.0;
-            kubelet_metrics::kubelet::POD_START_DURATION.observe(&[], secs.max(0.0));
+            kubelet_metrics::kubelet::POD_START_DURATION.observe(&[], since(seen.with_timezone(&chrono::Utc)));
+        }
+        // The SLI and the total, from the pod's creation (apiserver pods; `pod_startup_latency_tracker`): the SLI
+        // leaves out the time the pod's images took to pull.
+        if let Some(created) = pod.metadata.creation_timestamp.as_ref() {
+            let created = chrono::DateTime::<chrono::Utc>::from_timestamp(
+                created.0.as_second(),
+                created.0.subsec_nanosecond().max(0) as u32,
+            );
+            if let Some(created) = created {
+                let total = since(created);
+                let pulling = self.runtime.take_pull_window(&kubelet_types::pod_update::pod_uid(pod)).as_secs_f64();
+                kubelet_metrics::kubelet::POD_START_TOTAL_DURATION.observe(&[], total);
+                kubelet_metrics::kubelet::POD_START_SLI_DURATION.observe(&[], (total - pulling).max(0.0));
+            }
         }
     }
 
