@@ -2,16 +2,13 @@
 //! secure port, as Prometheus and metrics-server call them (one kept-alive HTTPS connection, requests one after
 //! the other), and rkubelet's CPU per request from `/proc/<pid>/stat` around the series.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use anyhow::Context;
 use http_body_util::BodyExt;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::ServerName;
 
 use crate::fakescale::Percentiles;
 use crate::procstat;
@@ -32,52 +29,12 @@ pub struct Endpoint {
     pub bytes: usize,
 }
 
-#[derive(Debug)]
-struct AnyCert;
-
-impl ServerCertVerifier for AnyCert {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        rustls::crypto::ring::default_provider().signature_verification_algorithms.supported_schemes()
-    }
-}
-
 type Sender = hyper::client::conn::http1::SendRequest<http_body_util::Empty<hyper::body::Bytes>>;
 
 async fn connect(port: u16) -> anyhow::Result<Sender> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let cfg = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()?
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCert))
-        .with_no_client_auth();
+    let cfg = test_apiserver::proxy::kubelet_client_config(None);
     let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.context("connect to the kubelet API")?;
-    let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg)).connect(ServerName::try_from("127.0.0.1")?, tcp).await?;
+    let tls = tokio_rustls::TlsConnector::from(cfg).connect(ServerName::try_from("127.0.0.1")?, tcp).await?;
     let (tx, conn) = hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(tls)).await?;
     tokio::spawn(conn);
     Ok(tx)

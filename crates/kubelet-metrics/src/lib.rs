@@ -131,6 +131,20 @@ fn label_ok(opts: &Opts, labels: &[&str]) -> bool {
     opts.labels.len() == labels.len()
 }
 
+/// Writes a family of one value per label set (counters and gauges).
+fn collect_values(opts: &Opts, kind: &str, m: &HashMap<Key, f64>, out: &mut String) {
+    if m.is_empty() && !opts.show_empty {
+        return;
+    }
+    opts.header(out, kind);
+    if m.is_empty() {
+        text::sample(out, opts.name, "", opts.labels, &[], None, 0.0);
+    }
+    for (k, v) in sorted(m) {
+        text::sample(out, opts.name, "", opts.labels, k, None, *v);
+    }
+}
+
 /// A monotonically increasing value per label set.
 pub struct CounterVec {
     opts: Opts,
@@ -174,17 +188,7 @@ impl Collector for CounterVec {
     }
 
     fn collect(&self, out: &mut String) {
-        let m = self.values.lock().unwrap();
-        if m.is_empty() && !self.opts.show_empty {
-            return;
-        }
-        self.opts.header(out, "counter");
-        if m.is_empty() {
-            text::sample(out, self.opts.name, "", self.opts.labels, &[], None, 0.0);
-        }
-        for (k, v) in sorted(&m) {
-            text::sample(out, self.opts.name, "", self.opts.labels, k, None, *v);
-        }
+        collect_values(&self.opts, "counter", &self.values.lock().unwrap(), out);
     }
 }
 
@@ -237,17 +241,7 @@ impl Collector for GaugeVec {
     }
 
     fn collect(&self, out: &mut String) {
-        let m = self.values.lock().unwrap();
-        if m.is_empty() && !self.opts.show_empty {
-            return;
-        }
-        self.opts.header(out, "gauge");
-        if m.is_empty() {
-            text::sample(out, self.opts.name, "", self.opts.labels, &[], None, 0.0);
-        }
-        for (k, v) in sorted(&m) {
-            text::sample(out, self.opts.name, "", self.opts.labels, k, None, *v);
-        }
+        collect_values(&self.opts, "gauge", &self.values.lock().unwrap(), out);
     }
 }
 

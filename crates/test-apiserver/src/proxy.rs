@@ -172,26 +172,27 @@ impl rustls::client::danger::ServerCertVerifier for AnyServer {
     }
 }
 
-/// The TLS client configuration towards kubelets.
+/// A TLS client configuration that does not verify the server's certificate (as kube-apiserver towards kubelets
+/// without `--kubelet-certificate-authority`), presenting `identity` (certificate and key PEM) when given. Tests and
+/// the benchmark call kubelets with it too.
 pub fn kubelet_client_config(identity: Option<(String, String)>) -> Arc<rustls::ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let b = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .expect("ring supports the default versions")
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyServer));
+    let builder = || {
+        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("ring supports the default versions")
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AnyServer))
+    };
     let identity = identity.and_then(|(c, k)| {
         let certs: Vec<_> = CertificateDer::pem_slice_iter(c.as_bytes()).filter_map(Result::ok).collect();
         Some((certs, PrivateKeyDer::from_pem_slice(k.as_bytes()).ok()?))
     });
     let mut cfg = match identity {
-        Some((certs, key)) => b.with_client_auth_cert(certs.clone(), key).unwrap_or_else(|_| {
-            rustls::ClientConfig::builder()
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(AnyServer))
-                .with_no_client_auth()
+        Some((certs, key)) => builder().with_client_auth_cert(certs, key).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "unusable kubelet client certificate; calling kubelets without one");
+            builder().with_no_client_auth()
         }),
-        None => b.with_no_client_auth(),
+        None => builder().with_no_client_auth(),
     };
     cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
     Arc::new(cfg)

@@ -174,14 +174,7 @@ fn percent_decode(s: &str) -> String {
 
 /// Decodes a URL query (`a=b&c=d`) into a map (the last value of a repeated key wins).
 pub fn parse_query(q: Option<&str>) -> HashMap<String, String> {
-    q.unwrap_or("")
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| match p.split_once('=') {
-            Some((k, v)) => (percent_decode(k), percent_decode(v)),
-            None => (percent_decode(p), String::new()),
-        })
-        .collect()
+    parse_query_pairs(q).into_iter().collect()
 }
 
 /// The query's pairs in order, repeated keys kept (`command=sh&command=-c`).

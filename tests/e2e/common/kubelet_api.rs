@@ -1,53 +1,13 @@
 //! A client of the kubelet API on the secure port, for the tests: HTTPS requests (optionally with a client
 //! certificate or a bearer token) and a minimal WebSocket client speaking the `channel.k8s.io` framing that
 //! `kubectl exec` and `port-forward` use. The kubelet's serving certificate is not verified, as the apiserver
-//! does not verify it by default either.
-
-use std::sync::Arc;
+//! does not verify it by default either (the TLS set-up is the test apiserver's own towards kubelets).
 
 use http_body_util::BodyExt;
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
-
-#[derive(Debug)]
-struct AnyServerCert;
-
-impl ServerCertVerifier for AnyServerCert {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        rustls::crypto::ring::default_provider().signature_verification_algorithms.supported_schemes()
-    }
-}
 
 /// Who calls the kubelet API.
 #[derive(Clone, Default)]
@@ -77,21 +37,9 @@ impl KubeletApi {
     }
 
     async fn connect(&self) -> TlsStream<TcpStream> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let b = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .dangerous()
-            .with_custom_certificate_verifier(Arc::new(AnyServerCert));
-        let cfg = match &self.cert {
-            Some((c, k)) => {
-                let certs: Vec<_> = CertificateDer::pem_slice_iter(c.as_bytes()).map(Result::unwrap).collect();
-                b.with_client_auth_cert(certs, PrivateKeyDer::from_pem_slice(k.as_bytes()).unwrap()).unwrap()
-            }
-            None => b.with_no_client_auth(),
-        };
+        let cfg = test_apiserver::proxy::kubelet_client_config(self.cert.clone());
         let tcp = TcpStream::connect(("127.0.0.1", self.port)).await.expect("connect to the kubelet API");
-        tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        tokio_rustls::TlsConnector::from(cfg)
             .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
             .await
             .expect("TLS handshake with the kubelet")
