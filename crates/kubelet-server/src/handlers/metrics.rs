@@ -26,6 +26,25 @@ pub(super) fn routes(r: Router<Handlers>) -> Router<Handlers> {
     r.route("/metrics", get(metrics)).route("/metrics/probes", get(probes))
 }
 
+/// The first path segments the kubelet serves (`getURLRootPath` values).
+const KNOWN_ROOTS: [&str; 15] = [
+    "",
+    "attach",
+    "checkpoint",
+    "configz",
+    "containerLogs",
+    "debug",
+    "exec",
+    "healthz",
+    "logs",
+    "metrics",
+    "pods",
+    "portForward",
+    "run",
+    "runningpods",
+    "stats",
+];
+
 /// `readonly` or `readwrite`.
 #[derive(Clone, Copy)]
 pub(crate) struct ServerType(pub &'static str);
@@ -33,7 +52,9 @@ pub(crate) struct ServerType(pub &'static str);
 /// Counts, times and tracks in-flight requests by their first path segment (`getURLRootPath`).
 pub(crate) async fn record(State(kind): State<ServerType>, req: Request, next: Next) -> Response {
     use kubelet_metrics::kubelet as m;
-    let root = req.uri().path().trim_start_matches('/').split('/').next().unwrap_or("").to_string();
+    let first = req.uri().path().trim_start_matches('/').split('/').next().unwrap_or("");
+    // Only the kubelet's own roots become label values: a client's made-up paths must not grow the series.
+    let root = if KNOWN_ROOTS.contains(&first) { first } else { "other" }.to_string();
     let long_running =
         if ["exec", "attach", "portforward", "debug"].contains(&root.as_str()) { "true" } else { "false" };
     let method = req.method().as_str().to_string();

@@ -472,3 +472,18 @@ async fn node_logs_are_served_from_the_log_folder_and_cannot_leave_it() {
         (405, "logs endpoint is disabled.\n".into())
     );
 }
+
+#[tokio::test]
+async fn request_metrics_label_only_the_kubelets_own_paths() {
+    use kubelet_metrics::kubelet::HTTP_REQUESTS;
+    let r = read_only_router(handlers(Arc::new(FakeHost::default()), true));
+    let other = ["false", "GET", "other", "readonly"];
+    let before = HTTP_REQUESTS.get(&other);
+    for i in 0..3 {
+        call(&r, "GET", &format!("/made-up-{i}/x"), PeerCert::None, &[]).await;
+    }
+    call(&r, "GET", "/pods", PeerCert::None, &[]).await;
+    assert_eq!(HTTP_REQUESTS.get(&other), before + 3.0);
+    assert!(HTTP_REQUESTS.get(&["false", "GET", "pods", "readonly"]) >= 1.0);
+    assert_eq!(HTTP_REQUESTS.get(&["false", "GET", "made-up-0", "readonly"]), 0.0);
+}
