@@ -49,23 +49,39 @@ const KNOWN_ROOTS: [&str; 15] = [
 #[derive(Clone, Copy)]
 pub(crate) struct ServerType(pub &'static str);
 
+/// The methods that are label values (`getMetricMethodBucket`); any other is `other`.
+const KNOWN_METHODS: [&str; 9] = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT"];
+
+/// Ends an in-flight request's record when the request is done or dropped (a client that went away).
+struct InFlight {
+    labels: [String; 4],
+    start: tokio::time::Instant,
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        use kubelet_metrics::kubelet as m;
+        let l: [&str; 4] = [&self.labels[0], &self.labels[1], &self.labels[2], &self.labels[3]];
+        m::HTTP_REQUESTS_DURATION.observe(&l, self.start.elapsed().as_secs_f64());
+        m::HTTP_INFLIGHT.add(&l, -1.0);
+    }
+}
+
 /// Counts, times and tracks in-flight requests by their first path segment (`getURLRootPath`).
 pub(crate) async fn record(State(kind): State<ServerType>, req: Request, next: Next) -> Response {
     use kubelet_metrics::kubelet as m;
     let first = req.uri().path().trim_start_matches('/').split('/').next().unwrap_or("");
-    // Only the kubelet's own roots become label values: a client's made-up paths must not grow the series.
-    let root = if KNOWN_ROOTS.contains(&first) { first } else { "other" }.to_string();
-    let long_running =
-        if ["exec", "attach", "portforward", "debug"].contains(&root.as_str()) { "true" } else { "false" };
-    let method = req.method().as_str().to_string();
-    let labels = [long_running, method.as_str(), root.as_str(), kind.0];
+    // Only the kubelet's own roots and methods become label values: a client's made-up ones must not grow the
+    // series.
+    let root = if KNOWN_ROOTS.contains(&first) { first } else { "other" };
+    let method = req.method().as_str();
+    let method = if KNOWN_METHODS.contains(&method) { method } else { "other" };
+    let long_running = if ["exec", "attach", "portforward", "debug"].contains(&root) { "true" } else { "false" };
+    let labels = [long_running, method, root, kind.0];
     m::HTTP_REQUESTS.inc(&labels);
     m::HTTP_INFLIGHT.add(&labels, 1.0);
-    let start = tokio::time::Instant::now();
-    let resp = next.run(req).await;
-    m::HTTP_REQUESTS_DURATION.observe(&labels, start.elapsed().as_secs_f64());
-    m::HTTP_INFLIGHT.add(&labels, -1.0);
-    resp
+    let _guard = InFlight { labels: labels.map(String::from), start: tokio::time::Instant::now() };
+    next.run(req).await
 }
 
 /// Wraps a port's router with [`record`].

@@ -119,9 +119,31 @@ fn disabled_routes(mut r: Router<Handlers>) -> Router<Handlers> {
     r
 }
 
+/// Go's `ServeMux`: a path that is not clean (`..`, `.`, doubled slashes) is redirected to its clean form before
+/// anything else sees it, so authorization and routing always judge the same path.
+async fn clean_redirect(req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    let mut clean = crate::auth::clean_path(path);
+    if path.ends_with('/') && clean != "/" {
+        clean.push('/');
+    }
+    if clean == path {
+        return next.run(req).await;
+    }
+    let location = match req.uri().query() {
+        Some(q) => format!("{clean}?{q}"),
+        None => clean,
+    };
+    (StatusCode::MOVED_PERMANENTLY, [(header::LOCATION, location)]).into_response()
+}
+
+fn outer(r: Router, kind: &'static str) -> Router {
+    metrics::recorded(r.layer(axum::middleware::from_fn(clean_redirect)), kind)
+}
+
 /// The read-only port.
 pub fn read_only_router(h: Handlers) -> Router {
-    metrics::recorded(finish(disabled_routes(default_routes(Router::new())), h), "readonly")
+    outer(finish(disabled_routes(default_routes(Router::new())), h), "readonly")
 }
 
 /// Authentication and authorization of the secure port.
@@ -159,7 +181,7 @@ async fn filter(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Resp
 pub fn secure_router(h: Handlers, auth: Arc<Auth>) -> Router {
     let mut r = default_routes(Router::new());
     r = if h.options.enable_debugging_handlers { pods::debug_routes(r) } else { disabled_routes(r) };
-    metrics::recorded(finish(r, h).layer(axum::middleware::from_fn_with_state(auth, filter)), "readwrite")
+    outer(finish(r, h).layer(axum::middleware::from_fn_with_state(auth, filter)), "readwrite")
 }
 
 #[cfg(test)]

@@ -34,6 +34,9 @@ async fn serve(h: Handlers, rel: String) -> Response {
     if !h.options.enable_system_log_handler {
         return text(StatusCode::METHOD_NOT_ALLOWED, "logs endpoint is disabled.\n");
     }
+    if rel.split('/').any(|seg| seg == "..") {
+        return text(StatusCode::NOT_FOUND, "404 page not found\n");
+    }
     let cleaned = clean_path(&rel);
     let path = h.options.system_log_dir.join(cleaned.trim_start_matches('/'));
     let meta = match tokio::fs::metadata(&path).await {

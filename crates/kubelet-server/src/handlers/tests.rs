@@ -460,8 +460,8 @@ async fn node_logs_are_served_from_the_log_folder_and_cannot_leave_it() {
     assert_eq!(call(&r, "GET", "/logs/pods", PeerCert::None, &[]).await.0, 301, "a folder gets its slash");
     assert_eq!(
         call(&r, "GET", "/logs/../../etc/passwd", PeerCert::None, &[]).await.0,
-        404,
-        "cleaned inside the folder"
+        301,
+        "redirected to the clean path before any handler"
     );
     assert_eq!(call(&r, "GET", "/logs/nope", PeerCert::None, &[]).await, (404, "404 page not found\n".into()));
     o.enable_system_log_handler = false;
@@ -486,4 +486,29 @@ async fn request_metrics_label_only_the_kubelets_own_paths() {
     assert_eq!(HTTP_REQUESTS.get(&other), before + 3.0);
     assert!(HTTP_REQUESTS.get(&["false", "GET", "pods", "readonly"]) >= 1.0);
     assert_eq!(HTTP_REQUESTS.get(&["false", "GET", "made-up-0", "readonly"]), 0.0);
+}
+
+#[tokio::test]
+async fn unclean_paths_are_redirected_before_authorization() {
+    // The webhook allows "viewer" only nodes/stats: a dotted path must not reach another handler with it.
+    let api = Arc::new(Reviews);
+    let auth = Arc::new(Auth {
+        authenticator: Authenticator { anonymous: false, webhook: None },
+        authorizer: Authorizer::Webhook(AccessWebhook::new(api, Duration::from_secs(300), Duration::from_secs(30))),
+        node_name: "node-a".into(),
+    });
+    let r = secure_router(handlers(Arc::new(FakeHost::default()), true), auth);
+    let viewer = || PeerCert::User(UserInfo { name: "viewer".into(), ..Default::default() });
+    let mut req = HttpRequest::builder().uri("/stats/../logs/syslog?x=1").body(Body::empty()).unwrap();
+    req.extensions_mut().insert(ConnInfo { remote: None, peer: viewer() });
+    let resp = r.clone().oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), 301);
+    assert_eq!(resp.headers()["location"], "/logs/syslog?x=1");
+    assert_eq!(call(&r, "GET", "/logs/syslog", viewer(), &[]).await.0, 403, "the clean path is judged on its own");
+    assert_eq!(call(&r, "GET", "/stats//summary", viewer(), &[]).await.0, 301);
+    assert_eq!(
+        call(&r, "GET", "/runningpods/", viewer(), &[]).await.0,
+        403,
+        "a trailing slash is kept, not redirected"
+    );
 }

@@ -58,34 +58,30 @@ fn message(code: StatusCode, msg: &str) -> Response {
     (code, format!("{{\"message\": \"{msg}\"}}")).into_response()
 }
 
-fn parse_bool(v: &str) -> Option<bool> {
-    match v {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
-        _ => None,
-    }
+/// A boolean as the conversion from URL values reads it: only `0` and `false` (any case) are false.
+fn parse_bool(v: &str) -> bool {
+    !(v == "0" || v.eq_ignore_ascii_case("false"))
 }
 
-/// Decodes the query as the conversion of `PodLogOptions` from URL values does (the last value of a repeated key
-/// wins, unknown keys are ignored).
+/// Decodes the query as the conversion of `PodLogOptions` from URL values does (the first value of a repeated
+/// key counts, unknown keys are ignored, the legacy `tail` overrides `tailLines`).
 pub fn decode(q: &[(String, String)]) -> Option<LogQuery> {
-    let mut o = LogQuery::default();
-    let mut tail: Option<&str> = None;
-    for (k, v) in q {
-        match k.as_str() {
-            "follow" => o.follow = parse_bool(v)?,
-            "previous" => o.previous = parse_bool(v)?,
-            "timestamps" => o.timestamps = parse_bool(v)?,
-            "sinceSeconds" => o.since_seconds = Some(v.parse().ok()?),
-            "sinceTime" => o.since_time = Some(DateTime::parse_from_rfc3339(v).ok()?.with_timezone(&Utc)),
-            "tailLines" => o.tail_lines = Some(v.parse().ok()?),
-            "limitBytes" => o.limit_bytes = Some(v.parse().ok()?),
-            "stream" => o.stream = Some(v.clone()),
-            "tail" => tail = Some(v),
-            _ => {}
-        }
-    }
-    match tail {
+    let first = |key: &str| q.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str());
+    let int = |key: &str| -> Result<Option<i64>, ()> { first(key).map(|v| v.parse().map_err(|_| ())).transpose() };
+    let mut o = LogQuery {
+        follow: first("follow").is_some_and(parse_bool),
+        previous: first("previous").is_some_and(parse_bool),
+        timestamps: first("timestamps").is_some_and(parse_bool),
+        since_seconds: int("sinceSeconds").ok()?,
+        since_time: match first("sinceTime") {
+            Some(v) => Some(DateTime::parse_from_rfc3339(v).ok()?.with_timezone(&Utc)),
+            None => None,
+        },
+        tail_lines: int("tailLines").ok()?,
+        limit_bytes: int("limitBytes").ok()?,
+        stream: first("stream").map(String::from),
+    };
+    match first("tail") {
         Some("all") => o.tail_lines = None,
         Some(t) => o.tail_lines = Some(t.parse().ok()?),
         None => {}
@@ -202,9 +198,14 @@ pub(crate) async fn container_logs(
         Ok(id) => id,
         Err(e) => return (StatusCode::BAD_REQUEST, e).into_response(),
     };
-    let since = o
-        .since_time
-        .or_else(|| o.since_seconds.map(|s| DateTime::<Utc>::from(h.clock.now()) - chrono::Duration::seconds(s)));
+    let since = o.since_time.or_else(|| {
+        let now = DateTime::<Utc>::from(h.clock.now());
+        o.since_seconds.map(|s| {
+            chrono::TimeDelta::try_seconds(s)
+                .and_then(|d| now.checked_sub_signed(d))
+                .unwrap_or(DateTime::<Utc>::MIN_UTC)
+        })
+    });
     let opts = ReadOptions { timestamps: o.timestamps, since, limit_bytes: o.limit_bytes.map(|l| l as u64), streams };
     let (tx, rx) = mpsc::channel::<Vec<u8>>(8);
     let reader = Reader {

@@ -27,7 +27,10 @@ fn query_decodes_like_pod_log_options() {
         decode(&q("sinceTime=2024-01-02T03:04:05Z")).unwrap().since_time.unwrap().to_rfc3339(),
         "2024-01-02T03:04:05+00:00"
     );
-    assert!(decode(&q("follow=yes")).is_none());
+    assert!(decode(&q("follow=yes")).unwrap().follow, "only 0 and false are false");
+    assert!(decode(&q("follow=")).unwrap().follow);
+    assert!(!decode(&q("follow=FALSE")).unwrap().follow);
+    assert_eq!(decode(&q("tailLines=1&tailLines=5")).unwrap().tail_lines, Some(1), "the first value counts");
     assert!(decode(&q("tailLines=x")).is_none());
     assert!(decode(&q("unknown=1")).is_some());
 }
