@@ -217,8 +217,9 @@ pub fn bearer_token(authorization: Option<&str>, websocket_protocols: Option<&st
     for p in protos.split(',').map(str::trim) {
         if let Some(enc) = p.strip_prefix(WEBSOCKET_TOKEN_PROTOCOL) {
             use base64::Engine;
-            let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(enc).ok()?;
-            return String::from_utf8(raw).ok().filter(|t| !t.is_empty());
+            // A token that does not decode is still a credential, and a refused one (never anonymous).
+            let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(enc).unwrap_or_default();
+            return Some(String::from_utf8(raw).unwrap_or_default());
         }
     }
     None
@@ -238,6 +239,10 @@ impl Authenticator {
         };
         let user = match (user, token, &self.webhook) {
             (Some(u), _, _) => Some(u),
+            (None, Some(""), Some(_)) => {
+                failure = Some("invalid bearer token".into());
+                None
+            }
             (None, Some(t), Some(w)) => match w.review(t).await {
                 Ok(Some(u)) => Some(u),
                 Ok(None) => {

@@ -112,6 +112,7 @@ fn bearer_tokens_come_from_the_header_or_the_websocket_protocol() {
     assert_eq!(bearer_token(Some("Bearer"), None), None);
     let p = "v4.channel.k8s.io, base64url.bearer.authorization.k8s.io.dG9rLTE";
     assert_eq!(bearer_token(None, Some(p)).as_deref(), Some("tok-1"));
+    assert_eq!(bearer_token(None, Some("base64url.bearer.authorization.k8s.io.!!")).as_deref(), Some(""));
 }
 
 #[test]

@@ -14,6 +14,7 @@
 //! are closed, so the runtime ends the session.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -249,9 +250,26 @@ async fn proxy(mut req: Request, url: &str, idle: Duration, permit: OwnedSemapho
         .body(Body::empty())
         .expect("a request from valid parts");
     for (k, v) in req.headers() {
-        if k != header::AUTHORIZATION && k != header::HOST {
-            out.headers_mut().append(k.clone(), v.clone());
+        if k == header::AUTHORIZATION || k == header::HOST {
+            continue;
         }
+        if k == header::SEC_WEBSOCKET_PROTOCOL {
+            // The bearer token a WebSocket client may carry as a sub-protocol stays here, as upstream removes it.
+            let kept: Vec<&str> = v
+                .to_str()
+                .unwrap_or("")
+                .split(',')
+                .map(str::trim)
+                .filter(|p| !p.is_empty() && !p.starts_with(crate::auth::WEBSOCKET_TOKEN_PROTOCOL))
+                .collect();
+            if let Ok(v) = HeaderValue::from_str(&kept.join(", "))
+                && !kept.is_empty()
+            {
+                out.headers_mut().append(k.clone(), v);
+            }
+            continue;
+        }
+        out.headers_mut().append(k.clone(), v.clone());
     }
     out.headers_mut()
         .insert(header::HOST, HeaderValue::from_str(authority.as_str()).expect("an authority is a header"));
@@ -279,37 +297,55 @@ async fn proxy(mut req: Request, url: &str, idle: Duration, permit: OwnedSemapho
     answer.body(Body::empty()).expect("a 101 from valid parts")
 }
 
-/// Copies both ways until either side closes or fails, or nothing moves for `idle`; then both are closed.
+/// Copies both ways until either side closes or fails, or nothing moves for `idle`; then both are closed. Each
+/// direction runs on its own, so a peer that stops reading stalls only its own direction, and the idle timer still
+/// ends the stream.
 pub(crate) async fn pump<A, B>(a: A, b: B, idle: Duration)
 where
-    A: AsyncRead + AsyncWrite + Unpin,
-    B: AsyncRead + AsyncWrite + Unpin,
+    A: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    B: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let (mut ar, mut aw) = tokio::io::split(a);
-    let (mut br, mut bw) = tokio::io::split(b);
-    let mut up = vec![0u8; 32 * 1024];
-    let mut down = vec![0u8; 32 * 1024];
+    let (ar, aw) = tokio::io::split(a);
+    let (br, bw) = tokio::io::split(b);
+    let start = tokio::time::Instant::now();
+    let last = Arc::new(AtomicU64::new(0));
+    let mut up = tokio::spawn(copy_half(ar, bw, start, last.clone()));
+    let mut down = tokio::spawn(copy_half(br, aw, start, last.clone()));
     loop {
-        let ok = tokio::select! {
-            n = ar.read(&mut up) => match n {
-                Ok(0) | Err(_) => false,
-                Ok(n) => bw.write_all(&up[..n]).await.is_ok() && bw.flush().await.is_ok(),
-            },
-            n = br.read(&mut down) => match n {
-                Ok(0) | Err(_) => false,
-                Ok(n) => aw.write_all(&down[..n]).await.is_ok() && aw.flush().await.is_ok(),
-            },
-            _ = tokio::time::sleep(idle) => {
-                tracing::debug!(idle = ?idle, "stream idle; closing");
-                false
-            }
+        let quiet = start.elapsed().saturating_sub(Duration::from_millis(last.load(Ordering::Relaxed)));
+        if quiet >= idle {
+            tracing::debug!(idle = ?idle, "stream idle; closing");
+            break;
+        }
+        tokio::select! {
+            _ = &mut up => break,
+            _ = &mut down => break,
+            _ = tokio::time::sleep(idle - quiet) => {}
+        }
+    }
+    // Dropping both halves of each side closes the connections.
+    up.abort();
+    down.abort();
+}
+
+/// One direction of [`pump`]: reads, writes, and notes the time of the last traffic.
+async fn copy_half<R, W>(mut r: R, mut w: W, start: tokio::time::Instant, last: Arc<AtomicU64>)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut buf = vec![0u8; 32 * 1024];
+    loop {
+        let n = match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => n,
         };
-        if !ok {
+        last.store(start.elapsed().as_millis() as u64, Ordering::Relaxed);
+        if w.write_all(&buf[..n]).await.is_err() || w.flush().await.is_err() {
             break;
         }
     }
-    let _ = aw.shutdown().await;
-    let _ = bw.shutdown().await;
+    let _ = w.shutdown().await;
 }
 
 pub(super) fn routes(r: Router<Handlers>) -> Router<Handlers> {
