@@ -90,7 +90,7 @@ pub fn node_cpu(paths: &HostPaths) -> Option<Cpu> {
     let jiffies: u64 = [0usize, 1, 2, 5, 6, 7].iter().filter_map(|i| f.get(*i)).sum();
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
-    Some(Cpu { usage_ns: jiffies * 1_000_000_000 / hz })
+    Some(Cpu { usage_ns: (u128::from(jiffies) * 1_000_000_000 / u128::from(hz)) as u64 })
 }
 
 /// `/proc/meminfo` field in bytes.
@@ -183,6 +183,13 @@ pub fn rlimit(paths: &HostPaths) -> (Option<i64>, Option<i64>) {
 /// Boot time, seconds since the epoch.
 pub fn boot_time(paths: &HostPaths) -> Option<i64> {
     read(&paths.proc.join("stat"))?.lines().find_map(|l| l.strip_prefix("btime ")?.trim().parse().ok())
+}
+
+/// Whether `dir` is the root of a filesystem (its device differs from its parent's).
+pub fn is_mount_point(dir: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(d), Some(Ok(p))) = (std::fs::metadata(dir), dir.parent().map(std::fs::metadata)) else { return false };
+    d.dev() != p.dev()
 }
 
 /// Bytes and inodes used under `dir` as `du` counts them (`fs.DiskUsage`): blocks × 512, one inode per entry,

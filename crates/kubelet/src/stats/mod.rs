@@ -78,12 +78,21 @@ type CriStats = Arc<(Vec<cri::PodSandboxStats>, Vec<cri::ContainerStats>)>;
 /// network namespace), for figures upstream also serves from a cache refreshed every 10–15 s.
 const RUNTIME_STATS_MAX_AGE: Duration = Duration::from_secs(15);
 
+/// The youngest stats a missing container makes the provider replace.
+const FORCED_REFRESH_MIN_AGE: Duration = Duration::from_secs(2);
+
 /// The Summary API provider.
 pub struct SummaryProvider {
     d: SummaryDeps,
     samples: Mutex<HashMap<String, Sample>>,
     du: Mutex<HashMap<PathBuf, (u64, u64, SystemTime)>>,
     runtime_stats: Mutex<Option<(tokio::time::Instant, CriStats)>>,
+    /// One refresh of the runtime's stats at a time; requests that arrive meanwhile wait for it.
+    refreshing: tokio::sync::Mutex<()>,
+    /// A du walk is running.
+    measuring: std::sync::atomic::AtomicBool,
+    /// When the image filesystem's stats last failed to come (its warning is logged once a minute).
+    image_fs_warned: Mutex<Option<tokio::time::Instant>>,
 }
 
 fn time_ns(ns: i64) -> Time {
@@ -143,6 +152,9 @@ impl SummaryProvider {
             samples: Mutex::new(HashMap::new()),
             du: Mutex::new(HashMap::new()),
             runtime_stats: Mutex::new(None),
+            refreshing: tokio::sync::Mutex::new(()),
+            measuring: Default::default(),
+            image_fs_warned: Mutex::new(None),
         }
     }
 
@@ -190,8 +202,14 @@ impl SummaryProvider {
                 _ = cancel.cancelled() => return,
                 _ = cpu.tick() => self.sample_cpu().await,
                 _ = du.tick(), if !self.d.volume_stats_period.is_zero() => {
-                    let me = self.clone();
-                    let _ = tokio::task::spawn_blocking(move || me.measure_disks()).await;
+                    // Off the sampling loop: a long walk must not stall the CPU samples; one walk at a time.
+                    if !self.measuring.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                        let me = self.clone();
+                        tokio::task::spawn_blocking(move || {
+                            me.measure_disks();
+                            me.measuring.store(false, std::sync::atomic::Ordering::Release);
+                        });
+                    }
                 }
             }
         }
@@ -245,13 +263,24 @@ impl SummaryProvider {
         Ok(stats)
     }
 
+    /// The last sampling's runtime stats if younger than `max_age`, else new ones; concurrent callers share one
+    /// refresh.
+    async fn runtime_stats_within(&self, max_age: Duration) -> Result<CriStats, CriError> {
+        let cached =
+            || self.runtime_stats.lock().unwrap().clone().filter(|(at, _)| at.elapsed() <= max_age).map(|(_, s)| s);
+        if let Some(s) = cached() {
+            return Ok(s);
+        }
+        let _one = self.refreshing.lock().await;
+        if let Some(s) = cached() {
+            return Ok(s);
+        }
+        self.fresh_runtime_stats().await
+    }
+
     /// The last sampling's runtime stats, or new ones when they are older than [`RUNTIME_STATS_MAX_AGE`].
     async fn runtime_stats(&self) -> Result<CriStats, CriError> {
-        let cached = self.runtime_stats.lock().unwrap().clone();
-        match cached {
-            Some((at, s)) if at.elapsed() <= RUNTIME_STATS_MAX_AGE => Ok(s),
-            _ => self.fresh_runtime_stats().await,
-        }
+        self.runtime_stats_within(RUNTIME_STATS_MAX_AGE).await
     }
 
     /// Walks every pod's volumes and container log folders (blocking; run off the async threads).
@@ -267,7 +296,16 @@ impl SummaryProvider {
         }
         let measured: HashMap<PathBuf, (u64, u64, SystemTime)> = dirs
             .into_iter()
-            .filter_map(|d| host::disk_usage(&d).map(|(b, i)| (d, (b, i, self.d.clock.now()))))
+            .filter_map(|d| {
+                // A volume that is a filesystem of its own (tmpfs, a mount) is measured by statfs, not walked
+                // (`MetricsStatFS`).
+                let used = if host::is_mount_point(&d) {
+                    host::statfs(&d).map(|(_, _, used, inodes, free)| (used, inodes.saturating_sub(free)))
+                } else {
+                    host::disk_usage(&d)
+                };
+                used.map(|(b, i)| (d, (b, i, self.d.clock.now())))
+            })
             .collect();
         *self.du.lock().unwrap() = measured;
     }
@@ -344,7 +382,13 @@ impl SummaryProvider {
                 });
                 n.runtime = Some(RuntimeStats { image_fs: fs.clone(), container_fs: fs });
             }
-            Err(e) => tracing::warn!(error = %e, "unable to get the image filesystem's stats"),
+            Err(e) => {
+                let mut last = self.image_fs_warned.lock().unwrap();
+                if last.is_none_or(|t| t.elapsed() >= Duration::from_secs(60)) {
+                    tracing::warn!(error = %e, "unable to get the image filesystem's stats");
+                    *last = Some(tokio::time::Instant::now());
+                }
+            }
         }
         let (maxpid, curproc) = host::rlimit(&self.d.paths);
         n.rlimit = Some(RlimitStats { time: t, maxpid, curproc });
@@ -359,7 +403,9 @@ impl SummaryProvider {
         let running = |c: &&cri::Container| c.state == cri::ContainerState::ContainerRunning as i32;
         let sampled = |s: &CriStats, id: &str| s.1.iter().any(|c| c.attributes.as_ref().is_some_and(|a| a.id == id));
         if containers.iter().filter(running).any(|c| !sampled(&stats, &c.id)) {
-            stats = self.fresh_runtime_stats().await.map_err(|e| host_err("list pod stats", e))?;
+            // At most one such refresh every 2 s, whatever the runtime keeps reporting.
+            stats =
+                self.runtime_stats_within(FORCED_REFRESH_MIN_AGE).await.map_err(|e| host_err("list pod stats", e))?;
         }
         let (sandbox_stats, container_stats) = &*stats;
         let sstats: HashMap<&str, &cri::PodSandboxStats> =
@@ -367,14 +413,23 @@ impl SummaryProvider {
         let cstats: HashMap<&str, &cri::ContainerStats> =
             container_stats.iter().filter_map(|c| Some((c.attributes.as_ref()?.id.as_str(), c))).collect();
         let ready = |s: &cri::PodSandbox| s.state == cri::PodSandboxState::SandboxReady as i32;
-        let key = |s: &cri::PodSandbox| s.metadata.as_ref().map(|m| (m.namespace.clone(), m.name.clone()));
-        let with_ready: std::collections::HashSet<_> = sandboxes.iter().filter(|s| ready(s)).filter_map(key).collect();
+        // One sandbox per pod (`removeTerminatedPods`): the ready one, else the newest.
+        let key =
+            |s: &cri::PodSandbox| s.metadata.as_ref().map(|m| (m.namespace.clone(), m.name.clone(), m.uid.clone()));
+        let mut chosen: HashMap<(String, String, String), &cri::PodSandbox> = HashMap::new();
+        for sb in &sandboxes {
+            let Some(k) = key(sb) else { continue };
+            let better = |old: &cri::PodSandbox| (ready(sb), sb.created_at) > (ready(old), old.created_at);
+            if chosen.get(&k).is_none_or(|old| better(old)) {
+                chosen.insert(k, sb);
+            }
+        }
         let t = self.now();
         let root_fs = if only { None } else { self.fs_of(&self.d.root_dir, t) };
         let mut out = vec![];
         for sb in &sandboxes {
             let Some(meta) = &sb.metadata else { continue };
-            if !ready(sb) && with_ready.contains(&(meta.namespace.clone(), meta.name.clone())) {
+            if key(sb).and_then(|k| chosen.get(&k).map(|c| c.id != sb.id)).unwrap_or(true) {
                 continue;
             }
             let pod_ref =

@@ -141,6 +141,9 @@ async fn requests_read_the_last_sampling_of_the_runtime_stats() {
     assert_eq!(fake.count("ListContainerStats"), 1, "requests within 15 s of the sampling reuse it");
     let (_, new) = pod(&fake, "late", &["x"]).await;
     fake.set_usage(&new[0], 0, 1 << 20);
+    p.summary(true).await.unwrap();
+    assert_eq!(fake.count("ListContainerStats"), 1, "not within 2 s of the last sampling");
+    tokio::time::advance(Duration::from_secs(3)).await;
     let s = p.summary(true).await.unwrap();
     assert_eq!(fake.count("ListContainerStats"), 2, "a container the sampling has not seen makes a new one");
     let late = s.pods.as_ref().unwrap().iter().find(|p| p.pod_ref.name == "late").unwrap();
@@ -152,4 +155,21 @@ async fn requests_read_the_last_sampling_of_the_runtime_stats() {
     let web = pods.iter().find(|p| p.pod_ref.name == "web").unwrap();
     let app = &web.containers.as_ref().unwrap()[0];
     assert_eq!(app.memory.as_ref().unwrap().working_set_bytes, Some(64 << 20));
+}
+
+#[tokio::test]
+async fn a_pod_is_reported_once_whatever_its_sandboxes() {
+    let fake = Arc::new(FakeRuntime::new(&["busybox"]));
+    let (first, _) = pod(&fake, "web", &[]).await;
+    fake.kill_sandbox(&first);
+    let (second, _) = pod(&fake, "web", &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = Arc::new(TestClock(Mutex::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000))));
+    let p = provider(fake.clone(), clock, dir.path());
+    let names = |s: &Summary| s.pods.iter().flatten().map(|p| p.pod_ref.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&p.summary(true).await.unwrap()), ["web"], "the ready sandbox");
+    fake.kill_sandbox(&second);
+    let (third, _) = pod(&fake, "web", &[]).await;
+    fake.kill_sandbox(&third);
+    assert_eq!(names(&p.summary(true).await.unwrap()), ["web"], "no ready one: only the newest");
 }
