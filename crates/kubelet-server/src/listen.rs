@@ -4,8 +4,8 @@
 //! Upstream's Go server has a 4 h read timeout and no header timeout; here slow or hostile clients are held to
 //! tighter bounds ([`Limits`]): a TLS handshake must finish in 10 s, request headers in 30 s (which also closes
 //! idle keep-alive connections), headers are limited to 1 MiB, and at most `max_connections` connections are
-//! served at once (more are closed at accept, with a warning at most once a minute). Upgraded streams are
-//! bounded separately by the streaming proxy.
+//! served at once, `max_connections_per_ip` of them from one address (more are closed at accept, with a warning at
+//! most once a minute). Upgraded streams are bounded separately by the streaming proxy.
 //!
 //! [`serve`] runs until their cancellation token fires; then connections get a graceful
 //! shutdown (in-flight requests finish, up to the caller's own deadline).
@@ -33,6 +33,9 @@ use crate::tls::ClientCa;
 pub struct Limits {
     /// Connections served at once.
     pub max_connections: usize,
+    /// Connections served at once from one client address, so one client cannot lock the apiserver and
+    /// metrics-server out.
+    pub max_connections_per_ip: usize,
     /// Time for the TLS handshake.
     pub handshake_timeout: Duration,
     /// Time for a request's headers, and for an idle keep-alive connection.
@@ -44,7 +47,8 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            max_connections: 1024,
+            max_connections: 4096,
+            max_connections_per_ip: 1024,
             handshake_timeout: Duration::from_secs(10),
             header_timeout: Duration::from_secs(30),
             max_header_bytes: 1 << 20,
@@ -90,24 +94,59 @@ where
 
 struct Admission {
     slots: Arc<Semaphore>,
+    per_ip: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+    per_ip_max: usize,
     last_warning: std::sync::Mutex<Option<tokio::time::Instant>>,
 }
 
+/// A served connection's place, given back when it ends.
+struct Admitted {
+    _slot: tokio::sync::OwnedSemaphorePermit,
+    ip: std::net::IpAddr,
+    admission: Arc<Admission>,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut m = self.admission.per_ip.lock().unwrap();
+        if let Some(n) = m.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.ip);
+            }
+        }
+    }
+}
+
 impl Admission {
-    fn new(max: usize) -> Self {
-        Admission { slots: Arc::new(Semaphore::new(max)), last_warning: std::sync::Mutex::new(None) }
+    fn new(limits: &Limits) -> Arc<Self> {
+        Arc::new(Admission {
+            slots: Arc::new(Semaphore::new(limits.max_connections)),
+            per_ip: Default::default(),
+            per_ip_max: limits.max_connections_per_ip,
+            last_warning: std::sync::Mutex::new(None),
+        })
     }
 
-    fn admit(&self, addr: &SocketAddr, remote: &SocketAddr) -> Option<tokio::sync::OwnedSemaphorePermit> {
-        let p = self.slots.clone().try_acquire_owned().ok();
-        if p.is_none() {
+    fn admit(self: &Arc<Self>, addr: &SocketAddr, remote: &SocketAddr) -> Option<Admitted> {
+        let admitted = (|| {
+            let slot = self.slots.clone().try_acquire_owned().ok()?;
+            let mut m = self.per_ip.lock().unwrap();
+            let n = m.entry(remote.ip()).or_insert(0);
+            if *n >= self.per_ip_max {
+                return None;
+            }
+            *n += 1;
+            Some(Admitted { _slot: slot, ip: remote.ip(), admission: self.clone() })
+        })();
+        if admitted.is_none() {
             let mut last = self.last_warning.lock().unwrap();
             if last.is_none_or(|t| t.elapsed() > Duration::from_secs(60)) {
                 tracing::warn!(address = %addr, remote = %remote, "too many connections; closing new ones");
                 *last = Some(tokio::time::Instant::now());
             }
         }
-        p
+        admitted
     }
 }
 
@@ -132,7 +171,7 @@ pub async fn serve(
     let addr = listener.local_addr().ok();
     let acceptor = tls.as_ref().map(|t| tokio_rustls::TlsAcceptor::from(t.config.clone()));
     let client_ca = tls.and_then(|t| t.client_ca);
-    let admission = Admission::new(limits.max_connections);
+    let admission = Admission::new(&limits);
     let tracker = tokio_util::task::TaskTracker::new();
     loop {
         let (stream, remote) = tokio::select! {
@@ -207,7 +246,7 @@ mod tests {
 
     #[tokio::test]
     async fn connections_beyond_the_limit_are_closed_at_once() {
-        let (addr, cancel) = start(Limits { max_connections: 2, ..Default::default() }).await;
+        let (addr, cancel) = start(Limits { max_connections_per_ip: 2, ..Default::default() }).await;
         let held =
             [tokio::net::TcpStream::connect(addr).await.unwrap(), tokio::net::TcpStream::connect(addr).await.unwrap()];
         let mut third = tokio::net::TcpStream::connect(addr).await.unwrap();

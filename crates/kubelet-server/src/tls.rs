@@ -29,7 +29,7 @@ use rustls::{DigitallySignedStruct, DistinguishedName, RootCertStore, SignatureS
 use thiserror::Error;
 use tracing::{info, warn};
 
-use crate::auth::UserInfo;
+use crate::auth::{AuthnError, UserInfo};
 
 /// Why the TLS set-up failed.
 #[derive(Debug, Error)]
@@ -310,16 +310,17 @@ impl ClientCa {
 
     /// The user of a client certificate chain (`x509.CommonNameUserConversion`: user = CN, groups = O), or
     /// why it is not accepted.
-    pub fn user_of(&self, chain: &[CertificateDer<'static>]) -> Result<Option<UserInfo>, String> {
+    pub fn user_of(&self, chain: &[CertificateDer<'static>]) -> Result<Option<UserInfo>, AuthnError> {
+        let bad = AuthnError::Certificate;
         let Some((end, intermediates)) = chain.split_first() else { return Ok(None) };
         self.inner
             .verify_client_cert(end, intermediates, UnixTime::now())
-            .map_err(|e| format!("verifying certificate: {e}"))?;
-        let (_, cert) = x509_parser::parse_x509_certificate(end).map_err(|e| format!("parse certificate: {e}"))?;
+            .map_err(|e| bad(format!("verifying certificate: {e}")))?;
+        let (_, cert) = x509_parser::parse_x509_certificate(end).map_err(|e| bad(format!("parse certificate: {e}")))?;
         let subject = cert.subject();
         let name = subject.iter_common_name().next().and_then(|a| a.as_str().ok()).unwrap_or("").to_string();
         if name.is_empty() {
-            return Err("common name of user not found in certificate".into());
+            return Err(bad("common name of user not found in certificate".into()));
         }
         let groups = subject.iter_organization().filter_map(|a| a.as_str().ok()).map(String::from).collect();
         Ok(Some(UserInfo { name, uid: String::new(), groups, extra: Default::default() }))

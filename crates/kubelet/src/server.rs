@@ -67,8 +67,13 @@ pub struct KubeletHost {
     pub cache: Arc<PodCache>,
 }
 
+/// A runtime error as `streaming.WriteError` answers it: NotFound 404, ResourceExhausted 429, else 500.
 fn host_error(e: CriError) -> HostError {
-    if e.is_not_found() { HostError::NotFound(e.to_string()) } else { HostError::Other(e.to_string()) }
+    match e.code() {
+        "NotFound" => HostError::NotFound(e.to_string()),
+        "ResourceExhausted" => HostError::Exhausted(e.to_string()),
+        _ => HostError::Other(e.to_string()),
+    }
 }
 
 impl KubeletHost {

@@ -280,6 +280,8 @@ impl PodSyncer for KubeletSyncer {
 
     async fn sync_terminated_pod(&self, key: &PodKey, pod: Option<&Arc<Pod>>, removed: bool) -> Result<(), String> {
         self.probes.remove_pod(&key.uid);
+        // A pod that never ran leaves its image pull times behind otherwise.
+        self.runtime.take_pull_window(&key.uid);
         // Volumes go once nothing of the pod runs (`WaitForUnmount`).
         self.volumes.unmount_pod(&key.uid).map_err(|e| format!("unmount volumes of pod {key}: {e}"))?;
         if removed {

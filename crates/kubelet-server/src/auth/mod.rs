@@ -51,6 +51,23 @@ pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
 /// The WebSocket sub-protocol prefix that carries a bearer token.
 pub const WEBSOCKET_TOKEN_PROTOCOL: &str = "base64url.bearer.authorization.k8s.io.";
 
+/// Why a request is not authenticated (answered 401 `Unauthorized`; the reason is only logged).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthnError {
+    /// No certificate, no token, and anonymous requests are off.
+    #[error("no credentials")]
+    NoCredentials,
+    /// The apiserver refused the bearer token.
+    #[error("invalid bearer token")]
+    InvalidToken,
+    /// The TokenReview failed (apiserver unreachable, or an error in its answer).
+    #[error("token review: {0}")]
+    Review(String),
+    /// The client certificate does not verify against the client CA.
+    #[error("client certificate: {0}")]
+    Certificate(String),
+}
+
 /// How the peer's client certificate fared, computed once per connection by the listener.
 #[derive(Clone, Debug, Default)]
 pub enum PeerCert {
@@ -60,7 +77,7 @@ pub enum PeerCert {
     /// A certificate signed by the client CA.
     User(UserInfo),
     /// A certificate that does not verify.
-    Invalid(String),
+    Invalid(AuthnError),
 }
 
 impl PeerCert {
@@ -160,7 +177,7 @@ impl TokenWebhook {
     }
 
     /// `Ok(Some(user))` when the apiserver accepts the token, `Ok(None)` when it refuses it.
-    pub async fn review(&self, token: &str) -> Result<Option<UserInfo>, String> {
+    pub async fn review(&self, token: &str) -> Result<Option<UserInfo>, AuthnError> {
         let key = hex::encode(sha2::Sha256::digest(token.as_bytes()));
         if let Some(v) = self.cache.get(&key) {
             return Ok(v);
@@ -169,11 +186,13 @@ impl TokenWebhook {
             spec: TokenReviewSpec { token: Some(token.to_string()), audiences: None },
             ..Default::default()
         };
-        let answer = with_retries(|| self.api.create_token_review(&review)).await.map_err(|e| e.to_string())?;
+        let answer = with_retries(|| self.api.create_token_review(&review))
+            .await
+            .map_err(|e| AuthnError::Review(e.to_string()))?;
         let status = answer.status.unwrap_or_default();
         if let Some(err) = status.error.filter(|e| !e.is_empty()) {
             // Refused with an error: not cached, as upstream.
-            return Err(err);
+            return Err(AuthnError::Review(err));
         }
         let user = if status.authenticated == Some(true) {
             let u = status.user.unwrap_or_default();
@@ -199,10 +218,6 @@ pub struct Authenticator {
     pub webhook: Option<TokenWebhook>,
 }
 
-/// Why a request is not authenticated.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Unauthenticated(pub String);
-
 /// The bearer token of a request: the `Authorization` header, or the WebSocket sub-protocol.
 pub fn bearer_token(authorization: Option<&str>, websocket_protocols: Option<&str>) -> Option<String> {
     if let Some(h) = authorization {
@@ -227,7 +242,7 @@ pub fn bearer_token(authorization: Option<&str>, websocket_protocols: Option<&st
 
 impl Authenticator {
     /// Authenticates a request from its peer certificate and bearer token.
-    pub async fn authenticate(&self, peer: &PeerCert, token: Option<&str>) -> Result<UserInfo, Unauthenticated> {
+    pub async fn authenticate(&self, peer: &PeerCert, token: Option<&str>) -> Result<UserInfo, AuthnError> {
         let mut failure = None;
         let user = match peer {
             PeerCert::User(u) => Some(u.clone()),
@@ -240,13 +255,13 @@ impl Authenticator {
         let user = match (user, token, &self.webhook) {
             (Some(u), _, _) => Some(u),
             (None, Some(""), Some(_)) => {
-                failure = Some("invalid bearer token".into());
+                failure = Some(AuthnError::InvalidToken);
                 None
             }
             (None, Some(t), Some(w)) => match w.review(t).await {
                 Ok(Some(u)) => Some(u),
                 Ok(None) => {
-                    failure = Some("invalid bearer token".into());
+                    failure = Some(AuthnError::InvalidToken);
                     None
                 }
                 Err(e) => {
@@ -263,7 +278,7 @@ impl Authenticator {
             return Ok(u);
         }
         if let Some(f) = failure {
-            return Err(Unauthenticated(f));
+            return Err(f);
         }
         if self.anonymous {
             return Ok(UserInfo {
@@ -272,7 +287,7 @@ impl Authenticator {
                 ..Default::default()
             });
         }
-        Err(Unauthenticated("no credentials".into()))
+        Err(AuthnError::NoCredentials)
     }
 }
 

@@ -65,7 +65,7 @@ async fn tokens_are_reviewed_once_per_cache_ttl_and_refusals_are_cached_too() {
     assert_eq!(u.groups, vec!["devs".to_string(), AUTHENTICATED_GROUP.to_string()]);
     a.authenticate(&PeerCert::None, Some("good")).await.unwrap();
     assert_eq!(api.token_calls.load(Ordering::SeqCst), 1);
-    assert_eq!(a.authenticate(&PeerCert::None, Some("bad")).await, Err(Unauthenticated("invalid bearer token".into())));
+    assert_eq!(a.authenticate(&PeerCert::None, Some("bad")).await, Err(AuthnError::InvalidToken));
     assert!(a.authenticate(&PeerCert::None, Some("bad")).await.is_err());
     assert_eq!(api.token_calls.load(Ordering::SeqCst), 2, "a refusal is cached");
     tokio::time::advance(Duration::from_secs(121)).await;
@@ -80,7 +80,10 @@ async fn anonymous_only_without_credentials_and_only_when_enabled() {
     let u = on.authenticate(&PeerCert::None, None).await.unwrap();
     assert_eq!((u.name.as_str(), u.groups.clone()), (ANONYMOUS_USER, vec![UNAUTHENTICATED_GROUP.to_string()]));
     assert!(on.authenticate(&PeerCert::None, Some("bad")).await.is_err(), "a refused token is 401 even then");
-    assert!(on.authenticate(&PeerCert::Invalid("x".into()), None).await.is_err(), "so is a foreign certificate");
+    assert!(
+        on.authenticate(&PeerCert::Invalid(AuthnError::Certificate("x".into())), None).await.is_err(),
+        "so is a foreign certificate"
+    );
     assert!(authn(false, &api).authenticate(&PeerCert::None, None).await.is_err());
     let cert_user =
         UserInfo { name: "kube-apiserver".into(), groups: vec!["system:masters".into()], ..Default::default() };

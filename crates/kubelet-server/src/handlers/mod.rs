@@ -165,7 +165,7 @@ async fn filter(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Resp
     let user = match auth.authenticator.authenticate(&info.peer, token.as_deref()).await {
         Ok(u) => u,
         Err(e) => {
-            tracing::debug!(reason = %e.0, remote = ?info.remote, "unable to authenticate the request");
+            tracing::debug!(reason = %e, remote = ?info.remote, "unable to authenticate the request");
             return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
         }
     };

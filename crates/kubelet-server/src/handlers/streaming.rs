@@ -103,15 +103,16 @@ async fn exec_like(h: Handlers, req: Request, p: Vec<String>, q: Vec<(String, St
         Ok(o) => o,
         Err(msg) => return text(StatusCode::BAD_REQUEST, msg),
     };
-    if !is_upgrade(&req) {
-        return upgrade_required();
-    }
     let pod = match find_pod(&h, ns, name, None) {
         Ok(p) => p,
         Err(e) => return host_error(e),
     };
     if uid.is_some_and(|u| pod.metadata.uid.as_deref() != Some(u)) {
         return host_error(HostError::Other(format!("container not found ({container:?})")));
+    }
+    // Upstream asks the runtime first; checking here leaves no unused streaming token behind.
+    if !is_upgrade(&req) {
+        return upgrade_required();
     }
     let permit = match permit(&h.streams) {
         Ok(p) => p,
@@ -179,13 +180,13 @@ async fn port_forward(State(h): State<Handlers>, Path(p): Path<String>, Query(q)
     } else {
         vec![]
     };
-    if !is_upgrade(&req) {
-        return upgrade_required();
-    }
     let pod = match find_pod(&h, ns, name, uid) {
         Ok(p) => p,
         Err(e) => return host_error(e),
     };
+    if !is_upgrade(&req) {
+        return upgrade_required();
+    }
     let permit = match permit(&h.streams) {
         Ok(p) => p,
         Err(e) => return host_error(e),

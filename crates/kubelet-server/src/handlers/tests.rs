@@ -259,7 +259,7 @@ async fn secure_port_authenticates_then_authorizes_every_request() {
     assert_eq!(call(&r, "GET", "/nope", PeerCert::None, &[]).await.0, 401, "before routing, as go-restful's filter");
     let bad = [("authorization", "Bearer nope")];
     assert_eq!(call(&r, "GET", "/pods", PeerCert::None, &bad).await.0, 401);
-    let invalid = PeerCert::Invalid("x509: certificate signed by unknown authority".into());
+    let invalid = PeerCert::Invalid(crate::auth::AuthnError::Certificate("signed by an unknown authority".into()));
     assert_eq!(call(&r, "GET", "/pods", invalid, &[]).await.0, 401);
     let good = [("authorization", "Bearer admin-token")];
     assert_eq!(call(&r, "GET", "/pods", PeerCert::None, &good).await.0, 200);
@@ -395,8 +395,9 @@ async fn stream_requests_are_checked_before_the_runtime_is_asked() {
         (500, "Upgrade request required\n".into())
     );
     assert_eq!(
-        call(&r, "POST", "/exec/default/nope/app?command=ls&output=1", PeerCert::None, &up).await,
-        (404, "pod does not exist".into())
+        call(&r, "POST", "/exec/default/nope/app?command=ls&output=1", PeerCert::None, &[]).await,
+        (404, "pod does not exist".into()),
+        "a missing pod is 404 before the upgrade is checked, as upstream"
     );
     assert_eq!(
         call(&r, "POST", "/exec/default/web/side?command=ls&output=1", PeerCert::None, &up).await,
