@@ -155,13 +155,14 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         clock: clock.clone(),
     }));
     tracker.spawn(stats.clone().run(cancel.clone()));
+    let options = crate::server::options(&cfg, &node_name);
     let handlers = kubelet_server::handlers::Handlers {
-        options: Arc::new(crate::server::options(&cfg, &node_name)),
+        streams: Arc::new(tokio::sync::Semaphore::new(options.max_streams)),
+        options: Arc::new(options),
         pods: host.clone(),
         containers: host,
         configz: Arc::new(crate::server::configz(&cfg)),
         clock: clock.clone(),
-        streams: Arc::new(tokio::sync::Semaphore::new(crate::server::options(&cfg, &node_name).max_streams)),
         probe_metrics: kubelet_metrics::prober::registry(),
         stats,
     };

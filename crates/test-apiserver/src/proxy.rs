@@ -82,18 +82,6 @@ fn truthy(q: &[(String, String)], key: &str) -> bool {
     q.iter().any(|(k, v)| k == key && matches!(v.as_str(), "true" | "1" | "True" | "TRUE"))
 }
 
-fn encode(s: &str) -> String {
-    let mut out = String::new();
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// The kubelet path and query for a subresource request (`LogLocation`, `ExecLocation`, ...).
 fn location(sub: &str, ns: &str, name: &str, c: Option<&str>, q: &[(String, String)]) -> String {
     let mut params: Vec<(String, String)> = vec![];
@@ -131,7 +119,7 @@ fn location(sub: &str, ns: &str, name: &str, c: Option<&str>, q: &[(String, Stri
     if params.is_empty() {
         return base;
     }
-    let query: Vec<String> = params.iter().map(|(k, v)| format!("{k}={}", encode(v))).collect();
+    let query: Vec<String> = params.iter().map(|(k, v)| format!("{k}={}", crate::util::percent_encode(v))).collect();
     format!("{base}?{}", query.join("&"))
 }
 

@@ -177,6 +177,19 @@ pub fn parse_query(q: Option<&str>) -> HashMap<String, String> {
     parse_query_pairs(q).into_iter().collect()
 }
 
+/// Percent-encodes a query value (everything but unreserved characters), as `url.QueryEscape` without `+`.
+pub fn percent_encode(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// The query's pairs in order, repeated keys kept (`command=sh&command=-c`).
 pub fn parse_query_pairs(q: Option<&str>) -> Vec<(String, String)> {
     q.unwrap_or("")

@@ -93,23 +93,34 @@ fn permit(streams: &Arc<Semaphore>) -> Result<OwnedSemaphorePermit, HostError> {
     streams.clone().try_acquire_owned().map_err(|_| HostError::Exhausted("too many streams".into()))
 }
 
-async fn exec_like(h: Handlers, req: Request, p: Vec<String>, q: Vec<(String, String)>, attach: bool) -> Response {
+/// The pod and container of a `{namespace}/{pod}[/{uid}]/{container}` path: `None` for another shape, else the
+/// pod (404 when missing) and the container (a UID that is not the pod's is `container not found`, as
+/// `findContainer` answers).
+fn container_target(h: &Handlers, path: &str) -> Option<Result<(Pod, String), HostError>> {
+    let p = segments(path);
     let (ns, name, uid, container) = match p.as_slice() {
         [ns, name, container] => (ns, name, None, container),
         [ns, name, uid, container] => (ns, name, Some(uid.as_str()), container),
-        _ => return super::not_found().await,
+        _ => return None,
     };
+    Some(find_pod(h, ns, name, None).and_then(|pod| {
+        if uid.is_some_and(|u| pod.metadata.uid.as_deref() != Some(u)) {
+            return Err(HostError::Other(format!("container not found ({container:?})")));
+        }
+        Ok((pod, container.clone()))
+    }))
+}
+
+async fn exec_like(h: Handlers, req: Request, path: &str, q: Vec<(String, String)>, attach: bool) -> Response {
+    let Some(target) = container_target(&h, path) else { return super::not_found().await };
     let opts = match stream_opts(&q) {
         Ok(o) => o,
         Err(msg) => return text(StatusCode::BAD_REQUEST, msg),
     };
-    let pod = match find_pod(&h, ns, name, None) {
-        Ok(p) => p,
+    let (pod, container) = match target {
+        Ok(t) => t,
         Err(e) => return host_error(e),
     };
-    if uid.is_some_and(|u| pod.metadata.uid.as_deref() != Some(u)) {
-        return host_error(HostError::Other(format!("container not found ({container:?})")));
-    }
     // Upstream asks the runtime first; checking here leaves no unused streaming token behind.
     if !is_upgrade(&req) {
         return upgrade_required();
@@ -119,10 +130,10 @@ async fn exec_like(h: Handlers, req: Request, p: Vec<String>, q: Vec<(String, St
         Err(e) => return host_error(e),
     };
     let url = if attach {
-        h.containers.attach(&pod, container, opts).await
+        h.containers.attach(&pod, &container, opts).await
     } else {
         let cmd: Vec<String> = values(&q, "command").map(String::from).collect();
-        h.containers.exec(&pod, container, cmd, opts).await
+        h.containers.exec(&pod, &container, cmd, opts).await
     };
     match url {
         Ok(url) => proxy(req, &url, h.options.streaming_idle_timeout, permit).await,
@@ -131,11 +142,11 @@ async fn exec_like(h: Handlers, req: Request, p: Vec<String>, q: Vec<(String, St
 }
 
 async fn exec(State(h): State<Handlers>, Path(p): Path<String>, Query(q): Params, req: Request) -> Response {
-    exec_like(h, req, segments(&p), q, false).await
+    exec_like(h, req, &p, q, false).await
 }
 
 async fn attach(State(h): State<Handlers>, Path(p): Path<String>, Query(q): Params, req: Request) -> Response {
-    exec_like(h, req, segments(&p), q, true).await
+    exec_like(h, req, &p, q, true).await
 }
 
 /// `port` values, repeated or comma-separated (`portforward.NewV4Options`, WebSocket requests only).
@@ -198,21 +209,13 @@ async fn port_forward(State(h): State<Handlers>, Path(p): Path<String>, Query(q)
 }
 
 async fn run(State(h): State<Handlers>, Path(p): Path<String>, Query(q): Params) -> Response {
-    let p = segments(&p);
-    let (ns, name, uid, container) = match p.as_slice() {
-        [ns, name, container] => (ns, name, None, container),
-        [ns, name, uid, container] => (ns, name, Some(uid.as_str()), container),
-        _ => return super::not_found().await,
+    let (pod, container) = match container_target(&h, &p) {
+        None => return super::not_found().await,
+        Some(Err(e)) => return host_error(e),
+        Some(Ok(t)) => t,
     };
-    let pod = match find_pod(&h, ns, name, None) {
-        Ok(p) => p,
-        Err(e) => return host_error(e),
-    };
-    if uid.is_some_and(|u| pod.metadata.uid.as_deref() != Some(u)) {
-        return host_error(HostError::Other(format!("container not found ({container:?})")));
-    }
     let cmd: Vec<String> = values(&q, "cmd").next().unwrap_or("").split(' ').map(String::from).collect();
-    match h.containers.run(&pod, container, cmd).await {
+    match h.containers.run(&pod, &container, cmd).await {
         Ok(out) => ([(header::CONTENT_TYPE, "application/json")], out).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     }

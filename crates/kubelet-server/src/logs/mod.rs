@@ -217,12 +217,11 @@ pub(crate) async fn container_logs(
         tx,
     };
     tokio::spawn(reader.run());
-    let body = Body::from_stream(tokio_stream_of(rx));
+    let body = Body::from_stream(tokio_stream::StreamExt::map(
+        tokio_stream::wrappers::ReceiverStream::new(rx),
+        Ok::<_, std::io::Error>,
+    ));
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
-}
-
-fn tokio_stream_of(rx: mpsc::Receiver<Vec<u8>>) -> impl futures::Stream<Item = Result<Vec<u8>, std::io::Error>> {
-    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (Ok(b), rx)) })
 }
 
 struct Reader {

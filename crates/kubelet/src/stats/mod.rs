@@ -427,21 +427,15 @@ impl SummaryProvider {
         let t = self.now();
         let root_fs = if only { None } else { self.fs_of(&self.d.root_dir, t) };
         let mut out = vec![];
-        for sb in &sandboxes {
+        for sb in chosen.into_values() {
             let Some(meta) = &sb.metadata else { continue };
-            if key(sb).and_then(|k| chosen.get(&k).map(|c| c.id != sb.id)).unwrap_or(true) {
-                continue;
-            }
             let pod_ref =
                 PodReference { name: meta.name.clone(), namespace: meta.namespace.clone(), uid: meta.uid.clone() };
             let log_dir = self.d.pod_logs_dir.join(format!("{}_{}_{}", meta.namespace, meta.name, meta.uid));
             let mut pod = PodStats { pod_ref, start_time: time_ns(sb.created_at), ..Default::default() };
             let mut list = vec![];
             let (mut sum_cpu, mut sum_mem, mut eph_used, mut eph_inodes) = (0u64, 0u64, 0u64, 0u64);
-            for c in containers
-                .iter()
-                .filter(|c| c.pod_sandbox_id == sb.id && c.state == cri::ContainerState::ContainerRunning as i32)
-            {
+            for c in containers.iter().filter(running).filter(|c| c.pod_sandbox_id == sb.id) {
                 let name = c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
                 let st = cstats.get(c.id.as_str());
                 let cpu = st.and_then(|s| s.cpu.as_ref()).map(|cpu| {
