@@ -63,7 +63,53 @@ pub fn parse_labels(s: &str) -> Result<std::collections::BTreeMap<String, String
         }
         m.insert(k.to_string(), v.to_string());
     }
+    let unknown: Vec<&str> =
+        m.keys().map(String::as_str).filter(|k| is_kubernetes_label(k) && !is_kubelet_label(k)).collect();
+    if !unknown.is_empty() {
+        return Err(format!(
+            "unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: [{}]\n--node-labels in the \
+             'kubernetes.io' namespace must begin with an allowed prefix ({}) or be in the specifically allowed set ({})",
+            unknown.join(" "),
+            KUBELET_LABEL_NAMESPACES.join(", "),
+            KUBELET_LABELS.join(", ")
+        ));
+    }
     Ok(m)
+}
+
+/// The labels a kubelet may set on its own Node (`k8s.io/kubelet/pkg/apis` KubeletLabels; NodeRestriction refuses
+/// other `kubernetes.io` labels), sorted as upstream lists them.
+const KUBELET_LABELS: [&str; 11] = [
+    "beta.kubernetes.io/arch",
+    "beta.kubernetes.io/instance-type",
+    "beta.kubernetes.io/os",
+    "failure-domain.beta.kubernetes.io/region",
+    "failure-domain.beta.kubernetes.io/zone",
+    "kubernetes.io/arch",
+    "kubernetes.io/hostname",
+    "kubernetes.io/os",
+    "node.kubernetes.io/instance-type",
+    "topology.kubernetes.io/region",
+    "topology.kubernetes.io/zone",
+];
+
+/// Label namespaces a kubelet may use on its own Node (and their subdomains).
+const KUBELET_LABEL_NAMESPACES: [&str; 2] = ["kubelet.kubernetes.io", "node.kubernetes.io"];
+
+fn label_namespace(key: &str) -> &str {
+    key.split_once('/').map(|(ns, _)| ns).unwrap_or("")
+}
+
+/// Whether a label key is in the `kubernetes.io` or `k8s.io` namespaces (`cmd/kubelet/app/options` isKubernetesLabel).
+fn is_kubernetes_label(key: &str) -> bool {
+    let ns = label_namespace(key);
+    ["kubernetes.io", "k8s.io"].iter().any(|d| ns == *d || ns.ends_with(&format!(".{d}")))
+}
+
+/// Whether a kubelet may set the label on its own Node (`IsKubeletLabel`).
+fn is_kubelet_label(key: &str) -> bool {
+    let ns = label_namespace(key);
+    KUBELET_LABELS.contains(&key) || KUBELET_LABEL_NAMESPACES.iter().any(|a| ns == *a || ns.ends_with(&format!(".{a}")))
 }
 
 #[cfg(test)]
@@ -90,6 +136,15 @@ mod tests {
         let c = Cli::try_parse_from(["rkubelet", "--node-labels=role=edge,zone=a"]).unwrap();
         assert_eq!(c.node_labels.get("zone").map(String::as_str), Some("a"));
         assert!(Cli::try_parse_from(["rkubelet", "--node-labels=broken"]).is_err());
+        // Labels NodeRestriction would refuse stop start-up, as upstream's ValidateKubeletFlags.
+        let e = parse_labels("node-role.kubernetes.io/worker=,a.k8s.io/x=1,node.kubernetes.io/pool=a").unwrap_err();
+        assert!(
+            e.starts_with("unknown 'kubernetes.io' or 'k8s.io' labels specified with --node-labels: [a.k8s.io/x node-role.kubernetes.io/worker]\n"),
+            "{e}"
+        );
+        assert!(e.contains("allowed prefix (kubelet.kubernetes.io, node.kubernetes.io)"), "{e}");
+        let ok = parse_labels("node.kubernetes.io/pool=a,x.kubelet.kubernetes.io/y=b,topology.kubernetes.io/zone=z");
+        assert_eq!(ok.unwrap().len(), 3);
         let twice = Cli::try_parse_from(["rkubelet", "--cert-dir=/a", "--cert-dir=/b"]).unwrap();
         assert_eq!(twice.cert_dir, PathBuf::from("/b"), "the last value wins, as with Go's flags");
     }

@@ -130,6 +130,17 @@ impl WebSocket {
     /// The next data message as (channel, bytes); `None` once the server closes.
     pub async fn recv(&mut self) -> Option<(u8, Vec<u8>)> {
         loop {
+            let p = self.recv_message().await?;
+            if !p.is_empty() {
+                return Some((p[0], p[1..].to_vec()));
+            }
+        }
+    }
+
+    /// The next text or binary message, whole (for protocols without channels, e.g. `binary.k8s.io` logs);
+    /// `None` once the server closes.
+    pub async fn recv_message(&mut self) -> Option<Vec<u8>> {
+        loop {
             let mut h = [0u8; 2];
             self.s.read_exact(&mut h).await.ok()?;
             let opcode = h[0] & 0x0f;
@@ -147,7 +158,7 @@ impl WebSocket {
             self.s.read_exact(&mut p).await.ok()?;
             match opcode {
                 0x8 => return None,
-                0x1 | 0x2 if !p.is_empty() => return Some((p[0], p[1..].to_vec())),
+                0x1 | 0x2 => return Some(p),
                 _ => continue,
             }
         }

@@ -6,7 +6,9 @@
 
 #![allow(dead_code)]
 
+pub mod cluster;
 pub mod kubelet_api;
+pub mod prometheus;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -68,6 +70,8 @@ pub const NODE: &str = "e2e-node";
 
 /// A running rkubelet with its folders.
 pub struct Node {
+    /// The node name (`--hostname-override`).
+    pub name: String,
     pub dir: PathBuf,
     pub manifests: PathBuf,
     pub root: PathBuf,
@@ -99,24 +103,26 @@ impl Node {
         Self::start_with(manifests, |n| std::fs::read_to_string(&n.config).unwrap())
     }
 
-    /// As [`Node::start`], joining the cluster of `kubeconfig`.
-    pub fn start_in_cluster(manifests: &[(&str, &str)], kubeconfig: &Path) -> Node {
-        Self::start_full(
-            manifests,
-            |n| std::fs::read_to_string(&n.config).unwrap(),
-            vec![format!("--kubeconfig={}", kubeconfig.display())],
-        )
-    }
-
     /// As [`Node::start`], with the config file rewritten by `edit` before start.
     pub fn start_with(manifests: &[(&str, &str)], edit: impl FnOnce(&Node) -> String) -> Node {
         Self::start_full(manifests, edit, vec![])
     }
 
     pub fn start_full(manifests: &[(&str, &str)], edit: impl FnOnce(&Node) -> String, extra_args: Vec<String>) -> Node {
+        Self::start_named(NODE, manifests, edit, extra_args)
+    }
+
+    /// As [`Node::start_full`], for node `name`.
+    pub fn start_named(
+        name: &str,
+        manifests: &[(&str, &str)],
+        edit: impl FnOnce(&Node) -> String,
+        extra_args: Vec<String>,
+    ) -> Node {
         let tmp = tempfile::Builder::new().prefix("rkubelet-e2e-").tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
         let mut n = Node {
+            name: name.to_string(),
             manifests: dir.join("manifests"),
             root: dir.join("root"),
             logs: dir.join("pod-logs"),
@@ -146,7 +152,7 @@ impl Node {
             .arg(format!("--config={}", self.config.display()))
             .arg(format!("--root-dir={}", self.root.display()))
             .arg(format!("--cert-dir={}", self.dir.join("pki").display()))
-            .arg(format!("--hostname-override={NODE}"))
+            .arg(format!("--hostname-override={}", self.name))
             .arg("--v=3")
             .args(&self.extra_args)
             .env(

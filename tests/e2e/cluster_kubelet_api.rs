@@ -1,0 +1,266 @@
+//! End to end: the kubelet API as the real cluster uses it — authentication by the apiserver's TokenReviews and
+//! client certificates of the cluster CA, authorization by SubjectAccessReviews answered from RBAC, and
+//! `kubectl logs`, `exec`, `attach` and `port-forward` through the real kube-apiserver, which dials the node by its
+//! Hostname address (resolved to 127.0.0.1 for it) with its kubelet-client certificate.
+
+mod common;
+
+use std::time::Duration;
+
+use common::cluster::TestEnv;
+use common::kubelet_api::KubeletApi;
+use common::prometheus::parse_prometheus;
+use common::*;
+use test_cluster::CertPair;
+use tokio::io::AsyncBufReadExt;
+
+/// A node of `env` whose API authenticates with the cluster CA and webhook tokens and authorizes with
+/// SubjectAccessReviews, as kubeadm configures it.
+async fn kubeadm_like_node(env: &TestEnv) -> Node {
+    let ca = env.cp.pki.path("ca.crt");
+    let config = |n: &Node| {
+        std::fs::read_to_string(&n.config)
+            .unwrap()
+            .replace(
+                "  webhook:\n    enabled: false\n",
+                &format!(
+                    "  webhook:\n    enabled: true\n    cacheTTL: 2m\n  x509:\n    clientCAFile: {}\n",
+                    ca.display()
+                ),
+            )
+            .replace("mode: AlwaysAllow", "mode: Webhook")
+    };
+    let mut node = env.start_node_with(&[], config, vec![]);
+    node.wait_for("the secure port", Duration::from_secs(30), || async {
+        std::net::TcpStream::connect(("127.0.0.1", SECURE_PORT)).is_ok().then_some(())
+    })
+    .await;
+    node
+}
+
+fn pair(p: CertPair) -> (String, String) {
+    (p.cert, p.key)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn authentication_and_authorization_are_decided_by_the_apiserver() {
+    let (_g, rt) = fresh_runtime().await;
+    let env = TestEnv::new().await;
+    let mut node = kubeadm_like_node(&env).await;
+    env.wait_node_ready(&mut node).await;
+    let ns = env.ns.clone();
+    // A service account without rights, one bound to cluster-admin, and a user with a client certificate who may
+    // read metrics and stats (cluster-scoped RBAC objects named after the test).
+    let rbac = format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: viewer\n---\napiVersion: v1\nkind: ServiceAccount\n\
+         metadata:\n  name: ops\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  \
+         name: {ns}-ops\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: cluster-admin\n\
+         subjects:\n- kind: ServiceAccount\n  name: ops\n  namespace: {ns}\n---\napiVersion: rbac.authorization.k8s.io/v1\n\
+         kind: ClusterRole\nmetadata:\n  name: {ns}-metrics\nrules:\n- apiGroups: [\"\"]\n  resources: [nodes/metrics, \
+         nodes/stats]\n  verbs: [get]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+         metadata:\n  name: {ns}-metrics\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  \
+         name: {ns}-metrics\nsubjects:\n- apiGroup: rbac.authorization.k8s.io\n  kind: User\n  name: metrics-reader-{ns}\n"
+    );
+    env.create(&rbac).await;
+    let viewer_token = env.kubectl(&["create", "token", "viewer"]).await.trim().to_string();
+    let ops_token = env.kubectl(&["create", "token", "ops"]).await.trim().to_string();
+    let api = KubeletApi::new(SECURE_PORT);
+
+    // Authentication.
+    assert_eq!(api.get("/pods").await, (401, "Unauthorized".into()), "no credentials");
+    assert_eq!(api.with_token("nope.nope").get("/pods").await.0, 401, "a token the apiserver refuses");
+    let foreign_dir = tempfile::tempdir().unwrap();
+    let foreign =
+        test_cluster::Pki::ensure(foreign_dir.path()).unwrap().client("admin", Some("system:masters")).unwrap();
+    assert_eq!(api.with_cert(pair(foreign)).get("/pods").await.0, 401, "a certificate from another CA");
+
+    // Authorization, per subresource and verb, from RBAC.
+    let viewer = api.with_token(&viewer_token);
+    assert_eq!(
+        viewer.get("/pods").await,
+        (
+            403,
+            format!(
+                "Forbidden (user=system:serviceaccount:{ns}:viewer, verb=get, resource=nodes, subresource(s)=[pods proxy])\n"
+            )
+        )
+    );
+    let reader_cert = env.cp.pki.client(&format!("metrics-reader-{ns}"), None).unwrap();
+    let reader = api.with_cert(pair(reader_cert));
+    let (code, text) = reader.get("/metrics").await;
+    assert_eq!(code, 200, "{text}");
+    assert!(text.contains(&format!("kubelet_node_name{{node=\"{}\"}} 1", env.node)));
+    assert_eq!(reader.get("/stats/summary").await.0, 200);
+    assert_eq!(
+        reader.request("POST", "/exec/default/x/y?command=id&output=1").await,
+        (403, format!("Forbidden (user=metrics-reader-{ns}, verb=create, resource=nodes, subresource(s)=[proxy])\n"))
+    );
+    assert_eq!(reader.get("/configz").await.0, 403);
+    let admin = api.with_cert(pair(env.cp.pki.client("admin", Some("system:masters")).unwrap()));
+    let (code, body) = admin.get("/configz").await;
+    assert_eq!(code, 200);
+    let cfg: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(cfg["kubeletconfig"]["authorization"]["mode"], "Webhook");
+    assert_eq!(cfg["kubeletconfig"]["port"], SECURE_PORT);
+    assert!(cfg["kubeletconfig"].get("kind").is_none(), "no TypeMeta, as upstream");
+    assert_eq!(api.with_token(&ops_token).get("/runningpods/").await.0, 200);
+
+    // The decisions came from TokenReviews and SubjectAccessReviews the node made, and are cached.
+    let reviews = |kind: &str| {
+        env.node_requests()
+            .iter()
+            .filter(|e| e["stage"] == "ResponseComplete" && e["verb"] == "create" && e["objectRef"]["resource"] == kind)
+            .count()
+    };
+    assert!(reviews("tokenreviews") >= 3, "viewer, ops and the refused token were reviewed");
+    let sars = reviews("subjectaccessreviews");
+    assert!(sars >= 4, "{sars}");
+    viewer.get("/pods").await;
+    reader.get("/metrics").await;
+    assert_eq!(reviews("subjectaccessreviews"), sars, "answers are cached (5m allowed, 30s denied)");
+    kubectl(&env.admin, &["delete", "clusterrolebinding", &format!("{ns}-ops"), &format!("{ns}-metrics")]).await;
+    kubectl(&env.admin, &["delete", "clusterrole", &format!("{ns}-metrics")]).await;
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_logs_exec_attach_and_port_forward_through_the_apiserver() {
+    let (_g, rt) = fresh_runtime().await;
+    let env = TestEnv::new().await;
+    let mut node = kubeadm_like_node(&env).await;
+    let yaml = env.pod_yaml(
+        "web",
+        &[
+            ("app", "echo line-1; echo line-2; echo line-3; trap 'exit 0' TERM; while true; do sleep 0.2; done"),
+            ("http", "mkdir -p /www && echo served-by-httpd > /www/index.html && exec httpd -f -p 8080 -h /www"),
+            ("ticker", "i=0; trap 'exit 0' TERM; while true; do i=$((i+1)); echo tick-$i; sleep 0.2; done"),
+        ],
+        "  automountServiceAccountToken: false\n",
+    );
+    env.create(&yaml).await;
+    env.wait_pod_running(&mut node, "web").await;
+
+    // kubectl logs: the apiserver calls /containerLogs with the options.
+    node.wait_for("three log lines", Duration::from_secs(20), || async {
+        let (_, out, _) = env.kubectl_output(&["logs", "web", "-c", "app"]).await;
+        (out == "line-1\nline-2\nline-3\n").then_some(())
+    })
+    .await;
+    assert_eq!(env.kubectl(&["logs", "web", "-c", "app", "--tail=1"]).await, "line-3\n");
+    assert_eq!(env.kubectl(&["logs", "web", "-c", "app", "--limit-bytes=9"]).await, "line-1\nli");
+    let stamped = env.kubectl(&["logs", "web", "-c", "app", "--timestamps", "--tail=1"]).await;
+    assert!(stamped.ends_with("Z line-3\n"), "{stamped}");
+    // Without -c kubectl picks the first container itself.
+    let (_, out, err) = env.kubectl_output(&["logs", "web"]).await;
+    assert_eq!(out, "line-1\nline-2\nline-3\n");
+    assert!(err.contains("Defaulted container \"app\" out of: app, http, ticker"), "{err}");
+    let (ok, _, err) = env.kubectl_output(&["logs", "web", "-c", "app", "--previous"]).await;
+    assert!(!ok && err.contains("previous terminated container \"app\" in pod \"web\" not found"), "{err}");
+
+    // The log over a WebSocket (`binary.k8s.io`), as the conformance test reads it: the apiserver wraps the
+    // kubelet's plain answer.
+    let admin_api = KubeletApi::new(test_cluster::APISERVER_PORT)
+        .with_cert(pair(env.cp.pki.client("ws-admin", Some("system:masters")).unwrap()));
+    let path = format!("/api/v1/namespaces/{}/pods/web/log?container=app", env.ns);
+    let mut ws = admin_api.websocket(&path, "binary.k8s.io").await.expect("a WebSocket to the log");
+    let mut got = Vec::new();
+    while let Some(m) = tokio::time::timeout(Duration::from_secs(20), ws.recv_message()).await.expect("the log ends") {
+        got.extend_from_slice(&m);
+    }
+    assert_eq!(String::from_utf8_lossy(&got), "line-1\nline-2\nline-3\n");
+
+    // kubectl exec (WebSocket to the apiserver, which speaks SPDY to the kubelet).
+    let (ok, out, err) = env
+        .kubectl_output(&["exec", "web", "-c", "app", "--", "sh", "-c", "echo to-out; echo to-err >&2; exit 3"])
+        .await;
+    assert!(!ok);
+    assert_eq!(out, "to-out\n");
+    assert!(err.contains("to-err") && err.contains("exit code 3"), "{err}");
+    let mut cat = tokio::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", env.admin.display()))
+        .args(["-n", &env.ns, "exec", "-i", "web", "-c", "app", "--", "cat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        let mut stdin = cat.stdin.take().unwrap();
+        stdin.write_all(b"through stdin\n").await.unwrap();
+    }
+    let out =
+        tokio::time::timeout(Duration::from_secs(20), cat.wait_with_output()).await.expect("cat ends at EOF").unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "through stdin\n");
+    assert!(out.status.success());
+
+    // kubectl attach to the ticker's output.
+    let mut attach = tokio::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", env.admin.display()))
+        .args(["-n", &env.ns, "attach", "web", "-c", "ticker"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(attach.stdout.take().unwrap()).lines();
+    let tick = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            match lines.next_line().await {
+                Ok(Some(l)) if l.starts_with("tick-") => return l,
+                Ok(Some(_)) => continue,
+                other => panic!("attach ended: {other:?}"),
+            }
+        }
+    })
+    .await
+    .expect("a tick through attach");
+    assert!(tick["tick-".len()..].parse::<u32>().is_ok(), "{tick}");
+    let _ = attach.kill().await;
+
+    // kubectl port-forward to busybox httpd.
+    let mut pf = tokio::process::Command::new("kubectl")
+        .arg(format!("--kubeconfig={}", env.admin.display()))
+        .args(["-n", &env.ns, "port-forward", "pod/web", ":8080", "--address=127.0.0.1"])
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(pf.stdout.take().unwrap());
+    let mut first = String::new();
+    tokio::time::timeout(Duration::from_secs(20), lines.read_line(&mut first))
+        .await
+        .expect("kubectl port-forward reports its port")
+        .unwrap();
+    // "Forwarding from 127.0.0.1:PORT -> 8080"
+    let port: u16 = first
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("{first}"));
+    let reply = {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+        s.write_all(b"GET / HTTP/1.0\r\n\r\n").await.unwrap();
+        let mut buf = String::new();
+        tokio::time::timeout(Duration::from_secs(20), s.read_to_string(&mut buf))
+            .await
+            .expect("a reply in time")
+            .unwrap();
+        buf
+    };
+    assert!(reply.contains("200 OK") && reply.contains("served-by-httpd"), "{reply}");
+    let _ = pf.kill().await;
+
+    // The apiserver called the kubelet as kube-apiserver-kubelet-client, which the kubelet had authorized.
+    assert!(env.node_requests().iter().any(|e| e["objectRef"]["resource"] == "subjectaccessreviews"));
+
+    // The pod-start SLI of an apiserver pod, from its creation.
+    let api = KubeletApi::new(SECURE_PORT).with_cert(pair(env.cp.pki.client("admin", Some("system:masters")).unwrap()));
+    let fams = parse_prometheus(&api.get("/metrics").await.1);
+    for name in ["kubelet_pod_start_sli_duration_seconds_count", "kubelet_pod_start_total_duration_seconds_count"] {
+        let n = fams.get(name).and_then(|f| f.1.first()).map(|s| s.1);
+        assert!(n.is_some_and(|n| n >= 1.0), "{name}: {n:?}");
+    }
+    node.stop_and_clean(&rt).await;
+}
