@@ -390,3 +390,96 @@ async fn a_grace_period_shortened_during_termination_takes_effect() {
     assert!(node.log().contains("grace period shortened during termination"));
     node.stop_and_clean(&rt).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_gates_set_by_another_client_survive_and_drive_ready() {
+    let (_g, rt) = fresh_runtime().await;
+    let env = TestEnv::new().await;
+    let mut node = env.start_node(&[]);
+    let gates =
+        "  readinessGates:\n  - conditionType: k8s.io/test-condition1\n  - conditionType: k8s.io/test-condition2\n";
+    env.create(&env.pod_yaml("gated", &[("app", SERVE_SH)], gates)).await;
+    let ready = |want: &'static str| {
+        let env = &env;
+        move || async move { env.pod("gated").await.filter(|p| condition(p, "Ready").as_deref() == Some(want)) }
+    };
+    let p = node
+        .wait_for("gated Running, not Ready", Duration::from_secs(60), || async {
+            env.pod("gated").await.filter(|p| {
+                p["status"]["phase"] == "Running" && condition(p, "ContainersReady").as_deref() == Some("True")
+            })
+        })
+        .await;
+    assert_eq!(condition(&p, "Ready").as_deref(), Some("False"), "the gates are not set yet");
+    let set = |cond: &str, status: &str| {
+        format!(
+            r#"{{"status":{{"conditions":[{{"type":"{cond}","status":"{status}","lastTransitionTime":"2026-01-01T00:00:00Z"}}]}}}}"#
+        )
+    };
+    env.kubectl(&[
+        "patch",
+        "pod",
+        "gated",
+        "--subresource=status",
+        "--type=strategic",
+        "-p",
+        &set("k8s.io/test-condition1", "True"),
+    ])
+    .await;
+    // One gate is not enough; rkubelet's next status patches keep the condition it did not set.
+    node.wait_for("a kubelet status patch after the gate", Duration::from_secs(30), || async {
+        env.pod("gated").await.filter(|p| {
+            p["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter().any(|c| {
+                    c["type"] == "Ready" && c["message"].as_str().is_some_and(|m| m.contains("k8s.io/test-condition2"))
+                })
+            })
+        })
+    })
+    .await;
+    let p = env.pod("gated").await.unwrap();
+    assert_eq!(condition(&p, "k8s.io/test-condition1").as_deref(), Some("True"), "the gate's condition survived");
+    assert_eq!(condition(&p, "Ready").as_deref(), Some("False"));
+    env.kubectl(&[
+        "patch",
+        "pod",
+        "gated",
+        "--subresource=status",
+        "--type=strategic",
+        "-p",
+        &set("k8s.io/test-condition2", "True"),
+    ])
+    .await;
+    node.wait_for("Ready with both gates", Duration::from_secs(30), ready("True")).await;
+    env.kubectl(&[
+        "patch",
+        "pod",
+        "gated",
+        "--subresource=status",
+        "--type=strategic",
+        "-p",
+        &set("k8s.io/test-condition1", "False"),
+    ])
+    .await;
+    let p = node.wait_for("not Ready once a gate is False", Duration::from_secs(30), ready("False")).await;
+    assert_eq!(condition(&p, "k8s.io/test-condition2").as_deref(), Some("True"));
+    assert!(env.apiserver_panics().is_empty(), "{:?}", env.apiserver_panics());
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_for_another_os_is_refused_at_admission() {
+    let (_g, rt) = fresh_runtime().await;
+    let env = TestEnv::new().await;
+    let mut node = env.start_node(&[]);
+    env.create(&env.pod_yaml("win", &[("app", SERVE_SH)], "  os:\n    name: windows\n")).await;
+    let p = node
+        .wait_for("the pod Failed", Duration::from_secs(60), || async {
+            env.pod("win").await.filter(|p| p["status"]["phase"] == "Failed")
+        })
+        .await;
+    assert_eq!(p["status"]["reason"], "PodOSNotSupported");
+    assert_eq!(p["status"]["message"], "Pod was rejected: Failed to admit pod as the OS field doesn't match node OS");
+    assert!(containers_of(&rt, "win").await.is_empty(), "nothing started");
+    node.stop_and_clean(&rt).await;
+}

@@ -130,9 +130,57 @@ impl PodAdmitHandler for SupportedVolumes {
     }
 }
 
+/// The operating system checks of upstream's predicate admit handler (`lifecycle/predicate.go`
+/// rejectPodAdmissionBasedOnOSSelector and rejectPodAdmissionBasedOnOSField): a pod labelled `kubernetes.io/os`
+/// with another OS than the node's, or whose `spec.os.name` is not the node's, is refused. rkubelet runs on Linux
+/// only, so the node's OS is `linux`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NodeOs;
+
+/// The node's operating system, as Go's `runtime.GOOS` names it.
+pub const NODE_OS: &str = "linux";
+
+impl PodAdmitHandler for NodeOs {
+    fn admit(&self, pod: &Pod) -> Option<AdmitResult> {
+        // Upstream compares the pod's own label (not its node selector) with the node's label, which the kubelet
+        // always sets to its OS.
+        let label = pod.metadata.labels.as_ref().and_then(|l| l.get("kubernetes.io/os"));
+        if label.is_some_and(|os| os != NODE_OS) {
+            return Some(AdmitResult {
+                reason: "PodOSSelectorNodeLabelDoesNotMatch".into(),
+                message: "Failed to admit pod as the `kubernetes.io/os` label doesn't match node label".into(),
+            });
+        }
+        let os = pod.spec.as_ref().and_then(|s| s.os.as_ref()).map(|o| o.name.as_str());
+        if os.is_some_and(|os| os != NODE_OS) {
+            return Some(AdmitResult {
+                reason: "PodOSNotSupported".into(),
+                message: "Failed to admit pod as the OS field doesn't match node OS".into(),
+            });
+        }
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pods_for_another_os_are_refused_as_upstream() {
+        use k8s_openapi::api::core::v1::PodOS;
+        let mut p = Pod::default();
+        assert_eq!(NodeOs.admit(&p), None);
+        p.spec = Some(PodSpec { os: Some(PodOS { name: "linux".into() }), ..Default::default() });
+        assert_eq!(NodeOs.admit(&p), None);
+        p.spec = Some(PodSpec { os: Some(PodOS { name: "windows".into() }), ..Default::default() });
+        let r = NodeOs.admit(&p).unwrap();
+        assert_eq!(r.reason, "PodOSNotSupported");
+        assert_eq!(r.message, "Failed to admit pod as the OS field doesn't match node OS");
+        p.spec = None;
+        p.metadata.labels = Some([("kubernetes.io/os".to_string(), "windows".to_string())].into());
+        assert_eq!(NodeOs.admit(&p).unwrap().reason, "PodOSSelectorNodeLabelDoesNotMatch");
+    }
     use k8s_openapi::api::core::v1::{PodSecurityContext, PodSpec, Sysctl};
 
     #[test]

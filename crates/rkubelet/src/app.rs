@@ -230,7 +230,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     let sysctls = kubelet::admission::SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls)
         .map_err(|e| anyhow::anyhow!("allowedUnsafeSysctls: {e}"))?;
     let admit: Vec<Arc<dyn kubelet::admission::PodAdmitHandler>> =
-        vec![Arc::new(sysctls), Arc::new(kubelet::admission::SupportedVolumes)];
+        vec![Arc::new(sysctls), Arc::new(kubelet::admission::NodeOs), Arc::new(kubelet::admission::SupportedVolumes)];
     let volumes = Arc::new(
         kubelet_volume::VolumeManager::new(
             pods_dir.clone(),
