@@ -4,19 +4,26 @@
 //! have been seen at least once ([`SourcesReady`]), so the kubelet never removes running pods before every
 //! source has spoken.
 //!
+//! Refused manifests ride on the sources' updates, each once, when it first appears; the merge records a Warning
+//! `FailedValidation` event for each, about the pod when the refusal names one, else about the node. Upstream
+//! records that event here for duplicate names (`filterInvalidPods`) and only logs manifests that fail decoding or
+//! validation; the event for those is rkubelet's addition, so that a refused manifest is visible from the API.
+//!
 //! [`PodConfig::run`] is one task: it reads source sets until every sender is dropped or it is cancelled, and
 //! writes [`PodUpdate`]s in upstream's order (REMOVE, ADD, UPDATE, DELETE, RECONCILE) to the sync loop.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
+use k8s_openapi::api::core::v1::ObjectReference;
+use kubelet_types::events::{Recorder, WARNING, reason};
 use kubelet_types::labels as keys;
 use kubelet_types::{Clock, Operation, Pod, PodSource, PodUid, PodUpdate};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::sources::SourceUpdate;
+use crate::sources::{RefusedManifest, SourceUpdate};
 
 /// Which sources have delivered their first set.
 #[derive(Debug)]
@@ -86,6 +93,8 @@ pub struct PodConfig {
     pods: HashMap<PodSource, HashMap<PodUid, Known>>,
     ready: Arc<SourcesReady>,
     clock: Arc<dyn Clock>,
+    /// Where refusals become events, and the node they are about when no pod is named.
+    events: Option<(Arc<dyn Recorder>, ObjectReference)>,
 }
 
 impl std::fmt::Debug for PodConfig {
@@ -97,7 +106,20 @@ impl std::fmt::Debug for PodConfig {
 impl PodConfig {
     /// A merge marking sources in `ready`.
     pub fn new(ready: Arc<SourcesReady>, clock: Arc<dyn Clock>) -> Self {
-        Self { pods: HashMap::new(), ready, clock }
+        Self { pods: HashMap::new(), ready, clock, events: None }
+    }
+
+    /// Records the sources' refusals with `recorder`; `node` is the involved object of those that name no pod.
+    pub fn with_events(mut self, recorder: Arc<dyn Recorder>, node: ObjectReference) -> Self {
+        self.events = Some((recorder, node));
+        self
+    }
+
+    fn record_refusal(&self, r: &RefusedManifest) {
+        if let Some((recorder, node)) = &self.events {
+            let object = r.pod.as_ref().unwrap_or(node);
+            recorder.event(object, WARNING, reason::FAILED_VALIDATION, r.message.clone());
+        }
     }
 
     /// Compares one pod the source sent with what the merge has of it: the merged pod to keep, and the operation
@@ -130,6 +152,12 @@ impl PodConfig {
     /// Merges one update of a source — a complete set, or a delta of changed and removed pods — and returns the
     /// updates to emit, in upstream's order. A delta costs what it changes, not the size of the source.
     pub fn merge(&mut self, update: SourceUpdate) -> Vec<PodUpdate> {
+        for r in &update.refused {
+            self.record_refusal(r);
+        }
+        if update.is_refusals_only() {
+            return vec![];
+        }
         let source = update.source;
         let first = !self.pods.contains_key(&source);
         let mut map = self.pods.remove(&source).unwrap_or_default();
