@@ -325,6 +325,80 @@ mod tests {
         assert!(ready.all_ready());
     }
 
+    #[derive(Default)]
+    struct Events(Mutex<Vec<(ObjectReference, String, String, String)>>);
+
+    impl Recorder for Events {
+        fn event(&self, object: &ObjectReference, kind: &str, reason: &str, message: String) {
+            self.0.lock().unwrap().push((object.clone(), kind.into(), reason.into(), message));
+        }
+    }
+
+    fn node() -> ObjectReference {
+        ObjectReference {
+            kind: Some("Node".into()),
+            name: Some("n1".into()),
+            uid: Some("n1".into()),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_is_one_warning_event_and_the_other_pods_are_merged() {
+        let events = Arc::new(Events::default());
+        let ready = SourcesReady::new([PodSource::File, PodSource::Http]);
+        let mut pc = PodConfig::new(ready.clone(), Arc::new(TestClock::fixed())).with_events(events.clone(), node());
+        let dir = tempfile::tempdir().unwrap();
+        let good =
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: NAME\nspec:\n  containers:\n  - name: c\n    image: i\n";
+        std::fs::write(dir.path().join("a.yaml"), good.replace("NAME", "a")).unwrap();
+        std::fs::write(
+            dir.path().join("b.yaml"),
+            good.replace("NAME", "b") + "    resources:\n      limits:\n        memory: lots\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("c.yaml"), "kind: Pod\nspec: [").unwrap();
+        std::fs::write(dir.path().join("d.yaml"), good.replace("NAME", "a")).unwrap();
+        let (tx, _rx) = mpsc::channel(1);
+        let src = crate::sources::file::FileSource::new(
+            dir.path().into(),
+            "n1".into(),
+            std::time::Duration::from_secs(20),
+            tx,
+        );
+        let mut last = vec![];
+        for _ in 0..3 {
+            // Every read of the folder refuses the same manifests; each becomes an event once.
+            let (pods, new) = src.read_and_log(&mut last);
+            let out = pc
+                .merge(SourceUpdate::set(PodSource::File, pods.into_iter().map(Arc::new).collect()).with_refused(new));
+            assert!(out.iter().all(|u| u.op == Operation::Add));
+        }
+        let ev = events.0.lock().unwrap().clone();
+        assert_eq!(ev.len(), 3, "{ev:?}");
+        assert!(ev.iter().all(|(_, kind, reason, _)| kind == "Warning" && reason == "FailedValidation"));
+        // b: about the pod, naming the file and the field.
+        assert_eq!(ev[0].0.name.as_deref(), Some("b-n1"));
+        assert!(ev[0].3.contains("b.yaml: invalid pod: [spec.containers[0].resources.limits[memory]"), "{}", ev[0].3);
+        // c: does not decode, about the node.
+        assert_eq!(ev[1].0.kind.as_deref(), Some("Node"));
+        assert!(ev[1].3.contains("c.yaml"));
+        // d: upstream's duplicate-name event, about the pod.
+        let uid = ev[2].0.uid.clone().unwrap();
+        assert_eq!(
+            ev[2].3,
+            format!("Error validating pod a-n1_default({uid}) from file due to duplicate pod name \"a-n1\", ignoring")
+        );
+        // The valid pod was merged.
+        assert_eq!(pc.pods[&PodSource::File].len(), 1);
+
+        // A refusal alone changes no pod and does not mark the source as seen.
+        let r = RefusedManifest::new("http://x".into(), "http://x: invalid manifest".into(), None);
+        assert!(pc.merge(SourceUpdate::refusals(PodSource::Http, vec![r])).is_empty());
+        assert_eq!(events.0.lock().unwrap().len(), 4);
+        assert!(!ready.all_ready());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_pod_sent_again_unchanged_is_skipped_and_deltas_change_only_what_they_name() {
         let mut pc = PodConfig::new(SourcesReady::new([PodSource::Api]), Arc::new(TestClock::fixed()));

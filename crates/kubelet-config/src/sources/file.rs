@@ -120,7 +120,7 @@ impl FileSource {
 
     /// Reads the folder; logs the refusals that were not there at the previous read and returns them with the
     /// pods, so each is logged and becomes an event once, when it first appears, not at every period.
-    fn read_and_log(&self, last_refused: &mut Vec<RefusedManifest>) -> (Vec<Pod>, Vec<RefusedManifest>) {
+    pub(crate) fn read_and_log(&self, last_refused: &mut Vec<RefusedManifest>) -> (Vec<Pod>, Vec<RefusedManifest>) {
         let r = read_manifests(&self.path, &self.node_name);
         let new: Vec<RefusedManifest> = r.refused.iter().filter(|m| !last_refused.contains(m)).cloned().collect();
         for m in &new {
@@ -164,9 +164,7 @@ impl FileSource {
             let (pods, new_refusals) = self.read_and_log(&mut refused);
             let update =
                 SourceUpdate::set(PodSource::File, pods.into_iter().map(Arc::new).collect()).with_refused(new_refusals);
-            if self.out.send(update).await
-                .is_err()
-            {
+            if self.out.send(update).await.is_err() {
                 return;
             }
         }
@@ -194,6 +192,29 @@ mod tests {
         assert_eq!(r.refused.len(), 2);
         assert!(r.refused[0].origin.ends_with("b.yaml"));
         assert!(r.refused[1].reason.contains("duplicate pod \"default/a-n1\""), "{}", r.refused[1].reason);
+    }
+
+    #[test]
+    fn an_invalid_manifest_is_refused_once_and_the_others_are_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), POD.replace("NAME", "a")).unwrap();
+        let lots = POD.replace("NAME", "big") + "    resources:\n      limits:\n        memory: lots\n";
+        std::fs::write(dir.path().join("big.yaml"), lots).unwrap();
+        std::fs::write(dir.path().join("c.yaml"), POD.replace("NAME", "c")).unwrap();
+        let (tx, _rx) = mpsc::channel(1);
+        let src = FileSource::new(dir.path().to_path_buf(), "n1".into(), Duration::from_secs(20), tx);
+        let mut last = vec![];
+        let (pods, new) = src.read_and_log(&mut last);
+        let names: Vec<_> = pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+        assert_eq!(names, vec!["a-n1", "c-n1"]);
+        assert_eq!(new.len(), 1);
+        let file = dir.path().join("big.yaml").to_string_lossy().into_owned();
+        assert!(new[0].reason.starts_with(&format!("{file}: invalid pod: [")), "{}", new[0].reason);
+        assert!(new[0].reason.contains("spec.containers[0].resources.limits[memory]: Invalid value: \"lots\""));
+        assert_eq!(new[0].pod.as_ref().unwrap().name.as_deref(), Some("big-n1"));
+        // The next read refuses it again but does not report it again.
+        let (pods, new) = src.read_and_log(&mut last);
+        assert_eq!((pods.len(), new.len()), (2, 0));
     }
 
     #[tokio::test]

@@ -20,8 +20,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::{RefusedManifest, SourceUpdate};
 use super::manifest::{ManifestError, StaticOrigin, accept_static_pod, decode_pods};
+use super::{RefusedManifest, SourceUpdate};
 
 /// Fetches taking longer than this fail (upstream's client timeout).
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);

@@ -246,7 +246,8 @@ mod tests {
 
     #[test]
     fn normalises_as_upstream() {
-        let p = static_pod_from_file(GOOD, "/etc/kubernetes/manifests/web.yaml", "Node-1").unwrap();
+        // Node names are lower case (as the kubelet makes them); `spec.nodeName` must be a DNS subdomain.
+        let p = static_pod_from_file(GOOD, "/etc/kubernetes/manifests/web.yaml", "node-1").unwrap();
         assert_eq!(p.metadata.name.as_deref(), Some("web-node-1"));
         assert_eq!(p.metadata.namespace.as_deref(), Some("default"));
         let uid = p.metadata.uid.clone().unwrap();
@@ -256,16 +257,16 @@ mod tests {
         assert_eq!(ann["kubernetes.io/config.source"], "file");
         let c = &p.spec.as_ref().unwrap().containers[0];
         assert_eq!(c.image_pull_policy.as_deref(), Some("IfNotPresent"));
-        assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some("Node-1"));
+        assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some("node-1"));
         // Same content and path: same UID; another path or content: another UID.
         assert_eq!(
-            static_pod_from_file(GOOD, "/etc/kubernetes/manifests/web.yaml", "Node-1").unwrap().metadata.uid.unwrap(),
+            static_pod_from_file(GOOD, "/etc/kubernetes/manifests/web.yaml", "node-1").unwrap().metadata.uid.unwrap(),
             uid
         );
-        assert_ne!(static_pod_from_file(GOOD, "/other/web.yaml", "Node-1").unwrap().metadata.uid.unwrap(), uid);
+        assert_ne!(static_pod_from_file(GOOD, "/other/web.yaml", "node-1").unwrap().metadata.uid.unwrap(), uid);
         let edited = GOOD.replace("3600", "3601");
         assert_ne!(
-            static_pod_from_file(&edited, "/etc/kubernetes/manifests/web.yaml", "Node-1")
+            static_pod_from_file(&edited, "/etc/kubernetes/manifests/web.yaml", "node-1")
                 .unwrap()
                 .metadata
                 .uid

@@ -85,7 +85,9 @@ impl RefusedManifest {
         let ns = pod.metadata.namespace.as_deref().unwrap_or("");
         let uid = pod.metadata.uid.as_deref().unwrap_or("");
         Self {
-            reason: format!("{origin}: duplicate pod \"{ns}/{name}\": another manifest of this source already defines it"),
+            reason: format!(
+                "{origin}: duplicate pod \"{ns}/{name}\": another manifest of this source already defines it"
+            ),
             message: format!(
                 "Error validating pod {name}_{ns}({uid}) from {} due to duplicate pod name {name:?}, ignoring",
                 source.as_str()

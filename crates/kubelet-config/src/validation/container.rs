@@ -12,14 +12,12 @@ use k8s_openapi::api::core::v1::{
     Volume, VolumeMount,
 };
 
-use super::field::{
-    ErrorList, Path, duplicate, forbidden, invalid, not_found, not_supported, required,
-};
+use super::field::{ErrorList, Path, duplicate, forbidden, invalid, not_found, not_supported, required};
 use super::names::{
     invalid_each, is_config_map_key, is_env_var_name, is_valid_id, is_valid_port_name, is_valid_port_num,
     name_is_dns_subdomain, validate_dns1123_label, validate_qualified_name,
 };
-use super::probe::{validate_lifecycle, validate_probe_of, ProbeKind};
+use super::probe::{ProbeKind, validate_lifecycle, validate_probe_of};
 use super::resources::{parse_quantity_at, validate_container_resources};
 use super::volumes::{validate_local_descending_path, validate_path_no_backsteps};
 
@@ -106,7 +104,12 @@ fn validate_probes(c: &Container, ctx: &PodContext<'_>, p: &Path) -> ErrorList {
 
 /// `validateInitContainers`: names unique among init and app containers; only sidecars (`restartPolicy:
 /// Always`) may have probes and lifecycle hooks.
-pub fn validate_init_containers(list: &[Container], apps: &[Container], ctx: &PodContext<'_>, path: &Path) -> ErrorList {
+pub fn validate_init_containers(
+    list: &[Container],
+    apps: &[Container],
+    ctx: &PodContext<'_>,
+    path: &Path,
+) -> ErrorList {
     let mut errs = ErrorList::default();
     let mut names: BTreeSet<&str> = apps.iter().map(|c| c.name.as_str()).collect();
     for (i, c) in list.iter().enumerate() {
@@ -165,11 +168,8 @@ fn check_host_port_conflicts<'a>(list: impl Iterator<Item = (usize, &'a Containe
             if hp == 0 {
                 continue;
             }
-            let key = format!(
-                "{}/{}/{hp}",
-                port.protocol.as_deref().unwrap_or(""),
-                port.host_ip.as_deref().unwrap_or("")
-            );
+            let key =
+                format!("{}/{}/{hp}", port.protocol.as_deref().unwrap_or(""), port.host_ip.as_deref().unwrap_or(""));
             if !seen.insert(key.clone()) {
                 errs.push(duplicate(&path.index(ci).child("ports").index(pi).child("hostPort"), key));
             }
@@ -364,7 +364,13 @@ pub fn validate_resource_field_selector(r: &ResourceFieldSelector, volume: bool,
     };
     const SIZES: &[&str] = &["1", "1k", "1M", "1G", "1T", "1P", "1E", "1Ki", "1Mi", "1Gi", "1Ti", "1Pi", "1Ei"];
     const SIZES_TEXT: &str = "1, 1k, 1M, 1G, 1T, 1P, 1E, 1Ki, 1Mi, 1Gi, 1Ti, 1Pi, 1Ei";
-    let bad = |what: &str| invalid(&path.child("divisor"), res, format!("only divisor's values {SIZES_TEXT} are supported with the {what} resource"));
+    let bad = |what: &str| {
+        invalid(
+            &path.child("divisor"),
+            res,
+            format!("only divisor's values {SIZES_TEXT} are supported with the {what} resource"),
+        )
+    };
     match res {
         "limits.cpu" | "requests.cpu" if !matches!(divisor.as_str(), "1m" | "1") => errs.push(invalid(
             &path.child("divisor"),
@@ -564,7 +570,11 @@ fn validate_resize_policy(c: &Container, pod_restart: &str, path: &Path) -> Erro
             r => errs.push(not_supported(path, r, &["NotRequired", "RestartContainer"])),
         }
         if pod_restart == "Never" && rp.restart_policy != "NotRequired" {
-            errs.push(invalid(path, rp.restart_policy.as_str(), "must be 'NotRequired' when `restartPolicy` is 'Never'"));
+            errs.push(invalid(
+                path,
+                rp.restart_policy.as_str(),
+                "must be 'NotRequired' when `restartPolicy` is 'Never'",
+            ));
         }
     }
     errs

@@ -57,8 +57,11 @@ fn default_container(c: &mut Container, host_network: bool) {
         && let Some(limits) = r.limits.clone()
     {
         let requests = r.requests.get_or_insert_with(Default::default);
+        // A limit that does not parse is reported once, at the limit (upstream refuses it while decoding).
         for (k, v) in limits {
-            requests.entry(k).or_insert(v);
+            if kubelet_types::quantity::ParsedQuantity::parse(v.0.trim()).is_ok() {
+                requests.entry(k).or_insert(v);
+            }
         }
     }
     for p in c.ports.iter_mut().flatten() {
@@ -77,16 +80,12 @@ pub fn apply_validation_defaults(pod: &mut Pod) {
         default_container(c, host_network);
     }
     for v in spec.volumes.iter_mut().flatten() {
-        let items = v
-            .downward_api
-            .iter_mut()
-            .flat_map(|d| d.items.iter_mut().flatten())
-            .chain(
-                v.projected
-                    .iter_mut()
-                    .flat_map(|p| p.sources.iter_mut().flatten())
-                    .flat_map(|s| s.downward_api.iter_mut().flat_map(|d| d.items.iter_mut().flatten())),
-            );
+        let items = v.downward_api.iter_mut().flat_map(|d| d.items.iter_mut().flatten()).chain(
+            v.projected
+                .iter_mut()
+                .flat_map(|p| p.sources.iter_mut().flatten())
+                .flat_map(|s| s.downward_api.iter_mut().flat_map(|d| d.items.iter_mut().flatten())),
+        );
         for f in items {
             if let Some(r) = f.field_ref.as_mut()
                 && r.api_version.as_deref().unwrap_or("").is_empty()

@@ -309,8 +309,10 @@ mod tests {
             "spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\""
         );
         assert_eq!(duplicate(&Path::new("a"), "x").to_string(), "a: Duplicate value: \"x\"");
-        assert_eq!(too_long(&Path::new("metadata").child("annotations"), 262144).to_string(),
-            "metadata.annotations: Too long: may not be more than 262144 bytes");
+        assert_eq!(
+            too_long(&Path::new("metadata").child("annotations"), 262144).to_string(),
+            "metadata.annotations: Too long: may not be more than 262144 bytes"
+        );
         assert_eq!(invalid(&Path::new("n"), 70000, "d").to_string(), "n: Invalid value: 70000: d");
         assert_eq!(go_quote("a\"b\\\n\u{1}é"), "\"a\\\"b\\\\\\n\\x01é\"");
         let list = ErrorList(vec![required(&Path::new("a"), ""), forbidden(&Path::new("b"), "no")]);

@@ -49,10 +49,7 @@ pub fn inclusive_range_error(lo: i64, hi: i64) -> String {
 fn label_ok(s: &str) -> bool {
     let b = s.as_bytes();
     let edge = |c: u8| c.is_ascii_lowercase() || c.is_ascii_digit();
-    !b.is_empty()
-        && edge(b[0])
-        && edge(b[b.len() - 1])
-        && b.iter().all(|c| edge(*c) || *c == b'-')
+    !b.is_empty() && edge(b[0]) && edge(b[b.len() - 1]) && b.iter().all(|c| edge(*c) || *c == b'-')
 }
 
 fn subdomain_ok(s: &str) -> bool {
@@ -89,11 +86,7 @@ pub fn is_dns1123_subdomain(s: &str) -> Vec<String> {
 
 /// `maskTrailingDash` of the generic name checks, for names used as prefixes (upstream drops two characters).
 fn mask_trailing_dash(name: &str) -> String {
-    if name.len() > 1 && name.ends_with('-') {
-        format!("{}a", &name[..name.len() - 2])
-    } else {
-        name.to_string()
-    }
+    if name.len() > 1 && name.ends_with('-') { format!("{}a", &name[..name.len() - 2]) } else { name.to_string() }
 }
 
 /// `NameIsDNSSubdomain`.
@@ -136,7 +129,10 @@ pub fn is_qualified_name(s: &str) -> Vec<String> {
         errs.push(format!("name part {}", max_len_error(63)));
     }
     if !label_key_name_ok(name) {
-        errs.push(format!("name part {}", regex_error(LABEL_KEY_ERR, LABEL_KEY_FMT, &["MyName", "my.name", "123-abc"])));
+        errs.push(format!(
+            "name part {}",
+            regex_error(LABEL_KEY_ERR, LABEL_KEY_FMT, &["MyName", "my.name", "123-abc"])
+        ));
     }
     errs
 }
@@ -303,13 +299,17 @@ mod tests {
         assert_eq!(is_dns1123_label("a.b"), vec!["must not contain dots"]);
         assert_eq!(
             is_dns1123_label("Web"),
-            vec!["a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"]
+            vec![
+                "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+            ]
         );
         assert_eq!(is_dns1123_label(&"a".repeat(64)), vec!["must be no more than 63 characters"]);
         assert!(is_dns1123_subdomain("example.com").is_empty());
         assert_eq!(
             is_dns1123_subdomain("-x"),
-            vec!["a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"]
+            vec![
+                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+            ]
         );
         assert!(is_qualified_name("example.com/MyName").is_empty());
         assert_eq!(is_qualified_name("/a"), vec!["prefix part must be non-empty"]);
@@ -318,7 +318,10 @@ mod tests {
         assert_eq!(is_env_var_name("1A").len(), 1);
         assert_eq!(is_env_var_name(".."), vec!["must not be '..'"]);
         assert!(is_env_var_name("MY_ENV.NAME").is_empty());
-        assert_eq!(is_valid_port_name("Http"), vec!["must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)"]);
+        assert_eq!(
+            is_valid_port_name("Http"),
+            vec!["must contain only alpha-numeric characters (a-z, 0-9), and hyphens (-)"]
+        );
         assert_eq!(is_valid_port_num(0), vec!["must be between 1 and 65535, inclusive"]);
         assert!(parse_ip_sloppy("010.1.2.3") && parse_ip_sloppy("::1") && !parse_ip_sloppy("1.2.3"));
     }

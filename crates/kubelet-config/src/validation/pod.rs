@@ -9,7 +9,9 @@ use k8s_openapi::api::core::v1::{Pod, PodSpec};
 use super::container::{
     PodContext, validate_app_armor_profile, validate_containers, validate_init_containers, validate_seccomp_profile,
 };
-use super::field::{BadValue, ErrorList, Path, duplicate, forbidden, invalid, not_found, not_supported, required, too_long};
+use super::field::{
+    BadValue, ErrorList, Path, duplicate, forbidden, invalid, not_found, not_supported, required, too_long,
+};
 use super::names::{
     inclusive_range_error, invalid_each, is_label_value, is_valid_id, name_is_dns_subdomain, validate_annotations,
     validate_dns1123_label, validate_dns1123_subdomain, validate_ip_legacy, validate_labels, validate_qualified_name,
@@ -49,7 +51,11 @@ fn validate_pod_annotations(pod: &Pod, errs: &mut ErrorList) {
     if let Some(v) = ann.get("kubernetes.io/config.mirror")
         && pod.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or("").is_empty()
     {
-        errs.push(invalid(&path.key("kubernetes.io/config.mirror"), v, "must set spec.nodeName if mirror pod annotation is set"));
+        errs.push(invalid(
+            &path.key("kubernetes.io/config.mirror"),
+            v,
+            "must set spec.nodeName if mirror pod annotation is set",
+        ));
     }
     if let Some(v) = ann.get("controller.kubernetes.io/pod-deletion-cost")
         && v.parse::<i32>().is_err()
@@ -89,23 +95,34 @@ pub fn validate_pod_create(pod: &Pod) -> ErrorList {
             for (si, s) in v.projected.iter().flat_map(|p| p.sources.iter().flatten()).enumerate() {
                 if s.service_account_token.is_some() {
                     let p = spec_path.child("volumes").index(vi).child("projected").child("sources").index(si);
-                    errs.push(forbidden(&p.child("serviceAccountToken"), "must not be specified when serviceAccountName is not set"));
+                    errs.push(forbidden(
+                        &p.child("serviceAccountToken"),
+                        "must not be specified when serviceAccountName is not set",
+                    ));
                 }
             }
         }
     }
-    for (field, list) in [("containers", &spec.containers[..]), ("initContainers", spec.init_containers.as_deref().unwrap_or(&[]))] {
+    for (field, list) in
+        [("containers", &spec.containers[..]), ("initContainers", spec.init_containers.as_deref().unwrap_or(&[]))]
+    {
         for (i, c) in list.iter().enumerate() {
             let image = c.image.as_deref().unwrap_or("");
             if image.len() != image.trim().len() {
-                errs.push(invalid(&spec_path.child(field).index(i).child("image"), image, "must not have leading or trailing whitespace"));
+                errs.push(invalid(
+                    &spec_path.child(field).index(i).child("image"),
+                    image,
+                    "must not have leading or trailing whitespace",
+                ));
             }
         }
     }
     if spec.ephemeral_containers.as_ref().is_some_and(|e| !e.is_empty()) {
         errs.push(forbidden(&spec_path.child("ephemeralContainers"), "cannot be set on create"));
     }
-    if !spec.node_name.as_deref().unwrap_or("").is_empty() && spec.scheduling_gates.as_ref().is_some_and(|g| !g.is_empty()) {
+    if !spec.node_name.as_deref().unwrap_or("").is_empty()
+        && spec.scheduling_gates.as_ref().is_some_and(|g| !g.is_empty())
+    {
         errs.push(forbidden(&spec_path.child("nodeName"), "cannot be set until all schedulingGates have been cleared"));
     }
     errs
@@ -156,13 +173,20 @@ fn validate_spec(spec: &PodSpec, path: &Path, errs: &mut ErrorList) {
     match dns_policy {
         "ClusterFirstWithHostNet" | "ClusterFirst" | "Default" | "None" => {}
         "" => errs.push(required(&path.child("dnsPolicy"), "")),
-        d => errs.push(not_supported(&path.child("dnsPolicy"), d, &["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"])),
+        d => errs.push(not_supported(
+            &path.child("dnsPolicy"),
+            d,
+            &["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"],
+        )),
     }
     errs.extend(validate_labels(spec.node_selector.as_ref(), &path.child("nodeSelector")));
     validate_pod_security_context(spec, path, errs);
     validate_dns_config(spec, dns_policy, &path.child("dnsConfig"), errs);
     for (i, g) in spec.readiness_gates.iter().flatten().enumerate() {
-        errs.extend(validate_qualified_name(&g.condition_type, &path.child("readinessGates").index(i).child("conditionType")));
+        errs.extend(validate_qualified_name(
+            &g.condition_type,
+            &path.child("readinessGates").index(i).child("conditionType"),
+        ));
     }
     let mut gates = std::collections::BTreeSet::new();
     for (i, g) in spec.scheduling_gates.iter().flatten().enumerate() {
@@ -173,7 +197,8 @@ fn validate_spec(spec: &PodSpec, path: &Path, errs: &mut ErrorList) {
         }
     }
     if spec.host_users == Some(false) {
-        for (set, field) in [(spec.host_network, "hostNetwork"), (spec.host_pid, "HostPID"), (spec.host_ipc, "HostIPC")] {
+        for (set, field) in [(spec.host_network, "hostNetwork"), (spec.host_pid, "HostPID"), (spec.host_ipc, "HostIPC")]
+        {
             if set.unwrap_or(false) {
                 errs.push(forbidden(&path.child(field), "when `hostUsers` is false"));
             }
@@ -181,7 +206,10 @@ fn validate_spec(spec: &PodSpec, path: &Path, errs: &mut ErrorList) {
         for (field, list) in [("containers", &spec.containers[..]), ("initContainers", init)] {
             for (i, c) in list.iter().enumerate() {
                 if c.volume_devices.as_ref().is_some_and(|d| !d.is_empty()) {
-                    errs.push(forbidden(&path.child(field).index(i).child("volumeDevices"), "when `hostUsers` is false"));
+                    errs.push(forbidden(
+                        &path.child(field).index(i).child("volumeDevices"),
+                        "when `hostUsers` is false",
+                    ));
                 }
             }
         }
@@ -199,10 +227,9 @@ fn validate_spec(spec: &PodSpec, path: &Path, errs: &mut ErrorList) {
         }
         errs.extend(validate_dns1123_subdomain(h, &p));
     }
-    for (value, field) in [
-        (spec.service_account_name.as_deref(), "serviceAccountName"),
-        (spec.node_name.as_deref(), "nodeName"),
-    ] {
+    for (value, field) in
+        [(spec.service_account_name.as_deref(), "serviceAccountName"), (spec.node_name.as_deref(), "nodeName")]
+    {
         if let Some(v) = value.filter(|v| !v.is_empty()) {
             errs.extend(invalid_each(&path.child(field), v, name_is_dns_subdomain(v, false)));
         }
@@ -257,7 +284,11 @@ fn validate_pod_security_context(spec: &PodSpec, spec_path: &Path, errs: &mut Er
         errs.extend(is_valid_id(*g).into_iter().map(|m| invalid(&path.child("supplementalGroups").index(i), *g, m)));
     }
     if spec.share_process_namespace == Some(true) && spec.host_pid == Some(true) {
-        errs.push(invalid(&path.child("shareProcessNamespace"), true, "ShareProcessNamespace and HostPID cannot both be enabled"));
+        errs.push(invalid(
+            &path.child("shareProcessNamespace"),
+            true,
+            "ShareProcessNamespace and HostPID cannot both be enabled",
+        ));
     }
     let mut names = std::collections::BTreeSet::new();
     for (i, s) in sc.sysctls.iter().flatten().enumerate() {
@@ -265,12 +296,19 @@ fn validate_pod_security_context(spec: &PodSpec, spec_path: &Path, errs: &mut Er
         if s.name.is_empty() {
             errs.push(required(&p, ""));
         } else if !is_valid_sysctl_name(&s.name) {
-            errs.push(invalid(&p, s.name.as_str(), format!("must have at most 253 characters and match regex {SYSCTL_FMT}")));
+            errs.push(invalid(
+                &p,
+                s.name.as_str(),
+                format!("must have at most 253 characters and match regex {SYSCTL_FMT}"),
+            ));
         } else if names.contains(s.name.as_str()) {
             errs.push(duplicate(&p, s.name.as_str()));
         }
         let net = s.name.starts_with("net.");
-        let ipc = s.name.starts_with("kernel.shm") || s.name.starts_with("kernel.msg") || s.name.starts_with("kernel.sem") || s.name.starts_with("fs.mqueue.");
+        let ipc = s.name.starts_with("kernel.shm")
+            || s.name.starts_with("kernel.msg")
+            || s.name.starts_with("kernel.sem")
+            || s.name.starts_with("fs.mqueue.");
         if spec.host_network == Some(true) && net {
             errs.push(invalid(&p, s.name.as_str(), "may not be specified when 'hostNetwork' is true"));
         } else if spec.host_ipc == Some(true) && ipc {
@@ -318,7 +356,10 @@ fn validate_dns_config(spec: &PodSpec, policy: &str, path: &Path, errs: &mut Err
             return;
         };
         if cfg.nameservers.as_ref().is_none_or(|n| n.is_empty()) {
-            errs.push(required(&path.child("nameservers"), "must provide at least one DNS nameserver when `dnsPolicy` is None"));
+            errs.push(required(
+                &path.child("nameservers"),
+                "must provide at least one DNS nameserver when `dnsPolicy` is None",
+            ));
             return;
         }
     }
@@ -332,7 +373,11 @@ fn validate_dns_config(spec: &PodSpec, policy: &str, path: &Path, errs: &mut Err
     }
     let searches = cfg.searches.as_deref().unwrap_or(&[]);
     if searches.len() > 32 {
-        errs.push(invalid(&path.child("searches"), BadValue::json(searches), "must not have more than 32 search paths"));
+        errs.push(invalid(
+            &path.child("searches"),
+            BadValue::json(searches),
+            "must not have more than 32 search paths",
+        ));
     }
     if searches.join(" ").len() > 2048 {
         errs.push(invalid(
@@ -370,7 +415,11 @@ fn validate_tolerations(spec: &PodSpec, path: &Path, errs: &mut ErrorList) {
             ));
         }
         if t.toleration_seconds.is_some() && effect != "NoExecute" {
-            errs.push(invalid(&p.child("effect"), effect, "effect must be 'NoExecute' when `tolerationSeconds` is set"));
+            errs.push(invalid(
+                &p.child("effect"),
+                effect,
+                "effect must be 'NoExecute' when `tolerationSeconds` is set",
+            ));
         }
         match op {
             "Equal" | "" => {
@@ -403,7 +452,10 @@ fn validate_os(spec: &PodSpec, path: &Path, errs: &mut ErrorList) {
             if spec.security_context.as_ref().is_some_and(|s| s.windows_options.is_some()) {
                 errs.push(forbidden(&sc_path, "windows options cannot be set for a linux pod"));
             }
-            for (field, list) in [("containers", &spec.containers[..]), ("initContainers", spec.init_containers.as_deref().unwrap_or(&[]))] {
+            for (field, list) in [
+                ("containers", &spec.containers[..]),
+                ("initContainers", spec.init_containers.as_deref().unwrap_or(&[])),
+            ] {
                 for (i, c) in list.iter().enumerate() {
                     if c.security_context.as_ref().is_some_and(|s| s.windows_options.is_some()) {
                         let cp = path.child(field).index(i).child("securityContext").child("windowsOptions");
@@ -443,11 +495,20 @@ fn validate_os(spec: &PodSpec, path: &Path, errs: &mut ErrorList) {
 /// `validateFileKeyRefVolumes`: a `fileKeyRef` reads from an emptyDir volume of the pod.
 fn validate_file_key_ref_volumes(spec: &PodSpec, path: &Path, errs: &mut ErrorList) {
     let vols = spec.volumes.as_deref().unwrap_or(&[]);
-    for (field, list) in [("containers", &spec.containers[..]), ("initContainers", spec.init_containers.as_deref().unwrap_or(&[]))] {
+    for (field, list) in
+        [("containers", &spec.containers[..]), ("initContainers", spec.init_containers.as_deref().unwrap_or(&[]))]
+    {
         for (i, c) in list.iter().enumerate() {
             for (j, e) in c.env.iter().flatten().enumerate() {
                 let Some(f) = e.value_from.as_ref().and_then(|v| v.file_key_ref.as_ref()) else { continue };
-                let p = path.child(field).index(i).child("env").index(j).child("valueFrom").child("fileKeyRef").child("volumeName");
+                let p = path
+                    .child(field)
+                    .index(i)
+                    .child("env")
+                    .index(j)
+                    .child("valueFrom")
+                    .child("fileKeyRef")
+                    .child("volumeName");
                 match vols.iter().find(|v| v.name == f.volume_name) {
                     None => errs.push(not_found(&p, f.volume_name.as_str())),
                     Some(v) if v.empty_dir.is_none() => {

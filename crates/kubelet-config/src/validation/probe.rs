@@ -68,7 +68,11 @@ pub fn validate_probe_of(probe: Option<&Probe>, kind: ProbeKind, ctx: &PodContex
         }
         ProbeKind::Readiness => {
             if let Some(g) = p.termination_grace_period_seconds {
-                errs.push(invalid(&path.child("terminationGracePeriodSeconds"), g, "must not be set for readinessProbes"));
+                errs.push(invalid(
+                    &path.child("terminationGracePeriodSeconds"),
+                    g,
+                    "must not be set for readinessProbes",
+                ));
             }
         }
     }
@@ -155,7 +159,9 @@ fn validate_handler(h: &Handler<'_>, ctx: &PodContext<'_>, path: &Path) -> Error
 /// `ValidatePortNumOrName`.
 fn validate_port_num_or_name(port: &IntOrString, path: &Path) -> ErrorList {
     match port {
-        IntOrString::Int(n) => ErrorList(is_valid_port_num((*n).into()).into_iter().map(|m| invalid(path, *n, m)).collect()),
+        IntOrString::Int(n) => {
+            ErrorList(is_valid_port_num((*n).into()).into_iter().map(|m| invalid(path, *n, m)).collect())
+        }
         IntOrString::String(s) => {
             ErrorList(is_valid_port_name(s).into_iter().map(|m| invalid(path, s.as_str(), m)).collect())
         }
@@ -163,14 +169,71 @@ fn validate_port_num_or_name(port: &IntOrString, path: &Path) -> ErrorList {
 }
 
 const LINUX_SIGNALS: &[&str] = &[
-    "SIGABRT", "SIGALRM", "SIGBUS", "SIGCHLD", "SIGCLD", "SIGCONT", "SIGFPE", "SIGHUP", "SIGILL", "SIGINT", "SIGIO",
-    "SIGIOT", "SIGKILL", "SIGPIPE", "SIGPOLL", "SIGPROF", "SIGPWR", "SIGQUIT", "SIGRTMAX", "SIGRTMAX-1",
-    "SIGRTMAX-10", "SIGRTMAX-11", "SIGRTMAX-12", "SIGRTMAX-13", "SIGRTMAX-14", "SIGRTMAX-2", "SIGRTMAX-3",
-    "SIGRTMAX-4", "SIGRTMAX-5", "SIGRTMAX-6", "SIGRTMAX-7", "SIGRTMAX-8", "SIGRTMAX-9", "SIGRTMIN", "SIGRTMIN+1",
-    "SIGRTMIN+10", "SIGRTMIN+11", "SIGRTMIN+12", "SIGRTMIN+13", "SIGRTMIN+14", "SIGRTMIN+15", "SIGRTMIN+2",
-    "SIGRTMIN+3", "SIGRTMIN+4", "SIGRTMIN+5", "SIGRTMIN+6", "SIGRTMIN+7", "SIGRTMIN+8", "SIGRTMIN+9", "SIGSEGV",
-    "SIGSTKFLT", "SIGSTOP", "SIGSYS", "SIGTERM", "SIGTRAP", "SIGTSTP", "SIGTTIN", "SIGTTOU", "SIGURG", "SIGUSR1",
-    "SIGUSR2", "SIGVTALRM", "SIGWINCH", "SIGXCPU", "SIGXFSZ",
+    "SIGABRT",
+    "SIGALRM",
+    "SIGBUS",
+    "SIGCHLD",
+    "SIGCLD",
+    "SIGCONT",
+    "SIGFPE",
+    "SIGHUP",
+    "SIGILL",
+    "SIGINT",
+    "SIGIO",
+    "SIGIOT",
+    "SIGKILL",
+    "SIGPIPE",
+    "SIGPOLL",
+    "SIGPROF",
+    "SIGPWR",
+    "SIGQUIT",
+    "SIGRTMAX",
+    "SIGRTMAX-1",
+    "SIGRTMAX-10",
+    "SIGRTMAX-11",
+    "SIGRTMAX-12",
+    "SIGRTMAX-13",
+    "SIGRTMAX-14",
+    "SIGRTMAX-2",
+    "SIGRTMAX-3",
+    "SIGRTMAX-4",
+    "SIGRTMAX-5",
+    "SIGRTMAX-6",
+    "SIGRTMAX-7",
+    "SIGRTMAX-8",
+    "SIGRTMAX-9",
+    "SIGRTMIN",
+    "SIGRTMIN+1",
+    "SIGRTMIN+10",
+    "SIGRTMIN+11",
+    "SIGRTMIN+12",
+    "SIGRTMIN+13",
+    "SIGRTMIN+14",
+    "SIGRTMIN+15",
+    "SIGRTMIN+2",
+    "SIGRTMIN+3",
+    "SIGRTMIN+4",
+    "SIGRTMIN+5",
+    "SIGRTMIN+6",
+    "SIGRTMIN+7",
+    "SIGRTMIN+8",
+    "SIGRTMIN+9",
+    "SIGSEGV",
+    "SIGSTKFLT",
+    "SIGSTOP",
+    "SIGSYS",
+    "SIGTERM",
+    "SIGTRAP",
+    "SIGTSTP",
+    "SIGTTIN",
+    "SIGTTOU",
+    "SIGURG",
+    "SIGUSR1",
+    "SIGUSR2",
+    "SIGVTALRM",
+    "SIGWINCH",
+    "SIGXCPU",
+    "SIGXFSZ",
 ];
 
 /// `validateLifecycle`: the hooks' handlers and the stop signal (which needs `spec.os.name`).

@@ -131,7 +131,11 @@ fn validate_hugepages_value(name: &str, q: &ParsedQuantity, path: &Path) -> Opti
 
 /// Parses every quantity of a resource list, rounded up to a thousandth as the API's defaulting does
 /// (`SetDefaults_ResourceList`); the ones that do not parse are errors.
-fn parse_list(list: Option<&BTreeMap<String, Quantity>>, path: &Path, errs: &mut ErrorList) -> BTreeMap<String, ParsedQuantity> {
+fn parse_list(
+    list: Option<&BTreeMap<String, Quantity>>,
+    path: &Path,
+    errs: &mut ErrorList,
+) -> BTreeMap<String, ParsedQuantity> {
     let mut out = BTreeMap::new();
     for (name, q) in list.into_iter().flatten() {
         match parse_quantity_at(q, &path.key(name)) {
@@ -245,7 +249,9 @@ mod tests {
     fn quantities_must_parse() {
         assert_eq!(
             check(&req(&[("memory", "lots")], &[])),
-            vec!["spec.containers[0].resources.limits[memory]: Invalid value: \"lots\": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"]
+            vec![
+                "spec.containers[0].resources.limits[memory]: Invalid value: \"lots\": quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+            ]
         );
         assert!(check(&req(&[("memory", "128Mi"), ("cpu", "500m")], &[("cpu", " 0.25 ")])).is_empty());
     }
@@ -254,11 +260,15 @@ mod tests {
     fn requests_are_at_most_limits() {
         assert_eq!(
             check(&req(&[("cpu", "1")], &[("cpu", "2")])),
-            vec!["spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit of 1"]
+            vec![
+                "spec.containers[0].resources.requests: Invalid value: \"2\": must be less than or equal to cpu limit of 1"
+            ]
         );
         assert_eq!(
             check(&req(&[("memory", "-1")], &[])),
-            vec!["spec.containers[0].resources.limits[memory]: Invalid value: \"-1\": must be greater than or equal to 0"]
+            vec![
+                "spec.containers[0].resources.limits[memory]: Invalid value: \"-1\": must be greater than or equal to 0"
+            ]
         );
     }
 
@@ -266,7 +276,9 @@ mod tests {
     fn names_and_integer_resources() {
         assert_eq!(
             check(&req(&[], &[("pods", "1")])),
-            vec!["spec.containers[0].resources.requests[pods]: Invalid value: \"pods\": must be a standard resource for containers"]
+            vec![
+                "spec.containers[0].resources.requests[pods]: Invalid value: \"pods\": must be a standard resource for containers"
+            ]
         );
         assert_eq!(
             check(&req(&[], &[("foo", "1")])),
@@ -284,7 +296,9 @@ mod tests {
         );
         assert_eq!(
             check(&req(&[], &[("example.com/gpu", "1")])),
-            vec!["spec.containers[0].resources.limits: Required value: Limit must be set for non overcommitable resources"]
+            vec![
+                "spec.containers[0].resources.limits: Required value: Limit must be set for non overcommitable resources"
+            ]
         );
     }
 

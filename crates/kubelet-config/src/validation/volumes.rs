@@ -78,7 +78,11 @@ fn validate_downward_file(f: &DownwardAPIVolumeFile, path: &Path) -> ErrorList {
         (Some(fr), rfr) => {
             errs.extend(validate_object_field_selector(fr, VOLUME_FIELD_PATHS, &path.child("fieldRef")));
             if rfr.is_some() {
-                errs.push(invalid(path, "resource", "fieldRef and resourceFieldRef can not be specified simultaneously"));
+                errs.push(invalid(
+                    path,
+                    "resource",
+                    "fieldRef and resourceFieldRef can not be specified simultaneously",
+                ));
             }
         }
         (None, Some(rfr)) => errs.extend(validate_resource_field_selector(rfr, true, &path.child("resourceFieldRef"))),
@@ -132,10 +136,18 @@ fn validate_projection(sources: &[VolumeProjection], path: &Path, errs: &mut Err
             let pp = sp.child("serviceAccountToken");
             let exp = t.expiration_seconds.unwrap_or(3600);
             if exp < 600 {
-                errs.push(invalid(&pp.child("expirationSeconds"), exp, "may not specify a duration less than 10 minutes"));
+                errs.push(invalid(
+                    &pp.child("expirationSeconds"),
+                    exp,
+                    "may not specify a duration less than 10 minutes",
+                ));
             }
             if exp > 1 << 32 {
-                errs.push(invalid(&pp.child("expirationSeconds"), exp, "may not specify a duration larger than 2^32 seconds"));
+                errs.push(invalid(
+                    &pp.child("expirationSeconds"),
+                    exp,
+                    "may not specify a duration larger than 2^32 seconds",
+                ));
             }
             if t.path.is_empty() {
                 errs.push(required(&path.child("path"), ""));
