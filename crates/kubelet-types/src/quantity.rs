@@ -417,7 +417,7 @@ impl std::fmt::Display for ParsedQuantity {
         // Binary values are capped at 2^63-1, so they fit.
         let mut v = self.value().unwrap_or(0).unsigned_abs();
         let mut e = 0;
-        while v % 1024 == 0 && e < 6 {
+        while v.is_multiple_of(1024) && e < 6 {
             v /= 1024;
             e += 1;
         }
@@ -463,7 +463,7 @@ mod exact_tests {
         assert!(p("1Gi").cmp_value(&p("1G")).is_gt());
         assert!(p("500m").cmp_value(&p("0.5")).is_eq());
         assert!(p("-1").cmp_value(&p("0")).is_lt());
-        assert!(p("1.5").is_integer() == false && p("2k").is_integer());
+        assert!(!p("1.5").is_integer() && p("2k").is_integer());
         assert_eq!(p("2Mi").value(), Some(2 * 1024 * 1024));
         assert_eq!(p("1.2").value(), Some(2));
     }

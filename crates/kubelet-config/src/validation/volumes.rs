@@ -105,7 +105,7 @@ fn validate_projection(sources: &[VolumeProjection], path: &Path, errs: &mut Err
         if let Some(sec) = &s.secret {
             n += 1;
             let pp = sp.child("secret");
-            if sec.name.as_str().is_empty() {
+            if sec.name.is_empty() {
                 errs.push(required(&pp.child("name"), ""));
             }
             for (j, kp) in sec.items.iter().flatten().enumerate() {
@@ -116,7 +116,7 @@ fn validate_projection(sources: &[VolumeProjection], path: &Path, errs: &mut Err
         if let Some(cm) = &s.config_map {
             n += 1;
             let pp = sp.child("configMap");
-            if cm.name.as_str().is_empty() {
+            if cm.name.is_empty() {
                 errs.push(required(&pp.child("name"), ""));
             }
             for (j, kp) in cm.items.iter().flatten().enumerate() {
