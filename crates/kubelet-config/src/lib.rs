@@ -8,3 +8,4 @@
 pub mod kubelet_config;
 pub mod podconfig;
 pub mod sources;
+pub mod validation;

@@ -4,19 +4,26 @@
 //! have been seen at least once ([`SourcesReady`]), so the kubelet never removes running pods before every
 //! source has spoken.
 //!
+//! Refused manifests ride on the sources' updates, each once, when it first appears; the merge records a Warning
+//! `FailedValidation` event for each, about the pod when the refusal names one, else about the node. Upstream
+//! records that event here for duplicate names (`filterInvalidPods`) and only logs manifests that fail decoding or
+//! validation; the event for those is rkubelet's addition, so that a refused manifest is visible from the API.
+//!
 //! [`PodConfig::run`] is one task: it reads source sets until every sender is dropped or it is cancelled, and
 //! writes [`PodUpdate`]s in upstream's order (REMOVE, ADD, UPDATE, DELETE, RECONCILE) to the sync loop.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
+use k8s_openapi::api::core::v1::ObjectReference;
+use kubelet_types::events::{Recorder, WARNING, reason};
 use kubelet_types::labels as keys;
 use kubelet_types::{Clock, Operation, Pod, PodSource, PodUid, PodUpdate};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::sources::SourceUpdate;
+use crate::sources::{RefusedManifest, SourceUpdate};
 
 /// Which sources have delivered their first set.
 #[derive(Debug)]
@@ -86,6 +93,8 @@ pub struct PodConfig {
     pods: HashMap<PodSource, HashMap<PodUid, Known>>,
     ready: Arc<SourcesReady>,
     clock: Arc<dyn Clock>,
+    /// Where refusals become events, and the node they are about when no pod is named.
+    events: Option<(Arc<dyn Recorder>, ObjectReference)>,
 }
 
 impl std::fmt::Debug for PodConfig {
@@ -97,7 +106,20 @@ impl std::fmt::Debug for PodConfig {
 impl PodConfig {
     /// A merge marking sources in `ready`.
     pub fn new(ready: Arc<SourcesReady>, clock: Arc<dyn Clock>) -> Self {
-        Self { pods: HashMap::new(), ready, clock }
+        Self { pods: HashMap::new(), ready, clock, events: None }
+    }
+
+    /// Records the sources' refusals with `recorder`; `node` is the involved object of those that name no pod.
+    pub fn with_events(mut self, recorder: Arc<dyn Recorder>, node: ObjectReference) -> Self {
+        self.events = Some((recorder, node));
+        self
+    }
+
+    fn record_refusal(&self, r: &RefusedManifest) {
+        if let Some((recorder, node)) = &self.events {
+            let object = r.pod.as_ref().unwrap_or(node);
+            recorder.event(object, WARNING, reason::FAILED_VALIDATION, r.message.clone());
+        }
     }
 
     /// Compares one pod the source sent with what the merge has of it: the merged pod to keep, and the operation
@@ -130,6 +152,12 @@ impl PodConfig {
     /// Merges one update of a source — a complete set, or a delta of changed and removed pods — and returns the
     /// updates to emit, in upstream's order. A delta costs what it changes, not the size of the source.
     pub fn merge(&mut self, update: SourceUpdate) -> Vec<PodUpdate> {
+        for r in &update.refused {
+            self.record_refusal(r);
+        }
+        if update.is_refusals_only() {
+            return vec![];
+        }
         let source = update.source;
         let first = !self.pods.contains_key(&source);
         let mut map = self.pods.remove(&source).unwrap_or_default();
@@ -295,6 +323,80 @@ mod tests {
         let out = pc.merge(SourceUpdate::set(PodSource::Http, vec![]));
         assert_eq!(ops(&out), vec![(Operation::Add, vec![])]);
         assert!(ready.all_ready());
+    }
+
+    #[derive(Default)]
+    struct Events(Mutex<Vec<(ObjectReference, String, String, String)>>);
+
+    impl Recorder for Events {
+        fn event(&self, object: &ObjectReference, kind: &str, reason: &str, message: String) {
+            self.0.lock().unwrap().push((object.clone(), kind.into(), reason.into(), message));
+        }
+    }
+
+    fn node() -> ObjectReference {
+        ObjectReference {
+            kind: Some("Node".into()),
+            name: Some("n1".into()),
+            uid: Some("n1".into()),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refusal_is_one_warning_event_and_the_other_pods_are_merged() {
+        let events = Arc::new(Events::default());
+        let ready = SourcesReady::new([PodSource::File, PodSource::Http]);
+        let mut pc = PodConfig::new(ready.clone(), Arc::new(TestClock::fixed())).with_events(events.clone(), node());
+        let dir = tempfile::tempdir().unwrap();
+        let good =
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: NAME\nspec:\n  containers:\n  - name: c\n    image: i\n";
+        std::fs::write(dir.path().join("a.yaml"), good.replace("NAME", "a")).unwrap();
+        std::fs::write(
+            dir.path().join("b.yaml"),
+            good.replace("NAME", "b") + "    resources:\n      limits:\n        memory: lots\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("c.yaml"), "kind: Pod\nspec: [").unwrap();
+        std::fs::write(dir.path().join("d.yaml"), good.replace("NAME", "a")).unwrap();
+        let (tx, _rx) = mpsc::channel(1);
+        let src = crate::sources::file::FileSource::new(
+            dir.path().into(),
+            "n1".into(),
+            std::time::Duration::from_secs(20),
+            tx,
+        );
+        let mut last = vec![];
+        for _ in 0..3 {
+            // Every read of the folder refuses the same manifests; each becomes an event once.
+            let (pods, new) = src.read_and_log(&mut last);
+            let out = pc
+                .merge(SourceUpdate::set(PodSource::File, pods.into_iter().map(Arc::new).collect()).with_refused(new));
+            assert!(out.iter().all(|u| u.op == Operation::Add));
+        }
+        let ev = events.0.lock().unwrap().clone();
+        assert_eq!(ev.len(), 3, "{ev:?}");
+        assert!(ev.iter().all(|(_, kind, reason, _)| kind == "Warning" && reason == "FailedValidation"));
+        // b: about the pod, naming the file and the field.
+        assert_eq!(ev[0].0.name.as_deref(), Some("b-n1"));
+        assert!(ev[0].3.contains("b.yaml: invalid pod: [spec.containers[0].resources.limits[memory]"), "{}", ev[0].3);
+        // c: does not decode, about the node.
+        assert_eq!(ev[1].0.kind.as_deref(), Some("Node"));
+        assert!(ev[1].3.contains("c.yaml"));
+        // d: upstream's duplicate-name event, about the pod.
+        let uid = ev[2].0.uid.clone().unwrap();
+        assert_eq!(
+            ev[2].3,
+            format!("Error validating pod a-n1_default({uid}) from file due to duplicate pod name \"a-n1\", ignoring")
+        );
+        // The valid pod was merged.
+        assert_eq!(pc.pods[&PodSource::File].len(), 1);
+
+        // A refusal alone changes no pod and does not mark the source as seen.
+        let r = RefusedManifest::new("http://x".into(), "http://x: invalid manifest".into(), None);
+        assert!(pc.merge(SourceUpdate::refusals(PodSource::Http, vec![r])).is_empty());
+        assert_eq!(events.0.lock().unwrap().len(), 4);
+        assert!(!ready.all_ready());
     }
 
     #[tokio::test(start_paused = true)]

@@ -45,6 +45,8 @@ pub mod reason {
     pub const NODE_READY: &str = "NodeReady";
     /// The node is not ready.
     pub const NODE_NOT_READY: &str = "NodeNotReady";
+    /// A pod from a static source failed validation (`events.FailedValidation`).
+    pub const FAILED_VALIDATION: &str = "FailedValidation";
 }
 
 /// Where components record events.

@@ -330,7 +330,9 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     drop(src_tx);
     let sources_ready = SourcesReady::new(expected);
     let (upd_tx, upd_rx) = mpsc::channel(UPDATE_CHANNEL_CAPACITY);
-    tracker.spawn(PodConfig::new(sources_ready.clone(), clock.clone()).run(src_rx, upd_tx, cancel.clone()));
+    let pod_config = PodConfig::new(sources_ready.clone(), clock.clone())
+        .with_events(recorder.clone(), kubelet::nodestatus::manager::node_reference(&node_name));
+    tracker.spawn(pod_config.run(src_rx, upd_tx, cancel.clone()));
 
     let syncer = Arc::new(KubeletSyncer {
         runtime: runtime.clone(),

@@ -2,9 +2,10 @@
 //!
 //! [`FileSource::run`] reads every manifest in `staticPodPath` (a folder, or a single file) at start, again
 //! every `fileCheckFrequency`, and shortly after any file-system event in the folder; each read sends the full
-//! set to the merge. Hidden files (`.name`) are ignored, as upstream. A malformed manifest, or a second pod with
-//! the same name, is refused with a warning naming the file and the reason; the other pods are sent as usual, so
-//! they keep running. A folder that does not exist is an empty source (upstream logs and waits for it).
+//! set to the merge. Hidden files (`.name`) are ignored, as upstream. A manifest that does not decode or fails the
+//! apiserver's validation ([`crate::validation`]), or a second pod with the same name, is refused with a warning
+//! naming the file and the reason; the refusal rides with the set to the merge, which records a `FailedValidation`
+//! event, once: when the refusal first appears. The other pods are sent as usual, so they keep running. A folder that does not exist is an empty source (upstream logs and waits for it).
 //! The task ends when its cancellation token fires.
 
 use std::collections::HashSet;
@@ -72,7 +73,7 @@ pub fn read_manifests(path: &Path, node_name: &str) -> ReadResult {
         let text = match std::fs::read_to_string(&f) {
             Ok(t) => t,
             Err(e) => {
-                res.refused.push(RefusedManifest { origin, reason: format!("unable to read: {e}") });
+                res.refused.push(RefusedManifest::new(origin.clone(), format!("{origin}: unable to read: {e}"), None));
                 continue;
             }
         };
@@ -83,18 +84,16 @@ pub fn read_manifests(path: &Path, node_name: &str) -> ReadResult {
                     pod.metadata.namespace.as_deref().unwrap_or(""),
                     pod.metadata.name.as_deref().unwrap_or("")
                 );
-                if !names.insert(full.clone()) {
-                    res.refused.push(RefusedManifest {
-                        origin: origin.clone(),
-                        reason: format!(
-                            "{origin}: duplicate pod {full:?}: another manifest of this source already defines it"
-                        ),
-                    });
+                if !names.insert(full) {
+                    res.refused.push(RefusedManifest::duplicate(origin, PodSource::File, &pod));
                     continue;
                 }
                 res.pods.push(pod);
             }
-            Err(e) => res.refused.push(RefusedManifest { origin, reason: e.to_string() }),
+            Err(e) => {
+                let pod = e.pod().cloned();
+                res.refused.push(RefusedManifest::new(origin, e.to_string(), pod));
+            }
         }
     }
     res
@@ -119,16 +118,16 @@ impl FileSource {
         Self { path, node_name, period, out }
     }
 
-    fn read_and_log(&self, last_refused: &mut Vec<RefusedManifest>) -> Vec<Pod> {
+    /// Reads the folder; logs the refusals that were not there at the previous read and returns them with the
+    /// pods, so each is logged and becomes an event once, when it first appears, not at every period.
+    pub(crate) fn read_and_log(&self, last_refused: &mut Vec<RefusedManifest>) -> (Vec<Pod>, Vec<RefusedManifest>) {
         let r = read_manifests(&self.path, &self.node_name);
-        for m in &r.refused {
-            // Log a refusal when it first appears, not at every period.
-            if !last_refused.contains(m) {
-                warn!(file = %m.origin, reason = %m.reason, "static pod manifest refused; other pods are unaffected");
-            }
+        let new: Vec<RefusedManifest> = r.refused.iter().filter(|m| !last_refused.contains(m)).cloned().collect();
+        for m in &new {
+            warn!(file = %m.origin, reason = %m.reason, "static pod manifest refused; other pods are unaffected");
         }
         *last_refused = r.refused;
-        r.pods
+        (r.pods, new)
     }
 
     /// Reads until cancelled.
@@ -162,13 +161,10 @@ impl FileSource {
                     debug!(path = %self.path.display(), "static pod path changed");
                 }
             }
-            let pods = self.read_and_log(&mut refused);
-            if self
-                .out
-                .send(SourceUpdate::set(PodSource::File, pods.into_iter().map(Arc::new).collect()))
-                .await
-                .is_err()
-            {
+            let (pods, new_refusals) = self.read_and_log(&mut refused);
+            let update =
+                SourceUpdate::set(PodSource::File, pods.into_iter().map(Arc::new).collect()).with_refused(new_refusals);
+            if self.out.send(update).await.is_err() {
                 return;
             }
         }
@@ -196,6 +192,29 @@ mod tests {
         assert_eq!(r.refused.len(), 2);
         assert!(r.refused[0].origin.ends_with("b.yaml"));
         assert!(r.refused[1].reason.contains("duplicate pod \"default/a-n1\""), "{}", r.refused[1].reason);
+    }
+
+    #[test]
+    fn an_invalid_manifest_is_refused_once_and_the_others_are_accepted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), POD.replace("NAME", "a")).unwrap();
+        let lots = POD.replace("NAME", "big") + "    resources:\n      limits:\n        memory: lots\n";
+        std::fs::write(dir.path().join("big.yaml"), lots).unwrap();
+        std::fs::write(dir.path().join("c.yaml"), POD.replace("NAME", "c")).unwrap();
+        let (tx, _rx) = mpsc::channel(1);
+        let src = FileSource::new(dir.path().to_path_buf(), "n1".into(), Duration::from_secs(20), tx);
+        let mut last = vec![];
+        let (pods, new) = src.read_and_log(&mut last);
+        let names: Vec<_> = pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+        assert_eq!(names, vec!["a-n1", "c-n1"]);
+        assert_eq!(new.len(), 1);
+        let file = dir.path().join("big.yaml").to_string_lossy().into_owned();
+        assert!(new[0].reason.starts_with(&format!("{file}: invalid pod: [")), "{}", new[0].reason);
+        assert!(new[0].reason.contains("spec.containers[0].resources.limits[memory]: Invalid value: \"lots\""));
+        assert_eq!(new[0].pod.as_ref().unwrap().name.as_deref(), Some("big-n1"));
+        // The next read refuses it again but does not report it again.
+        let (pods, new) = src.read_and_log(&mut last);
+        assert_eq!((pods.len(), new.len()), (2, 0));
     }
 
     #[tokio::test]

@@ -1,8 +1,10 @@
 //! The static pod URL (`pkg/kubelet/config/http.go`).
 //!
 //! [`HttpSource::run`] fetches `staticPodURL` at start and every `httpCheckFrequency`, with the
-//! `staticPodURLHeader` headers. The body is a Pod or a PodList (YAML or JSON). A fetch or decode failure is
-//! logged and the previous set of pods is kept (nothing is sent); an empty body sends an empty set, as upstream.
+//! `staticPodURLHeader` headers. The body is a Pod or a PodList (YAML or JSON). A fetch failure is logged and the
+//! previous set of pods is kept (nothing is sent); so is a body that does not decode or has a pod that fails the
+//! apiserver's validation, whose refusal is sent alone, once, for its `FailedValidation` event. A second pod with
+//! the same name is dropped, the others kept. An empty body sends an empty set, as upstream.
 //! Only `http://` URLs are supported for now. The task ends when its cancellation token fires.
 
 use std::collections::BTreeMap;
@@ -18,10 +20,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::SourceUpdate;
-use super::manifest::{
-    ManifestError, StaticOrigin, apply_api_defaults, decode_pods, normalize_static_pod, validate_pod,
-};
+use super::manifest::{ManifestError, StaticOrigin, accept_static_pod, decode_pods};
+use super::{RefusedManifest, SourceUpdate};
 
 /// Fetches taking longer than this fail (upstream's client timeout).
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,13 +38,23 @@ pub struct HttpSource {
 
 /// Decodes, defaults, validates and normalises the pods of a URL response body.
 pub fn pods_from_body(body: &str, url: &str, node_name: &str) -> Result<Vec<Pod>, ManifestError> {
-    let mut pods = decode_pods(body, url)?;
-    for p in &mut pods {
-        apply_api_defaults(p);
-        validate_pod(p, url)?;
-        normalize_static_pod(p, StaticOrigin::Url(url), node_name);
+    decode_pods(body, url)?.into_iter().map(|p| accept_static_pod(p, StaticOrigin::Url(url), node_name)).collect()
+}
+
+/// Drops the pods whose namespace and name an earlier pod of the body has (`filterInvalidPods`).
+fn drop_duplicates(pods: Vec<Pod>, url: &str) -> (Vec<Pod>, Vec<RefusedManifest>) {
+    let mut names = std::collections::HashSet::new();
+    let mut refused = vec![];
+    let mut kept = vec![];
+    for p in pods {
+        let full = (p.metadata.namespace.clone(), p.metadata.name.clone());
+        if names.insert(full) {
+            kept.push(p);
+        } else {
+            refused.push(RefusedManifest::duplicate(url.to_string(), PodSource::Http, &p));
+        }
     }
-    Ok(pods)
+    (kept, refused)
 }
 
 impl HttpSource {
@@ -84,6 +94,7 @@ impl HttpSource {
     pub async fn run(self, cancel: CancellationToken) {
         let mut tick = tokio::time::interval(self.period);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_refused: Vec<RefusedManifest> = vec![];
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -103,17 +114,27 @@ impl HttpSource {
                 match pods_from_body(&body, &self.url, &self.node_name) {
                     Ok(p) => p,
                     Err(e) => {
-                        warn!(url = %self.url, reason = %e, "static pod URL content refused; keeping the previous pods");
+                        // Logged, and sent for its event, when it first appears; the previous pods stay.
+                        let refused = RefusedManifest::new(self.url.clone(), e.to_string(), e.pod().cloned());
+                        if !last_refused.contains(&refused) {
+                            warn!(url = %self.url, reason = %e, "static pod URL content refused; keeping the previous pods");
+                            last_refused = vec![refused.clone()];
+                            if self.out.send(SourceUpdate::refusals(PodSource::Http, vec![refused])).await.is_err() {
+                                return;
+                            }
+                        }
                         continue;
                     }
                 }
             };
-            if self
-                .out
-                .send(SourceUpdate::set(PodSource::Http, pods.into_iter().map(Arc::new).collect()))
-                .await
-                .is_err()
-            {
+            let (pods, refused) = drop_duplicates(pods, &self.url);
+            let new: Vec<RefusedManifest> = refused.iter().filter(|r| !last_refused.contains(r)).cloned().collect();
+            for r in &new {
+                warn!(url = %self.url, reason = %r.reason, "static pod refused; other pods are unaffected");
+            }
+            last_refused = refused;
+            let update = SourceUpdate::set(PodSource::Http, pods.into_iter().map(Arc::new).collect()).with_refused(new);
+            if self.out.send(update).await.is_err() {
                 return;
             }
         }

@@ -1,17 +1,19 @@
 //! Decoding static pod manifests (`pkg/kubelet/config/common.go`: tryDecodeSinglePod, tryDecodePodList,
 //! applyDefaults): YAML or JSON into a Pod, the API defaults that matter to the kubelet, validation of the
-//! fields the kubelet relies on, and upstream's static-pod normalisation (name suffixed with the node name, UID
+//! the pod as the apiserver validates pod creation ([`crate::validation`]), and upstream's static-pod normalisation (name suffixed with the node name, UID
 //! from a hash of the pod and its source, `kubernetes.io/config.*` annotations, namespace `default`).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod, Toleration};
+use k8s_openapi::api::core::v1::{Container, ObjectReference, Pod, Toleration};
 use kubelet_types::labels as keys;
 use md5::{Digest, Md5};
 use thiserror::Error;
 
+use crate::validation::{ErrorList, validate_static_pod};
+
 /// Why a manifest was refused.
-#[derive(Debug, Clone, Error, PartialEq, Eq)]
+#[derive(Debug, Clone, Error, PartialEq)]
 pub enum ManifestError {
     /// Not YAML/JSON, or a field of the wrong type.
     #[error("{origin}: invalid manifest: field {field}: {message}")]
@@ -31,17 +33,21 @@ pub enum ManifestError {
         /// The kind found.
         kind: String,
     },
-    /// A field fails validation.
-    #[error("{origin}: invalid pod {pod:?}: {field}: {message}")]
+    /// The pod has no name (checked before the defaults, as upstream).
+    #[error("{origin}: invalid pod: name is needed for the pod")]
+    NoName {
+        /// File or URL.
+        origin: String,
+    },
+    /// The pod fails the apiserver's validation (`ValidatePodCreate`): every error, as upstream prints them.
+    #[error("{origin}: invalid pod: {errors}")]
     Invalid {
         /// File or URL.
         origin: String,
-        /// Pod name as written.
-        pod: String,
-        /// JSON path of the field.
-        field: String,
-        /// What is wrong.
-        message: String,
+        /// The pod as normalised (name with the node suffix, namespace, UID), for events about it.
+        pod: Box<ObjectReference>,
+        /// Every field error.
+        errors: ErrorList,
     },
 }
 
@@ -144,111 +150,6 @@ fn volume_has_no_source(v: &k8s_openapi::api::core::v1::Volume) -> bool {
     probe == k8s_openapi::api::core::v1::Volume::default()
 }
 
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
-
-fn is_dns_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
-}
-
-/// Validates what the kubelet depends on (a subset of `ValidatePodCreate`), naming the field.
-pub fn validate_pod(pod: &Pod, origin: &str) -> Result<(), ManifestError> {
-    let name = pod.metadata.name.clone().unwrap_or_default();
-    let bad = |field: String, message: String| ManifestError::Invalid {
-        origin: origin.to_string(),
-        pod: name.clone(),
-        field,
-        message,
-    };
-    if name.is_empty() {
-        return Err(bad("metadata.name".into(), "Required value: name or generateName is required".into()));
-    }
-    if !is_dns_subdomain(&name) {
-        return Err(bad(
-            "metadata.name".into(),
-            format!(
-                "Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"
-            ),
-        ));
-    }
-    if let Some(ns) = pod.metadata.namespace.as_deref().filter(|n| !n.is_empty())
-        && !is_dns_label(ns)
-    {
-        return Err(bad(
-            "metadata.namespace".into(),
-            format!("Invalid value: {ns:?}: a lowercase RFC 1123 label is required"),
-        ));
-    }
-    let Some(spec) = pod.spec.as_ref() else { return Err(bad("spec".into(), "Required value".into())) };
-    if spec.containers.is_empty() {
-        return Err(bad("spec.containers".into(), "Required value".into()));
-    }
-    let mut names = HashSet::new();
-    let lists = [
-        ("spec.initContainers", spec.init_containers.as_deref().unwrap_or(&[])),
-        ("spec.containers", &spec.containers[..]),
-    ];
-    for (path, list) in lists {
-        for (i, c) in list.iter().enumerate() {
-            if !is_dns_label(&c.name) {
-                return Err(bad(
-                    format!("{path}[{i}].name"),
-                    format!("Invalid value: {:?}: a lowercase RFC 1123 label is required", c.name),
-                ));
-            }
-            if !names.insert(c.name.clone()) {
-                return Err(bad(format!("{path}[{i}].name"), format!("Duplicate value: {:?}", c.name)));
-            }
-            if c.image.as_deref().unwrap_or("").trim().is_empty() {
-                return Err(bad(format!("{path}[{i}].image"), "Required value".into()));
-            }
-            if let Some(p) = c.image_pull_policy.as_deref()
-                && !matches!(p, "Always" | "IfNotPresent" | "Never")
-            {
-                return Err(bad(
-                    format!("{path}[{i}].imagePullPolicy"),
-                    format!("Unsupported value: {p:?}: supported values: \"Always\", \"IfNotPresent\", \"Never\""),
-                ));
-            }
-            for (j, port) in c.ports.iter().flatten().enumerate() {
-                if !(1..=65535).contains(&port.container_port) {
-                    return Err(bad(
-                        format!("{path}[{i}].ports[{j}].containerPort"),
-                        format!("Invalid value: {}: must be between 1 and 65535, inclusive", port.container_port),
-                    ));
-                }
-            }
-        }
-    }
-    if let Some(p) = spec.restart_policy.as_deref()
-        && !matches!(p, "Always" | "OnFailure" | "Never")
-    {
-        return Err(bad(
-            "spec.restartPolicy".into(),
-            format!("Unsupported value: {p:?}: supported values: \"Always\", \"OnFailure\", \"Never\""),
-        ));
-    }
-    if let Some(p) = spec.dns_policy.as_deref()
-        && !matches!(p, "ClusterFirstWithHostNet" | "ClusterFirst" | "Default" | "None")
-    {
-        return Err(bad("spec.dnsPolicy".into(), format!("Unsupported value: {p:?}")));
-    }
-    if let Some(g) = spec.termination_grace_period_seconds
-        && g < 0
-    {
-        return Err(bad(
-            "spec.terminationGracePeriodSeconds".into(),
-            format!("Invalid value: {g}: must be greater than or equal to 0"),
-        ));
-    }
-    Ok(())
-}
-
 /// Where a static pod comes from, for its UID and annotations.
 #[derive(Debug, Clone, Copy)]
 pub enum StaticOrigin<'a> {
@@ -302,13 +203,39 @@ pub fn normalize_static_pod(pod: &mut Pod, origin: StaticOrigin<'_>, node_name: 
     status.phase.get_or_insert_with(|| "Pending".into());
 }
 
-/// Decode + defaults + validation + normalisation of a manifest file.
-pub fn static_pod_from_file(text: &str, path: &str, node_name: &str) -> Result<Pod, ManifestError> {
-    let mut pod = decode_single_pod(text, path)?;
+impl ManifestError {
+    /// The pod a refusal is about, when it was decoded far enough to have a name and namespace.
+    pub fn pod(&self) -> Option<&ObjectReference> {
+        match self {
+            Self::Invalid { pod, .. } => Some(pod),
+            _ => None,
+        }
+    }
+}
+
+/// What upstream does to a decoded pod, in its order (`tryDecodeSinglePod`): the name is required, then the API
+/// and static-pod defaults (normalisation included), then `ValidatePodCreate`; a pod with any error is refused.
+pub fn accept_static_pod(mut pod: Pod, origin: StaticOrigin<'_>, node_name: &str) -> Result<Pod, ManifestError> {
+    let text = match origin {
+        StaticOrigin::File(s) | StaticOrigin::Url(s) => s,
+    };
+    if pod.metadata.name.as_deref().unwrap_or("").is_empty() {
+        return Err(ManifestError::NoName { origin: text.to_string() });
+    }
     apply_api_defaults(&mut pod);
-    validate_pod(&pod, path)?;
-    normalize_static_pod(&mut pod, StaticOrigin::File(path), node_name);
+    normalize_static_pod(&mut pod, origin, node_name);
+    let errors = validate_static_pod(&pod);
+    if !errors.is_empty() {
+        let pod = Box::new(kubelet_types::events::pod_reference(&pod));
+        return Err(ManifestError::Invalid { origin: text.to_string(), pod, errors });
+    }
     Ok(pod)
+}
+
+/// Decode + defaults + normalisation + validation of a manifest file.
+pub fn static_pod_from_file(text: &str, path: &str, node_name: &str) -> Result<Pod, ManifestError> {
+    let pod = decode_single_pod(text, path)?;
+    accept_static_pod(pod, StaticOrigin::File(path), node_name)
 }
 
 #[cfg(test)]
@@ -319,7 +246,8 @@ mod tests {
 
     #[test]
     fn normalises_as_upstream() {
-        let p = static_pod_from_file(GOOD, "/etc/kubernetes/manifests/web.yaml", "Node-1").unwrap();
+        // Node names are lower case (as the kubelet makes them); `spec.nodeName` must be a DNS subdomain.
+        let p = static_pod_from_file(GOOD, "/etc/kubernetes/manifests/web.yaml", "node-1").unwrap();
         assert_eq!(p.metadata.name.as_deref(), Some("web-node-1"));
         assert_eq!(p.metadata.namespace.as_deref(), Some("default"));
         let uid = p.metadata.uid.clone().unwrap();
@@ -329,16 +257,16 @@ mod tests {
         assert_eq!(ann["kubernetes.io/config.source"], "file");
         let c = &p.spec.as_ref().unwrap().containers[0];
         assert_eq!(c.image_pull_policy.as_deref(), Some("IfNotPresent"));
-        assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some("Node-1"));
+        assert_eq!(p.spec.as_ref().unwrap().node_name.as_deref(), Some("node-1"));
         // Same content and path: same UID; another path or content: another UID.
         assert_eq!(
-            static_pod_from_file(GOOD, "/etc/kubernetes/manifests/web.yaml", "Node-1").unwrap().metadata.uid.unwrap(),
+            static_pod_from_file(GOOD, "/etc/kubernetes/manifests/web.yaml", "node-1").unwrap().metadata.uid.unwrap(),
             uid
         );
-        assert_ne!(static_pod_from_file(GOOD, "/other/web.yaml", "Node-1").unwrap().metadata.uid.unwrap(), uid);
+        assert_ne!(static_pod_from_file(GOOD, "/other/web.yaml", "node-1").unwrap().metadata.uid.unwrap(), uid);
         let edited = GOOD.replace("3600", "3601");
         assert_ne!(
-            static_pod_from_file(&edited, "/etc/kubernetes/manifests/web.yaml", "Node-1")
+            static_pod_from_file(&edited, "/etc/kubernetes/manifests/web.yaml", "node-1")
                 .unwrap()
                 .metadata
                 .uid

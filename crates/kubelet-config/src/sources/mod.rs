@@ -10,6 +10,7 @@ pub mod manifest;
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kubelet_types::{Pod, PodSource, PodUid};
 
 /// What one source says: its complete set of pods as of now (upstream's SET), or what changed since its last
@@ -23,25 +24,76 @@ pub struct SourceUpdate {
     pub pods: Vec<Arc<Pod>>,
     /// `None` for a set; for a delta, the UIDs of the pods removed.
     pub removed: Option<Vec<PodUid>>,
+    /// Manifests the source refused that it had not refused before: each refusal travels once, when it first
+    /// appears, and the merge records an event for it.
+    pub refused: Vec<RefusedManifest>,
 }
 
 impl SourceUpdate {
     /// The complete set of `source`.
     pub fn set(source: PodSource, pods: Vec<Arc<Pod>>) -> Self {
-        Self { source, pods, removed: None }
+        Self { source, pods, removed: None, refused: vec![] }
     }
 
     /// A change of `source`: `changed` pods added or updated, `removed` gone.
     pub fn delta(source: PodSource, changed: Vec<Arc<Pod>>, removed: Vec<PodUid>) -> Self {
-        Self { source, pods: changed, removed: Some(removed) }
+        Self { source, pods: changed, removed: Some(removed), refused: vec![] }
+    }
+
+    /// Only news of refused manifests: the source's pods stay as they are, and the source is not marked as seen
+    /// (a URL whose content is refused keeps its previous pods and sends no set, as upstream).
+    pub fn refusals(source: PodSource, refused: Vec<RefusedManifest>) -> Self {
+        Self { source, pods: vec![], removed: Some(vec![]), refused }
+    }
+
+    /// The same update, carrying these new refusals too.
+    pub fn with_refused(mut self, refused: Vec<RefusedManifest>) -> Self {
+        self.refused = refused;
+        self
+    }
+
+    /// Whether this update only carries refusals (made by [`SourceUpdate::refusals`]).
+    pub fn is_refusals_only(&self) -> bool {
+        self.pods.is_empty() && self.removed.as_ref().is_some_and(|r| r.is_empty()) && !self.refused.is_empty()
     }
 }
 
-/// A manifest the source refused, for logs and (later) events.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A manifest the source refused, for its log line and its `FailedValidation` event.
+#[derive(Debug, Clone, PartialEq)]
 pub struct RefusedManifest {
     /// File path or URL.
     pub origin: String,
-    /// Why.
+    /// Why, naming the file or URL and every field.
     pub reason: String,
+    /// The pod it is about, when it decoded far enough to have a name and namespace; else the event is about the
+    /// node.
+    pub pod: Option<ObjectReference>,
+    /// The event's message: upstream's text for a duplicate name, else the reason.
+    pub message: String,
+}
+
+impl RefusedManifest {
+    /// A manifest refused for `reason`, about `pod` when known.
+    pub fn new(origin: String, reason: String, pod: Option<ObjectReference>) -> Self {
+        Self { origin, message: reason.clone(), reason, pod }
+    }
+
+    /// A pod dropped because another pod of the source has its name (`filterInvalidPods` in
+    /// `pkg/kubelet/config/config.go`), with upstream's event message.
+    pub fn duplicate(origin: String, source: PodSource, pod: &Pod) -> Self {
+        let name = pod.metadata.name.as_deref().unwrap_or("");
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        let uid = pod.metadata.uid.as_deref().unwrap_or("");
+        Self {
+            reason: format!(
+                "{origin}: duplicate pod \"{ns}/{name}\": another manifest of this source already defines it"
+            ),
+            message: format!(
+                "Error validating pod {name}_{ns}({uid}) from {} due to duplicate pod name {name:?}, ignoring",
+                source.as_str()
+            ),
+            pod: Some(kubelet_types::events::pod_reference(pod)),
+            origin,
+        }
+    }
 }
