@@ -1,6 +1,6 @@
 //! An in-memory apiserver for unit tests and benchmarks: real state (nodes, leases, pods, events) with
-//! resourceVersions, strategic-merge patches for the lists the kubelet patches, a pod watch, recorded calls, and
-//! an outage switch ([`FakeApi::set_down`]) that makes every call fail as unavailable.
+//! resourceVersions, strategic-merge patches applied with the types' patch metadata ([`crate::patch`]), a pod
+//! watch, recorded calls, and an outage switch ([`FakeApi::set_down`]) that makes every call fail as unavailable.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -14,54 +14,23 @@ use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
+use crate::patch::{NODE, OBJECT, POD, PatchError, Schema, apply_patch};
 use crate::{ApiError, ApiResult, EventApi, LeaseApi, NodeApi, PodApi, PodWatchApi, WatchEvent};
 
-/// Lists merged by key in strategic-merge patches, as the API types declare (`patchMergeKey`).
-const MERGE_KEYS: [(&str, &str); 6] = [
-    ("conditions", "type"),
-    ("addresses", "type"),
-    ("containerStatuses", "name"),
-    ("initContainerStatuses", "name"),
-    ("podIPs", "ip"),
-    ("ownerReferences", "uid"),
-];
-
-/// Applies a strategic-merge patch (the subset the kubelet sends): maps merge, `null` deletes, lists with a
-/// merge key merge element by element, other lists are replaced.
-pub fn strategic_merge(target: &mut Value, patch: &Value) {
-    strategic_merge_at(target, patch, "")
-}
-
-fn strategic_merge_at(target: &mut Value, patch: &Value, key: &str) {
-    match (target, patch) {
-        (Value::Object(t), Value::Object(p)) => {
-            for (k, v) in p {
-                if k.starts_with("$setElementOrder") || k == "$retainKeys" {
-                    continue;
-                }
-                if v.is_null() {
-                    t.remove(k);
-                } else {
-                    strategic_merge_at(t.entry(k.clone()).or_insert(Value::Null), v, k);
-                }
-            }
-        }
-        (t @ Value::Array(_), Value::Array(p)) if MERGE_KEYS.iter().any(|(n, _)| *n == key) => {
-            let mk = MERGE_KEYS.iter().find(|(n, _)| *n == key).map(|(_, m)| *m).unwrap_or("name");
-            let Value::Array(items) = t else { return };
-            for pi in p {
-                if pi.get("$patch").and_then(Value::as_str) == Some("delete") {
-                    items.retain(|i| i.get(mk) != pi.get(mk));
-                    continue;
-                }
-                match items.iter_mut().find(|i| i.get(mk).is_some() && i.get(mk) == pi.get(mk)) {
-                    Some(existing) => strategic_merge_at(existing, pi, ""),
-                    None => items.push(pi.clone()),
-                }
-            }
-        }
-        (t, p) => *t = p.clone(),
-    }
+/// Applies a strategic-merge patch as the apiserver does, with the patch metadata of `schema`
+/// ([`crate::patch::POD`], [`crate::patch::NODE`], [`crate::patch::OBJECT`]). A patch that cannot be applied is
+/// refused with the code of upstream's `interpretStrategicMergePatchError` (`endpoints/handlers/patch.go`): 400
+/// for a malformed document or directive list, 422 for lists of lists, 500 for the rest (a real apiserver panics
+/// on an order list of maps without merge key, also a 500).
+pub fn strategic_merge(target: &mut Value, patch: &Value, schema: &'static Schema) -> ApiResult<()> {
+    apply_patch(target, patch, schema).map_err(|e| {
+        let code = match e {
+            PatchError::NotAnObject | PatchError::BadRetainKeys | PatchError::BadSetElementOrder => 400,
+            PatchError::ListOfLists => 422,
+            _ => 500,
+        };
+        ApiError::Other { code, message: e.to_string() }
+    })
 }
 
 #[derive(Default)]
@@ -227,7 +196,7 @@ impl NodeApi for FakeApi {
         if let Some(o) = p.as_object_mut() {
             o.remove("status");
         }
-        strategic_merge(&mut v, &p);
+        strategic_merge(&mut v, &p, &NODE)?;
         let mut new: Node = from_value(v)?;
         new.metadata.resource_version = Some(rv);
         *n = new.clone();
@@ -239,8 +208,9 @@ impl NodeApi for FakeApi {
         let mut st = self.enter(format!("patch_node_status {name}"))?;
         let n = st.nodes.get_mut(name).ok_or_else(|| ApiError::NotFound(format!("nodes {name:?}")))?;
         let mut v = to_value(n);
-        let status_patch = serde_json::json!({ "status": patch.get("status").cloned().unwrap_or(Value::Null) });
-        strategic_merge(&mut v, &status_patch);
+        // Only the status is written through the status subresource.
+        let status_patch = patch.get("status").map_or(serde_json::json!({}), |s| serde_json::json!({ "status": s }));
+        strategic_merge(&mut v, &status_patch, &NODE)?;
         let mut new: Node = from_value(v)?;
         new.metadata.resource_version = Some(rv);
         *n = new.clone();
@@ -317,8 +287,9 @@ impl PodApi for FakeApi {
             return Err(ApiError::Conflict(format!("pods {name:?}: uid precondition failed")));
         }
         let mut v = to_value(&p);
-        let status_patch = serde_json::json!({ "status": patch.get("status").cloned().unwrap_or(Value::Null) });
-        strategic_merge(&mut v, &status_patch);
+        // Only the status is written through the status subresource.
+        let status_patch = patch.get("status").map_or(serde_json::json!({}), |s| serde_json::json!({ "status": s }));
+        strategic_merge(&mut v, &status_patch, &POD)?;
         let new: Pod = from_value(v)?;
         Ok(self.put_pod(new))
     }
@@ -401,7 +372,7 @@ impl EventApi for FakeApi {
             .find(|e| e.metadata.name.as_deref() == Some(name))
             .ok_or_else(|| ApiError::NotFound(format!("events {name:?}")))?;
         let mut v = to_value(e);
-        strategic_merge(&mut v, patch);
+        strategic_merge(&mut v, patch, &OBJECT)?;
         *e = from_value(v)?;
         Ok(())
     }
@@ -418,7 +389,9 @@ mod tests {
         strategic_merge(
             &mut v,
             &json!({"status": {"conditions": [{"type": "Ready", "status": "True"}], "images": [3], "phase": null}}),
-        );
+            &NODE,
+        )
+        .unwrap();
         assert_eq!(v["status"]["conditions"][0]["status"], "True");
         assert_eq!(v["status"]["conditions"][1]["type"], "X");
         assert_eq!(v["status"]["images"], json!([3]));

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kubelet_apiclient::patch::two_way_merge_patch;
+use kubelet_apiclient::patch::pod_status_patch;
 use kubelet_apiclient::{ApiError, PodApi};
 use kubelet_types::PodUid;
 use kubelet_types::labels::CONFIG_MIRROR;
@@ -88,12 +88,19 @@ impl StatusSync {
                     }
                     continue;
                 };
-                let old = serde_json::to_value(target.status.clone().unwrap_or_default()).unwrap_or_default();
-                let new = serde_json::to_value(&*status).unwrap_or_default();
-                let diff = two_way_merge_patch(&old, &new);
-                if diff.as_object().is_some_and(|m| !m.is_empty()) {
-                    let patch = serde_json::json!({ "metadata": { "uid": target.metadata.uid }, "status": diff });
-                    match self.api.patch_pod_status(&e.namespace, &e.name, &patch).await {
+                // `statusutil.PatchPodStatus`: the diff against what the apiserver has, the pod's UID as precondition.
+                let old = target.status.clone().unwrap_or_default();
+                let target_uid = target.metadata.uid.clone().unwrap_or_default();
+                let patch = match pod_status_patch(&old, &status, &target_uid) {
+                    Ok(p) => p,
+                    Err(err) => {
+                        warn!(pod = %format!("{}/{}", e.namespace, e.name), podUID = %uid, error = %err, "failed to compute the pod status patch, will retry");
+                        self.status.mark_dirty(&uid);
+                        continue;
+                    }
+                };
+                if !patch.unchanged {
+                    match self.api.patch_pod_status(&e.namespace, &e.name, &patch.patch).await {
                         Ok(_) => {
                             debug!(pod = %format!("{}/{}", e.namespace, e.name), podUID = %uid, phase = ?status.phase, "status patched");
                         }
