@@ -187,8 +187,12 @@ spec:
     eprintln!("FIGURE configmap update reached the container after {:?}", t0.elapsed());
     // It came through a watch of that one object (the default Watch strategy), not a GET at every sync, and the
     // node never asked for anything the Node authorizer refuses.
-    let requests: Vec<_> =
-        env.node_requests().into_iter().filter(|e| e["stage"] == "ResponseComplete").collect::<Vec<Value>>();
+    // A watch is audited when its response starts; other requests when they complete.
+    let requests: Vec<_> = env
+        .node_requests()
+        .into_iter()
+        .filter(|e| e["stage"] == if e["verb"] == "watch" { "ResponseStarted" } else { "ResponseComplete" })
+        .collect::<Vec<Value>>();
     let of = |verb: &str, res: &str, name: &str| {
         requests.iter().filter(|e| audit_request(e) == (verb.into(), res.into(), name.into())).count()
     };

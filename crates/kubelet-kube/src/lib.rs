@@ -54,10 +54,26 @@ pub fn map_err(e: kube::Error) -> ApiError {
                 (code, _) => ApiError::Other { code, message: msg },
             }
         }
-        kube::Error::HyperError(e) => ApiError::Unavailable(e.to_string()),
-        kube::Error::Service(e) => ApiError::Unavailable(e.to_string()),
-        other => ApiError::Other { code: 0, message: other.to_string() },
+        kube::Error::HyperError(e) => ApiError::Unavailable(error_chain(&e)),
+        kube::Error::Service(e) => ApiError::Unavailable(error_chain(e.as_ref())),
+        other => ApiError::Other { code: 0, message: error_chain(&other) },
     }
+}
+
+/// An error with every cause it carries (`client error (SendRequest): connection closed before message
+/// completed`), so a log line says what happened rather than only which layer saw it.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let part = s.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        source = s.source();
+    }
+    text
 }
 
 /// Client-side rate limit (`kubeAPIQPS`, `kubeAPIBurst`): a token bucket every request waits on, as client-go's
@@ -386,6 +402,15 @@ impl kubelet_apiclient::ReviewApi for KubeApi {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn errors_carry_their_causes() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("client error (SendRequest)")]
+        struct Outer(#[source] std::io::Error);
+        let e = Outer(std::io::Error::other("connection closed before message completed"));
+        assert_eq!(error_chain(&e), "client error (SendRequest): connection closed before message completed");
+    }
 
     #[tokio::test(start_paused = true)]
     async fn token_bucket_allows_bursts_then_qps() {

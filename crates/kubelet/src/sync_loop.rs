@@ -161,9 +161,13 @@ impl SyncLoop {
         // Mirror pods only show static pods in the apiserver: remember them, never run them.
         let (mirrors, pods): (Vec<_>, Vec<_>) = u.pods.into_iter().partition(|p| is_mirror_pod(p));
         for m in mirrors {
+            let (ns, name) =
+                (m.metadata.namespace.clone().unwrap_or_default(), m.metadata.name.clone().unwrap_or_default());
             if u.op == Operation::Remove {
                 self.mirrors.remove(&full_name(&m));
+                self.deps.status.set_mirror(&ns, &name, None);
             } else {
+                self.deps.status.set_mirror(&ns, &name, m.metadata.uid.clone());
                 self.mirrors.insert(full_name(&m), m);
             }
         }
@@ -207,7 +211,13 @@ impl SyncLoop {
             }
             Operation::Reconcile => {
                 for p in u.pods {
-                    self.pods.add_or_update(p);
+                    // A status change of another client (a readiness gate's condition) that changes `Ready`
+                    // asks for a sync, as upstream's HandlePodReconcile.
+                    let resync = crate::status::generate::needs_readiness_reconcile(&p);
+                    self.pods.add_or_update(p.clone());
+                    if resync {
+                        self.dispatch(UpdateType::Sync, &p, false);
+                    }
                 }
             }
         }

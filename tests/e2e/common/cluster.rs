@@ -203,13 +203,16 @@ impl TestEnv {
 
 impl Drop for TestEnv {
     fn drop(&mut self) {
-        // The namespace's contents are removed by the namespace controller; nothing waits for it.
-        let _ = std::process::Command::new("kubectl")
-            .arg(format!("--kubeconfig={}", self.admin.display()))
-            .args(["delete", "namespace", &self.ns, "--wait=false", "--ignore-not-found"])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
+        // The namespace's contents are removed by the namespace controller and the Node's pods, once it is gone, by
+        // the pod garbage collector; nothing waits for either.
+        for what in [["namespace", self.ns.as_str()], ["node", self.node.as_str()]] {
+            let _ = std::process::Command::new("kubectl")
+                .arg(format!("--kubeconfig={}", self.admin.display()))
+                .args(["delete", what[0], what[1], "--wait=false", "--ignore-not-found"])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
     }
 }
 

@@ -21,9 +21,34 @@ use serde_json::Value;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Runs tests one at a time.
-pub async fn serial() -> tokio::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().await
+/// Holds the runtime for one test: the process-wide lock, and a lock file that keeps every other test binary on
+/// this machine (another `cargo test`, another checkout) away from the shared containerd meanwhile.
+pub struct Serial {
+    _process: tokio::sync::MutexGuard<'static, ()>,
+    _machine: std::fs::File,
+}
+
+/// Runs tests one at a time, across test binaries too.
+pub async fn serial() -> Serial {
+    let process = SERIAL.lock().await;
+    let machine = tokio::task::spawn_blocking(|| {
+        use std::os::fd::AsRawFd;
+        let dir = std::env::var("RKUBELET_WORKDIR").unwrap_or_else(|_| "/var/lib/rkubelet-dev".into());
+        let path = Path::new(&dir).join("e2e.lock");
+        let f = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        // SAFETY: flock on a descriptor we own; released when the file is closed with the guard.
+        let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) };
+        assert_eq!(rc, 0, "lock {}", path.display());
+        f
+    })
+    .await
+    .unwrap();
+    Serial { _process: process, _machine: machine }
 }
 
 /// The CRI endpoint of the test containerd.
@@ -41,7 +66,7 @@ pub async fn runtime() -> RemoteRuntime {
 }
 
 /// The start of every runtime test: the serial lock, a CRI client, and a runtime without pods.
-pub async fn fresh_runtime() -> (tokio::sync::MutexGuard<'static, ()>, RemoteRuntime) {
+pub async fn fresh_runtime() -> (Serial, RemoteRuntime) {
     let guard = serial().await;
     let rt = runtime().await;
     clean_runtime(&rt).await;

@@ -217,11 +217,51 @@ pub(crate) async fn container_logs(
         tx,
     };
     tokio::spawn(reader.run());
-    let body = Body::from_stream(tokio_stream::StreamExt::map(
+    let body = Body::from_stream(FlushBeforeEnd::new(tokio_stream::StreamExt::map(
         tokio_stream::wrappers::ReceiverStream::new(rx),
         Ok::<_, std::io::Error>,
-    ));
+    )));
     ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], body).into_response()
+}
+
+/// A body stream that, after its last chunk, reports "not ready" once before it ends, so the server flushes the
+/// data before it writes the end of the chunked body, as upstream's kubelet (a flushing writer, then the handler
+/// returns) does. kube-apiserver's WebSocket log reader (`wsstream` messageCopy) drops the bytes of a read that
+/// also returns EOF, so a last chunk and the end of the body arriving together reach a WebSocket client as an
+/// empty log.
+struct FlushBeforeEnd<S> {
+    inner: S,
+    yielded: bool,
+    held_end: bool,
+}
+
+impl<S> FlushBeforeEnd<S> {
+    fn new(inner: S) -> Self {
+        Self { inner, yielded: false, held_end: false }
+    }
+}
+
+impl<S: futures::Stream + Unpin> futures::Stream for FlushBeforeEnd<S> {
+    type Item = S::Item;
+
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
+        use std::task::Poll;
+        match std::pin::Pin::new(&mut self.inner).poll_next(cx) {
+            Poll::Ready(Some(item)) => {
+                self.yielded = true;
+                Poll::Ready(Some(item))
+            }
+            Poll::Ready(None) if self.yielded && !self.held_end => {
+                self.held_end = true;
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+            other => other,
+        }
+    }
 }
 
 struct Reader {
@@ -378,3 +418,23 @@ pub(crate) fn routes(r: axum::Router<Handlers>) -> axum::Router<Handlers> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod flush_tests {
+    use super::FlushBeforeEnd;
+    use futures::Stream;
+    use std::task::{Context, Poll, Waker};
+
+    #[test]
+    fn the_end_of_the_body_waits_one_poll_after_the_last_chunk() {
+        let mut s = FlushBeforeEnd::new(tokio_stream::iter(vec![1, 2]));
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut poll = || std::pin::Pin::new(&mut s).poll_next(&mut cx);
+        assert_eq!(poll(), Poll::Ready(Some(1)));
+        assert_eq!(poll(), Poll::Ready(Some(2)));
+        assert_eq!(poll(), Poll::Pending, "the data is flushed before the end");
+        assert_eq!(poll(), Poll::Ready(None));
+        let mut empty = FlushBeforeEnd::new(tokio_stream::iter(Vec::<u8>::new()));
+        assert_eq!(std::pin::Pin::new(&mut empty).poll_next(&mut cx), Poll::Ready(None), "nothing to flush");
+    }
+}

@@ -3,14 +3,18 @@
 //!
 //! [`NodeStatusManager::run`] registers the Node (retrying with back-off from 100 ms to 7 s, as upstream), then
 //! every `nodeStatusUpdateFrequency` computes the status and patches `nodes/status` when it changed or when
-//! `nodeStatusReportFrequency` has passed since the last report. A failed patch is retried at the next period; an
-//! outage of the apiserver is logged, never fatal. Ends when cancelled.
+//! `nodeStatusReportFrequency` has passed since the last report. The patch is upstream's `PatchNodeStatus`: the
+//! diff between the Node as the apiserver last returned it (at registration, then each patch's answer, so no
+//! extra GET per period) and that Node with the kubelet's fields set — conditions of other owners, capacity keys
+//! others added and fields the kubelet does not set are left alone. A failed patch is retried at the next period;
+//! an outage of the apiserver is logged, never fatal. Ends when cancelled.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Node, NodeStatus, Taint};
+use kubelet_apiclient::patch::node_status_patch;
 use kubelet_apiclient::{ApiError, NodeApi};
 use kubelet_types::Clock;
 use kubelet_types::clock::api_time;
@@ -164,8 +168,13 @@ impl NodeStatusManager {
         }
     }
 
-    /// Computes the status and patches it when needed; returns whether a patch was sent.
-    pub async fn sync_status(&self, last: &mut Option<(NodeStatus, Instant)>) -> Result<bool, ApiError> {
+    /// Computes the status and patches it when needed against `current`, the Node as the apiserver last
+    /// returned it (updated with the answer); returns whether a patch was sent.
+    pub async fn sync_status(
+        &self,
+        last: &mut Option<(NodeStatus, Instant)>,
+        current: &mut Node,
+    ) -> Result<bool, ApiError> {
         let health = self.signals.health().await;
         let images = self.signals.images().await;
         let now = api_time(self.clock.now());
@@ -176,8 +185,10 @@ impl NodeStatusManager {
         if !changed && !due {
             return Ok(false);
         }
-        let patch = serde_json::json!({ "status": status });
-        self.api.patch_node_status(&self.inputs.node_name, &patch).await?;
+        let desired = with_kubelet_status(current, &status);
+        let patch = node_status_patch(current, &desired)
+            .map_err(|e| ApiError::Other { code: 0, message: format!("node status patch: {e}") })?;
+        *current = self.api.patch_node_status(&self.inputs.node_name, &patch).await?;
         if old.and_then(ready_of) != ready_of(&status) {
             info!(node = %self.inputs.node_name, ready = ?ready_of(&status), "node Ready condition changed");
             let (reason, word) = if ready_of(&status).as_deref() == Some("True") {
@@ -199,6 +210,7 @@ impl NodeStatusManager {
     /// Registers, then keeps the status fresh until cancelled.
     pub async fn run(self, cancel: CancellationToken) {
         let Some(node) = self.register(&cancel).await else { return };
+        let mut current = node.clone();
         self.registered.send_replace(Some(node));
         let mut tick = tokio::time::interval(self.cfg.update_frequency);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -208,11 +220,12 @@ impl NodeStatusManager {
                 _ = cancel.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            if let Err(e) = self.sync_status(&mut last).await {
+            if let Err(e) = self.sync_status(&mut last, &mut current).await {
                 warn!(node = %self.inputs.node_name, error = %e, "error updating node status, will retry");
                 if e.is_not_found() {
                     // Someone deleted the Node: register it again, as upstream does after a restart.
                     if let Some(n) = self.register(&cancel).await {
+                        current = n.clone();
                         self.registered.send_replace(Some(n));
                         last = None;
                     }
@@ -220,6 +233,32 @@ impl NodeStatusManager {
             }
         }
     }
+}
+
+/// `current` with the kubelet's status fields set from `ours` (upstream's setters on a copy of the original
+/// Node): its conditions replaced by type in place, others kept; its capacity and allocatable keys set, keys
+/// others added kept; addresses, daemon endpoints, node info and images replaced.
+pub fn with_kubelet_status(current: &Node, ours: &NodeStatus) -> Node {
+    let mut node = current.clone();
+    let st = node.status.get_or_insert_default();
+    let mut conditions = st.conditions.take().unwrap_or_default();
+    for c in ours.conditions.iter().flatten() {
+        match conditions.iter_mut().find(|o| o.type_ == c.type_) {
+            Some(o) => *o = c.clone(),
+            None => conditions.push(c.clone()),
+        }
+    }
+    st.conditions = Some(conditions);
+    for (mine, theirs) in [(&ours.capacity, &mut st.capacity), (&ours.allocatable, &mut st.allocatable)] {
+        if let Some(m) = mine {
+            theirs.get_or_insert_default().extend(m.clone());
+        }
+    }
+    st.addresses = ours.addresses.clone();
+    st.daemon_endpoints = ours.daemon_endpoints.clone();
+    st.node_info = ours.node_info.clone();
+    st.images = ours.images.clone();
+    node
 }
 
 fn ready_of(s: &NodeStatus) -> Option<String> {

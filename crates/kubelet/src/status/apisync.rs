@@ -3,9 +3,12 @@
 //! [`StatusSync::run`] wakes on every status change (and then looks only at the pods that changed) and every 10 s
 //! (`syncPeriod`, a full pass that also retries what failed). For each pod whose status changed since it was last
 //! written, it patches `pods/status` with a strategic-merge patch carrying the pod's UID
-//! as precondition — for a static pod, the mirror pod's status. A pod whose deletion was requested and that has
-//! terminated is then deleted for good (grace 0, UID precondition), as upstream's final delete. Failures are
-//! retried at the next round; the apiserver being away is never fatal. Ends when cancelled.
+//! as precondition — for a static pod, the mirror pod's status, once the pod source has seen the mirror. The
+//! status is first merged with the apiserver's ([`super::merge`]: conditions of other owners, such as readiness
+//! gates, are kept). A pod whose deletion was requested and that has terminated is then deleted for good (grace 0,
+//! UID precondition), as upstream's final delete. An unreachable apiserver is retried at the next round (every
+//! 10 s); a patch the apiserver answers with an error is logged with its code and message and retried with a
+//! per-pod back-off (10 s doubling to 5 minutes) rather than at every round. Never fatal. Ends when cancelled.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -22,9 +25,14 @@ use k8s_openapi::api::core::v1::PodStatus as ApiPodStatus;
 
 use super::StatusManager;
 use super::manager::PodEntry;
+use super::merge::merge_pod_status;
 
 /// Full resync period (`syncPeriod` of the status manager).
 pub const STATUS_SYNC_PERIOD: Duration = Duration::from_secs(10);
+/// The first wait after the apiserver refused a pod's status patch.
+pub const REFUSED_BACKOFF_START: Duration = Duration::from_secs(10);
+/// The longest wait between attempts at a refused patch.
+pub const REFUSED_BACKOFF_MAX: Duration = Duration::from_secs(300);
 
 /// The status writer.
 pub struct StatusSync {
@@ -32,12 +40,24 @@ pub struct StatusSync {
     api: Arc<dyn PodApi>,
     synced: HashMap<PodUid, u64>,
     deleted: std::collections::HashSet<PodUid>,
+    /// Pods whose last patch the apiserver refused: the wait before the next try, and when it may happen.
+    refused: HashMap<PodUid, (Duration, tokio::time::Instant)>,
 }
 
 impl StatusSync {
     /// A writer of `status` to `api`.
     pub fn new(status: Arc<StatusManager>, api: Arc<dyn PodApi>) -> Self {
-        Self { status, api, synced: HashMap::new(), deleted: Default::default() }
+        Self { status, api, synced: HashMap::new(), deleted: Default::default(), refused: HashMap::new() }
+    }
+
+    /// Records a refused patch and returns the wait before the next try.
+    fn back_off(&mut self, uid: &PodUid) -> Duration {
+        let wait = match self.refused.get(uid) {
+            Some((w, _)) => (*w * 2).min(REFUSED_BACKOFF_MAX),
+            None => REFUSED_BACKOFF_START,
+        };
+        self.refused.insert(uid.clone(), (wait, tokio::time::Instant::now() + wait));
+        wait
     }
 
     /// One full round (every `syncPeriod`): write what changed, delete what may go, retry what failed.
@@ -46,6 +66,7 @@ impl StatusSync {
         let live: std::collections::HashSet<PodUid> = entries.iter().map(|(u, _, _)| u.clone()).collect();
         self.synced.retain(|u, _| live.contains(u));
         self.deleted.retain(|u| live.contains(u));
+        self.refused.retain(|u, _| live.contains(u));
         self.sync_entries(entries).await;
     }
 
@@ -61,16 +82,27 @@ impl StatusSync {
                 continue;
             }
             if self.synced.get(&uid).is_none_or(|v| *v < e.version) {
+                let pod = format!("{}/{}", e.namespace, e.name);
+                if self.refused.get(&uid).is_some_and(|(_, next)| tokio::time::Instant::now() < *next) {
+                    self.status.mark_dirty(&uid);
+                    continue;
+                }
+                // A static pod's status lives on its mirror pod, once the pod source has seen it.
+                let mirror = e.static_pod.then(|| self.status.mirror_uid(&e.namespace, &e.name));
+                if mirror == Some(None) {
+                    self.status.mark_dirty(&uid);
+                    continue;
+                }
                 // The patch is computed against what the apiserver has, as upstream's syncPod does.
                 let current = match self.api.get_pod(&e.namespace, &e.name).await {
                     Ok(p) => p,
                     Err(err) => {
-                        debug!(pod = %format!("{}/{}", e.namespace, e.name), error = %err, "cannot read pod, will retry");
+                        debug!(pod = %pod, podUID = %uid, error = %err, "cannot read pod, will retry");
                         self.status.mark_dirty(&uid);
                         continue;
                     }
                 };
-                // A static pod's status lives on its mirror pod; an apiserver pod must still be the same pod.
+                // An apiserver pod must still be the same pod; a static pod's mirror must be a mirror.
                 let target = current.filter(|p| {
                     if e.static_pod {
                         p.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(CONFIG_MIRROR))
@@ -80,7 +112,7 @@ impl StatusSync {
                 });
                 let Some(target) = target else {
                     if e.static_pod {
-                        // No mirror pod yet: try again at the next change (or the next full pass).
+                        // The mirror is being replaced: try again at the next change (or the next full pass).
                         self.status.mark_dirty(&uid);
                     } else {
                         // Gone, or another pod with that name: nothing to write.
@@ -88,13 +120,16 @@ impl StatusSync {
                     }
                     continue;
                 };
-                // `statusutil.PatchPodStatus`: the diff against what the apiserver has, the pod's UID as precondition.
+                // `statusutil.PatchPodStatus`: the merged status diffed against what the apiserver has, the pod's
+                // UID as precondition.
                 let old = target.status.clone().unwrap_or_default();
+                let merged = merge_pod_status(&old, &status);
                 let target_uid = target.metadata.uid.clone().unwrap_or_default();
-                let patch = match pod_status_patch(&old, &status, &target_uid) {
+                let patch = match pod_status_patch(&old, &merged, &target_uid) {
                     Ok(p) => p,
                     Err(err) => {
-                        warn!(pod = %format!("{}/{}", e.namespace, e.name), podUID = %uid, error = %err, "failed to compute the pod status patch, will retry");
+                        let retry = self.back_off(&uid);
+                        warn!(pod = %pod, podUID = %uid, error = %err, retryIn = ?retry, "failed to compute the pod status patch");
                         self.status.mark_dirty(&uid);
                         continue;
                     }
@@ -102,16 +137,24 @@ impl StatusSync {
                 if !patch.unchanged {
                     match self.api.patch_pod_status(&e.namespace, &e.name, &patch.patch).await {
                         Ok(_) => {
-                            debug!(pod = %format!("{}/{}", e.namespace, e.name), podUID = %uid, phase = ?status.phase, "status patched");
+                            debug!(pod = %pod, podUID = %uid, phase = ?status.phase, "status patched");
                         }
                         Err(ApiError::NotFound(_)) | Err(ApiError::Conflict(_)) => {}
+                        Err(err @ ApiError::Unavailable(_)) => {
+                            warn!(pod = %pod, podUID = %uid, error = %err, "failed to update pod status, will retry");
+                            self.status.mark_dirty(&uid);
+                            continue;
+                        }
                         Err(err) => {
-                            warn!(pod = %format!("{}/{}", e.namespace, e.name), podUID = %uid, error = %err, "failed to update pod status, will retry");
+                            // The apiserver answered: the same patch would most likely be refused again.
+                            let retry = self.back_off(&uid);
+                            warn!(pod = %pod, podUID = %uid, error = %err, patch = %patch.patch, retryIn = ?retry, "the apiserver refused the pod status patch");
                             self.status.mark_dirty(&uid);
                             continue;
                         }
                     }
                 }
+                self.refused.remove(&uid);
                 self.synced.insert(uid.clone(), e.version);
             }
             if e.deleting && e.terminated && !e.static_pod && !self.deleted.contains(&uid) {

@@ -369,6 +369,21 @@ fn ready_condition(
     condition(kind, true, None, None)
 }
 
+/// Whether the `Ready` condition the apiserver shows for a pod with readiness gates is not what its current
+/// conditions give (`status.NeedToReconcilePodReadiness`): another client changed a gate's condition, so the pod
+/// must be synced for its `Ready` to follow. Only when `Ready` is present.
+pub fn needs_readiness_reconcile(pod: &Pod) -> bool {
+    if pod.spec.as_ref().and_then(|s| s.readiness_gates.as_ref()).is_none_or(|g| g.is_empty()) {
+        return false;
+    }
+    let Some(st) = pod.status.as_ref() else { return false };
+    let Some(current) = st.conditions.iter().flatten().find(|c| c.type_ == "Ready") else { return false };
+    let init = st.init_container_statuses.as_deref().unwrap_or_default();
+    let apps = st.container_statuses.as_deref().unwrap_or_default();
+    let want = ready_condition(pod, init, apps, st.phase.as_deref().unwrap_or_default(), "Ready");
+    current.status != want.status || current.message != want.message
+}
+
 /// The API status of a pod (`generateAPIPodStatus`). Times of conditions and `startTime` are filled by the
 /// status manager, which knows the previous status.
 pub fn generate_api_pod_status(pod: &Pod, inputs: &StatusInputs<'_>) -> ApiPodStatus {

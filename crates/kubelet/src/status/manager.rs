@@ -42,6 +42,8 @@ pub struct StatusManager {
     dirty: Mutex<std::collections::HashSet<PodUid>>,
     version: watch::Sender<u64>,
     clock: Arc<dyn Clock>,
+    /// Mirror pods the pod source has seen (`namespace/name` → UID): where static pods' statuses go.
+    mirrors: Mutex<HashMap<String, String>>,
 }
 
 impl std::fmt::Debug for StatusManager {
@@ -59,6 +61,7 @@ impl StatusManager {
             dirty: Mutex::new(Default::default()),
             version: watch::channel(0).0,
             clock,
+            mirrors: Mutex::new(HashMap::new()),
         }
     }
 
@@ -162,6 +165,40 @@ impl StatusManager {
         if self.statuses.lock().unwrap().remove(uid).is_some() {
             self.version.send_modify(|v| *v += 1);
         }
+    }
+
+    /// Records that the mirror pod `namespace/name` exists with `uid` (or, with `None`, no longer exists), as the
+    /// pod source saw it. A static pod's status is written only once its mirror pod exists (upstream's status
+    /// manager looks the mirror up in the pod manager; asking the apiserver for a pod that does not exist is
+    /// refused by the Node authorizer). A mirror that appears marks its static pod for writing.
+    pub fn set_mirror(&self, namespace: &str, name: &str, uid: Option<String>) {
+        let key = format!("{namespace}/{name}");
+        let appeared = {
+            let mut m = self.mirrors.lock().unwrap();
+            match uid {
+                Some(u) => m.insert(key, u.clone()).as_ref() != Some(&u),
+                None => {
+                    m.remove(&key);
+                    false
+                }
+            }
+        };
+        if appeared {
+            let entries = self.entries.lock().unwrap();
+            let statics = entries.iter().filter(|(_, e)| e.static_pod && e.namespace == namespace && e.name == name);
+            let mut dirty = self.dirty.lock().unwrap();
+            for (uid, _) in statics {
+                dirty.insert(uid.clone());
+            }
+            drop(dirty);
+            drop(entries);
+            self.version.send_modify(|v| *v += 1);
+        }
+    }
+
+    /// The UID of the mirror pod `namespace/name`, if the pod source has seen one.
+    pub fn mirror_uid(&self, namespace: &str, name: &str) -> Option<String> {
+        self.mirrors.lock().unwrap().get(&format!("{namespace}/{name}")).cloned()
     }
 
     /// Every status.

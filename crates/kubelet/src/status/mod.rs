@@ -4,6 +4,7 @@
 
 pub mod generate;
 pub mod manager;
+pub mod merge;
 
 pub use generate::{StatusInputs, generate_api_pod_status, get_phase};
 pub use manager::{PodEntry, StatusManager};
