@@ -44,7 +44,8 @@ START_TIMEOUT="${RKUBELET_START_TIMEOUT:-30}"
 # 1. Packages. Debian 12 packages everything needed except crictl (not
 #    packaged; not needed here). gcc + libc6-dev build the static pause.
 # --------------------------------------------------------------------------
-PACKAGES=(containerd runc containernetworking-plugins busybox-static iptables iproute2 gcc libc6-dev util-linux)
+# etcd-server: the etcd of the cluster tests' control plane (crates/test-cluster starts it; its service is not used).
+PACKAGES=(containerd runc containernetworking-plugins busybox-static iptables iproute2 gcc libc6-dev util-linux etcd-server)
 
 pkg_installed() {
     [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]
@@ -65,7 +66,7 @@ if ((${#missing[@]})); then
 else
     rk_log "packages present: ${PACKAGES[*]}"
 fi
-for bin in containerd ctr runc iptables ip gcc flock; do
+for bin in containerd ctr runc iptables ip gcc flock etcd; do
     command -v "$bin" >/dev/null || rk_die "'$bin' still missing after package install"
 done
 for plugin in bridge host-local portmap loopback; do

@@ -484,3 +484,34 @@ async fn a_pod_for_another_os_is_refused_at_admission() {
     assert!(containers_of(&rt, "win").await.is_empty(), "nothing started");
     node.stop_and_clean(&rt).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_static_pod_the_apiserver_would_refuse_is_refused_with_an_event_naming_file_and_field() {
+    let (_g, rt) = fresh_runtime().await;
+    let env = TestEnv::new().await;
+    let ns_line = format!("metadata:\n  namespace: {}\n", env.ns);
+    let good = manifest("good", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 2\n")
+        .replace("metadata:\n", &ns_line);
+    let bad = good.replace("name: good", "name: bad").replace(
+        "    image: localhost/busybox:1\n",
+        "    image: localhost/busybox:1\n    resources:\n      limits:\n        memory: lots\n",
+    );
+    let mut node = env.start_node(&[("good.yaml", &good), ("bad.yaml", &bad)]);
+    env.wait_pod_running(&mut node, &format!("good-{}", env.node)).await;
+    let bad_file = node.manifests.join("bad.yaml").display().to_string();
+    let event = node
+        .wait_for("a FailedValidation event", Duration::from_secs(60), || async {
+            let events = env.get(&["events", "--field-selector", "reason=FailedValidation"]).await?;
+            events["items"].as_array()?.first().cloned()
+        })
+        .await;
+    let message = event["message"].as_str().unwrap();
+    assert!(message.contains(&bad_file), "{message}");
+    assert!(message.contains("spec.containers[0].resources.limits[memory]: Invalid value: \"lots\""), "{message}");
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["involvedObject"]["name"], format!("bad-{}", env.node));
+    assert!(node.log().lines().any(|l| l.contains(&bad_file) && l.contains("resources.limits[memory]")));
+    assert!(containers_of(&rt, &format!("bad-{}", env.node)).await.is_empty(), "the refused pod never ran");
+    assert!(env.pod(&format!("bad-{}", env.node)).await.is_none(), "and has no mirror pod");
+    node.stop_and_clean(&rt).await;
+}

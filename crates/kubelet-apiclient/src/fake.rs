@@ -40,6 +40,8 @@ struct State {
     pods: BTreeMap<(String, String), Pod>,
     events: Vec<Event>,
     calls: Vec<String>,
+    /// Pod status patches are refused with this error while set.
+    refuse_status: Option<ApiError>,
 }
 
 /// The in-memory apiserver.
@@ -100,6 +102,11 @@ impl FakeApi {
 
     fn next_rv(&self) -> String {
         (self.rv.fetch_add(1, Ordering::Relaxed) + 1).to_string()
+    }
+
+    /// Refuses every pod status patch with `error` (the apiserver answering an error), or accepts them again.
+    pub fn refuse_pod_status_patches(&self, error: Option<ApiError>) {
+        self.state.lock().unwrap().refuse_status = error;
     }
 
     /// Ends every open pod watch and makes the next one fail with 410 Gone.
@@ -278,6 +285,9 @@ impl PodApi for FakeApi {
     async fn patch_pod_status(&self, ns: &str, name: &str, patch: &Value) -> ApiResult<Pod> {
         let p = {
             let st = self.enter(format!("patch_pod_status {ns}/{name}"))?;
+            if let Some(e) = st.refuse_status.clone() {
+                return Err(e);
+            }
             st.pods.get(&(ns.to_string(), name.to_string())).cloned()
         };
         let p = p.ok_or_else(|| ApiError::NotFound(format!("pods {name:?}")))?;

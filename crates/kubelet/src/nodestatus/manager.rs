@@ -377,4 +377,38 @@ mod tests {
         m.try_register().await.unwrap();
         assert_eq!(api.node("n1").unwrap().metadata.labels.unwrap()["kubernetes.io/hostname"], "n1");
     }
+
+    #[test]
+    fn the_kubelets_fields_are_set_and_others_left_alone() {
+        use k8s_openapi::api::core::v1::{NodeAddress, NodeCondition};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let cond = |t: &str, s: &str| NodeCondition { type_: t.into(), status: s.into(), ..Default::default() };
+        let addr = |t: &str, a: &str| NodeAddress { type_: t.into(), address: a.into() };
+        let current = Node {
+            status: Some(NodeStatus {
+                conditions: Some(vec![cond("NetworkUnavailable", "False"), cond("Ready", "False")]),
+                capacity: Some([("example.com/dongle".to_string(), Quantity("2".into()))].into()),
+                addresses: Some(vec![addr("InternalIP", "10.0.0.1")]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let ours = NodeStatus {
+            conditions: Some(vec![cond("Ready", "True"), cond("MemoryPressure", "False")]),
+            capacity: Some([("cpu".to_string(), Quantity("2".into()))].into()),
+            addresses: Some(vec![addr("InternalIP", "10.0.0.1"), addr("InternalIP", "fd00::1")]),
+            ..Default::default()
+        };
+        let want = with_kubelet_status(&current, &ours);
+        let st = want.status.as_ref().unwrap();
+        let conds: Vec<_> = st.conditions.iter().flatten().map(|c| (c.type_.as_str(), c.status.as_str())).collect();
+        assert_eq!(conds, [("NetworkUnavailable", "False"), ("Ready", "True"), ("MemoryPressure", "False")]);
+        assert_eq!(st.capacity.as_ref().unwrap().len(), 2, "the extended resource another client added stays");
+        // Two addresses of one type: the patch replaces the list, as PatchNodeStatus does.
+        let patch = node_status_patch(&current, &want).unwrap();
+        let list = patch["status"]["addresses"].as_array().unwrap();
+        assert_eq!(list.last().unwrap(), &serde_json::json!({"$patch": "replace"}));
+        assert_eq!(list.len(), 3);
+        assert!(patch["status"]["conditions"].as_array().unwrap().iter().all(|c| c["type"] != "NetworkUnavailable"));
+    }
 }

@@ -259,4 +259,95 @@ mod tests {
         sync.sync_changed().await;
         assert!(api.calls().is_empty(), "nothing changed since: {:?}", api.calls());
     }
+
+    fn api_pod(api: &FakeApi, name: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.name = Some(name.into());
+        p.metadata.namespace = Some("default".into());
+        p.spec = Some(PodSpec { node_name: Some("n1".into()), ..Default::default() });
+        api.put_pod(p)
+    }
+
+    fn cond(kind: &str, status: &str) -> k8s_openapi::api::core::v1::PodCondition {
+        k8s_openapi::api::core::v1::PodCondition { type_: kind.into(), status: status.into(), ..Default::default() }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn conditions_other_clients_set_survive_the_kubelets_patches() {
+        let api = Arc::new(FakeApi::new());
+        let p = api_pod(&api, "gated");
+        let sm = Arc::new(StatusManager::new(Arc::new(TestClock::fixed())));
+        let mut sync = StatusSync::new(sm.clone(), api.clone());
+        sm.set_pod_status(&p, PodStatus { conditions: Some(vec![cond("Ready", "False")]), ..Default::default() });
+        sync.sync_batch().await;
+        // A controller sets a readiness gate's condition through the status subresource.
+        let patch = serde_json::json!({"status": {"conditions": [{"type": "example.com/gate", "status": "True"}]}});
+        api.patch_pod_status("default", "gated", &patch).await.unwrap();
+        sm.set_pod_status(&p, PodStatus { conditions: Some(vec![cond("Ready", "True")]), ..Default::default() });
+        sync.sync_batch().await;
+        let conds = api.pod("default", "gated").unwrap().status.unwrap().conditions.unwrap();
+        let kinds: Vec<_> = conds.iter().map(|c| (c.type_.as_str(), c.status.as_str())).collect();
+        assert_eq!(kinds, [("example.com/gate", "True"), ("Ready", "True")]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_static_pods_status_waits_for_its_mirror_without_asking_the_apiserver() {
+        use std::collections::BTreeMap;
+        let api = Arc::new(FakeApi::new());
+        let sm = Arc::new(StatusManager::new(Arc::new(TestClock::fixed())));
+        let mut sync = StatusSync::new(sm.clone(), api.clone());
+        let mut st = Pod::default();
+        st.metadata.name = Some("etcd-n1".into());
+        st.metadata.namespace = Some("kube-system".into());
+        st.metadata.uid = Some("static-uid".into());
+        st.metadata.annotations = Some(BTreeMap::from([
+            ("kubernetes.io/config.source".to_string(), "file".to_string()),
+            ("kubernetes.io/config.hash".to_string(), "static-uid".to_string()),
+        ]));
+        sm.set_pod_status(&st, PodStatus { phase: Some("Running".into()), ..Default::default() });
+        sync.sync_batch().await;
+        assert!(api.calls().is_empty(), "no GET of a mirror pod that is not there: {:?}", api.calls());
+        // The mirror appears (created by the mirror reconciler, seen by the pod source).
+        let mut m = st.clone();
+        m.metadata.uid = None;
+        m.metadata.annotations.as_mut().unwrap().insert(CONFIG_MIRROR.into(), "static-uid".into());
+        let m = api.put_pod(m);
+        sm.set_mirror("kube-system", "etcd-n1", m.metadata.uid.clone());
+        sync.sync_changed().await;
+        let phase = api.pod("kube-system", "etcd-n1").unwrap().status.and_then(|s| s.phase);
+        assert_eq!(phase.as_deref(), Some("Running"), "written as soon as the mirror is seen");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_patch_is_retried_with_back_off_not_at_every_round() {
+        let api = Arc::new(FakeApi::new());
+        let p = api_pod(&api, "web");
+        let sm = Arc::new(StatusManager::new(Arc::new(TestClock::fixed())));
+        let mut sync = StatusSync::new(sm.clone(), api.clone());
+        api.refuse_pod_status_patches(Some(ApiError::Other { code: 422, message: "invalid".into() }));
+        sm.set_pod_status(&p, PodStatus { phase: Some("Running".into()), ..Default::default() });
+        let patches = |api: &FakeApi| api.calls().iter().filter(|c| c.starts_with("patch_pod_status")).count();
+        let mut attempts = vec![];
+        // Rounds every 10 s for 10 minutes: attempts after 0, 10, 30, 70, 150, 310 s and then every 300 s.
+        for round in 0..=60u64 {
+            let before = patches(&api);
+            sync.sync_batch().await;
+            if patches(&api) > before {
+                attempts.push(round * 10);
+            }
+            tokio::time::advance(STATUS_SYNC_PERIOD).await;
+        }
+        assert_eq!(attempts, [0, 10, 30, 70, 150, 310]);
+        // Once the apiserver accepts it, the status is written at the next allowed attempt and the back-off ends.
+        api.refuse_pod_status_patches(None);
+        tokio::time::advance(REFUSED_BACKOFF_MAX).await;
+        sync.sync_batch().await;
+        assert_eq!(api.pod("default", "web").unwrap().status.unwrap().phase.as_deref(), Some("Running"));
+        assert!(sync.refused.is_empty());
+        // An unreachable apiserver is retried at every round, without back-off.
+        api.set_down(true);
+        sm.set_pod_status(&p, PodStatus { phase: Some("Succeeded".into()), ..Default::default() });
+        sync.sync_batch().await;
+        assert!(sync.refused.is_empty());
+    }
 }

@@ -643,4 +643,31 @@ mod tests {
             Some("corresponding condition of pod readiness gate \"example.com/lb\" does not exist.")
         );
     }
+
+    #[test]
+    fn readiness_is_reconciled_when_a_gate_changed_under_it() {
+        use k8s_openapi::api::core::v1::{PodReadinessGate, PodStatus as S};
+        let mut p = pod("Always");
+        let spec = p.spec.as_mut().unwrap();
+        spec.readiness_gates = Some(vec![PodReadinessGate { condition_type: "example.com/gate".into() }]);
+        let ready = |n: &str| ApiContainerStatus { name: n.into(), ready: true, ..Default::default() };
+        let c = |t: &str, s: &str| PodCondition { type_: t.into(), status: s.into(), ..Default::default() };
+        let status = |conds: Vec<PodCondition>| S {
+            phase: Some("Running".into()),
+            container_statuses: Some(vec![ready("a"), ready("b")]),
+            conditions: Some(conds),
+            ..Default::default()
+        };
+        // The gate turned True while Ready still says False: a sync is needed.
+        let msg = "the status of pod readiness gate \"example.com/gate\" is not \"True\", but False".to_string();
+        let not_ready = PodCondition { message: Some(msg), ..c("Ready", "False") };
+        p.status = Some(status(vec![not_ready.clone(), c("example.com/gate", "True")]));
+        assert!(needs_readiness_reconcile(&p));
+        p.status = Some(status(vec![c("Ready", "True"), c("example.com/gate", "True")]));
+        assert!(!needs_readiness_reconcile(&p));
+        p.status = Some(status(vec![not_ready, c("example.com/gate", "False")]));
+        assert!(!needs_readiness_reconcile(&p), "Ready already says why");
+        p.spec.as_mut().unwrap().readiness_gates = None;
+        assert!(!needs_readiness_reconcile(&p), "only pods with gates");
+    }
 }
