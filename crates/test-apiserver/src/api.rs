@@ -150,7 +150,18 @@ pub fn patch(
                 if !patch.is_object() {
                     return Err(ApiError::bad_request("the body of a strategic merge patch must be a JSON object"));
                 }
-                strategic_merge(&mut new, patch).map_err(bad)?
+                // Pods and Nodes merge with their real patch strategies (the schema the kubelet's patches are built
+                // from), so a patch the real apiserver refuses is refused here too.
+                let schema = match def.resource {
+                    "pods" => Some(&kubelet_apiclient::patch::POD),
+                    "nodes" => Some(&kubelet_apiclient::patch::NODE),
+                    _ => None,
+                };
+                match schema {
+                    Some(schema) => kubelet_apiclient::patch::apply_patch(&mut new, patch, schema)
+                        .map_err(|e| ApiError::invalid(def, name, "patch", &e.to_string()))?,
+                    None => strategic_merge(&mut new, patch).map_err(bad)?,
+                }
             }
             PatchType::Json => json_patch(&mut new, patch).map_err(|e| {
                 let mut err = ApiError::invalid(def, name, "patch", &e.0);
