@@ -83,14 +83,7 @@ async fn pod_created_with_kubectl_runs_and_kubectl_delete_removes_it() {
         // no change after the create can be missed.
         let t0 = Instant::now();
         env.kubectl(&["create", "-f", manifest.to_str().unwrap()]).await;
-        let mut watch = tokio::process::Command::new("kubectl")
-            .arg(format!("--kubeconfig={}", env.admin.display()))
-            .args(["-n", &env.ns, "get", "pod", "web", "-w", "--request-timeout=0"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap();
+        let mut watch = env.spawn_kubectl(&["get", "pod", "web", "-w", "--request-timeout=0"], false);
         let mut lines = tokio::io::BufReader::new(watch.stdout.take().unwrap()).lines();
         tokio::time::timeout(Duration::from_secs(60), async {
             while let Ok(Some(l)) = lines.next_line().await {
@@ -242,15 +235,14 @@ async fn apiserver_outage_under_running_pods_is_survived() {
     node.wait_running(&format!("steady-{}", env.node)).await;
 
     let cp = env.cp.clone();
-    tokio::task::spawn_blocking(move || cp.stop_apiserver()).await.unwrap();
+    let outage = tokio::task::spawn_blocking(move || cp.outage()).await.unwrap().expect("stop the apiserver");
     // While the apiserver is away, pods keep running and static pods can still be added.
     let late = manifest("late", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 2\n")
         .replace("metadata:\n", &ns_line);
     node.write_manifest("late.yaml", &late);
     node.wait_running(&format!("late-{}", env.node)).await;
     node.assert_alive();
-    let cp = env.cp.clone();
-    tokio::task::spawn_blocking(move || cp.start_apiserver()).await.unwrap().expect("restart the apiserver");
+    tokio::task::spawn_blocking(move || outage.end()).await.unwrap().expect("restart the apiserver");
 
     // When it returns, the mirror pod of the new static pod, the lease and the node status catch up, and the pod
     // watch is established again.

@@ -176,13 +176,7 @@ async fn kubectl_logs_exec_attach_and_port_forward_through_the_apiserver() {
     assert!(!ok);
     assert_eq!(out, "to-out\n");
     assert!(err.contains("to-err") && err.contains("exit code 3"), "{err}");
-    let mut cat = tokio::process::Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", env.admin.display()))
-        .args(["-n", &env.ns, "exec", "-i", "web", "-c", "app", "--", "cat"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut cat = env.spawn_kubectl(&["exec", "-i", "web", "-c", "app", "--", "cat"], true);
     {
         use tokio::io::AsyncWriteExt;
         let mut stdin = cat.stdin.take().unwrap();
@@ -194,14 +188,7 @@ async fn kubectl_logs_exec_attach_and_port_forward_through_the_apiserver() {
     assert!(out.status.success());
 
     // kubectl attach to the ticker's output.
-    let mut attach = tokio::process::Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", env.admin.display()))
-        .args(["-n", &env.ns, "attach", "web", "-c", "ticker"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut attach = env.spawn_kubectl(&["attach", "web", "-c", "ticker"], false);
     let mut lines = tokio::io::BufReader::new(attach.stdout.take().unwrap()).lines();
     let tick = tokio::time::timeout(Duration::from_secs(20), async {
         loop {
@@ -218,13 +205,7 @@ async fn kubectl_logs_exec_attach_and_port_forward_through_the_apiserver() {
     let _ = attach.kill().await;
 
     // kubectl port-forward to busybox httpd.
-    let mut pf = tokio::process::Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", env.admin.display()))
-        .args(["-n", &env.ns, "port-forward", "pod/web", ":8080", "--address=127.0.0.1"])
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut pf = env.spawn_kubectl(&["port-forward", "pod/web", ":8080", "--address=127.0.0.1"], false);
     let mut lines = tokio::io::BufReader::new(pf.stdout.take().unwrap());
     let mut first = String::new();
     tokio::time::timeout(Duration::from_secs(20), lines.read_line(&mut first))

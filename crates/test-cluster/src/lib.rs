@@ -326,16 +326,13 @@ impl ControlPlane {
         Ok(format!("{id}.{secret}"))
     }
 
-    /// Stops the apiserver (an outage); [`ControlPlane::start_apiserver`] brings it back.
-    pub fn stop_apiserver(&self) {
-        let _lock = Lock::take(&self.dir);
+    /// Stops the apiserver for an outage that lasts until [`Outage::end`]. The control plane's lock is held
+    /// meanwhile, so another test binary's [`ControlPlane::ensure`] waits for the outage to end instead of taking
+    /// the stopped apiserver for a dead control plane and starting a new one.
+    pub fn outage(&self) -> Result<Outage, Error> {
+        let lock = Lock::take(&self.dir)?;
         self.proc("kube-apiserver").stop();
-    }
-
-    /// Starts the apiserver again with the same flags and waits until it is ready.
-    pub fn start_apiserver(&self) -> Result<(), Error> {
-        let _lock = Lock::take(&self.dir)?;
-        self.start_apiserver_locked()
+        Ok(Outage { cp: self.clone(), _lock: lock })
     }
 
     fn start_all(&self) -> Result<(), Error> {
@@ -369,7 +366,7 @@ impl ControlPlane {
 
         self.write_support_files()?;
         self.start_apiserver_locked()?;
-        self.kubectl(&["apply", "-f", "-"], Some(KUBEADM_RBAC))?;
+        self.kubectl(&["apply", "-f", "-"], Some(&kubeadm_rbac()))?;
 
         let cm_conf = self.dir.join("controller-manager.conf");
         let pki = |f: &str| self.pki.path(f).display().to_string();
@@ -456,6 +453,19 @@ impl ControlPlane {
     }
 }
 
+/// An apiserver outage (see [`ControlPlane::outage`]).
+pub struct Outage {
+    cp: ControlPlane,
+    _lock: Lock,
+}
+
+impl Outage {
+    /// Starts the apiserver again with the same flags and waits until it is ready.
+    pub fn end(self) -> Result<(), Error> {
+        self.cp.start_apiserver_locked()
+    }
+}
+
 /// Seconds since the epoch as RFC 3339 UTC (`2026-12-01T10:00:00Z`).
 fn rfc3339(secs: u64) -> String {
     let days = (secs / 86_400) as i64;
@@ -474,69 +484,29 @@ fn rfc3339(secs: u64) -> String {
 }
 
 /// What kubeadm creates for node TLS bootstrap (`kubeadm init phase bootstrap-token`): bootstrap tokens may
-/// create CSRs, their node-client CSRs are approved automatically, and nodes may renew their own certificates.
-const KUBEADM_RBAC: &str = "\
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: kubeadm:kubelet-bootstrap
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: system:node-bootstrapper
-subjects:
-- apiGroup: rbac.authorization.k8s.io
-  kind: Group
-  name: system:bootstrappers:kubeadm:default-node-token
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: kubeadm:node-autoapprove-bootstrap
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: system:certificates.k8s.io:certificatesigningrequests:nodeclient
-subjects:
-- apiGroup: rbac.authorization.k8s.io
-  kind: Group
-  name: system:bootstrappers:kubeadm:default-node-token
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: kubeadm:node-autoapprove-certificate-rotation
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: system:certificates.k8s.io:certificatesigningrequests:selfnodeclient
-subjects:
-- apiGroup: rbac.authorization.k8s.io
-  kind: Group
-  name: system:nodes
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: kubeadm:get-nodes
-rules:
-- apiGroups: [\"\"]
-  resources: [nodes]
-  verbs: [get]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: kubeadm:get-nodes
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: kubeadm:get-nodes
-subjects:
-- apiGroup: rbac.authorization.k8s.io
-  kind: Group
-  name: system:bootstrappers:kubeadm:default-node-token
-";
+/// create CSRs and read nodes, their node-client CSRs are approved automatically, and nodes may renew their own
+/// certificates.
+fn kubeadm_rbac() -> String {
+    let binding = |name: &str, role: &str, group: &str| {
+        format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {name}\nroleRef:\n  \
+             apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: {role}\nsubjects:\n- apiGroup: \
+             rbac.authorization.k8s.io\n  kind: Group\n  name: {group}\n---\n"
+        )
+    };
+    let mut yaml = String::new();
+    yaml.push_str(&binding("kubeadm:kubelet-bootstrap", "system:node-bootstrapper", BOOTSTRAP_GROUP));
+    let nodeclient = "system:certificates.k8s.io:certificatesigningrequests:nodeclient";
+    yaml.push_str(&binding("kubeadm:node-autoapprove-bootstrap", nodeclient, BOOTSTRAP_GROUP));
+    let selfnode = "system:certificates.k8s.io:certificatesigningrequests:selfnodeclient";
+    yaml.push_str(&binding("kubeadm:node-autoapprove-certificate-rotation", selfnode, "system:nodes"));
+    yaml.push_str(&binding("kubeadm:get-nodes", "kubeadm:get-nodes", BOOTSTRAP_GROUP));
+    yaml.push_str(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: kubeadm:get-nodes\nrules:\n\
+         - apiGroups: [\"\"]\n  resources: [nodes]\n  verbs: [get]\n",
+    );
+    yaml
+}
 
 /// Audit what nodes and bootstrapping kubelets ask (so tests can check what a kubelet requested, as an operator
 /// reads the audit log), nothing else.
@@ -553,6 +523,14 @@ rules:
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kubeadm_rbac_is_five_objects() {
+        let yaml = kubeadm_rbac();
+        assert_eq!(yaml.matches("kind: ClusterRoleBinding").count(), 4);
+        assert_eq!(yaml.matches("\nkind: ClusterRole\n").count(), 1);
+        assert!(yaml.contains("  name: system:node-bootstrapper\nsubjects:\n- apiGroup: rbac.authorization.k8s.io\n  kind: Group\n  name: system:bootstrappers:kubeadm:default-node-token\n"));
+    }
 
     #[test]
     fn rfc3339_dates() {

@@ -122,6 +122,21 @@ impl TestEnv {
         )
     }
 
+    /// A long-running kubectl as the admin in the test's namespace (a watch, exec, attach, port-forward): stdout
+    /// piped (and stdin when `stdin`), stderr dropped, killed when dropped.
+    pub fn spawn_kubectl(&self, args: &[&str], stdin: bool) -> tokio::process::Child {
+        tokio::process::Command::new("kubectl")
+            .arg(format!("--kubeconfig={}", self.admin.display()))
+            .args(["-n", self.ns.as_str()])
+            .args(args)
+            .stdin(if stdin { std::process::Stdio::piped() } else { std::process::Stdio::null() })
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("run kubectl")
+    }
+
     /// `kubectl get <args> -o json` in the test's namespace, or None.
     pub async fn get(&self, args: &[&str]) -> Option<Value> {
         let mut a = vec!["-n", self.ns.as_str()];
