@@ -14,30 +14,6 @@ use common::*;
 use test_cluster::CertPair;
 use tokio::io::AsyncBufReadExt;
 
-/// A node of `env` whose API authenticates with the cluster CA and webhook tokens and authorizes with
-/// SubjectAccessReviews, as kubeadm configures it.
-async fn kubeadm_like_node(env: &TestEnv) -> Node {
-    let ca = env.cp.pki.path("ca.crt");
-    let config = |n: &Node| {
-        std::fs::read_to_string(&n.config)
-            .unwrap()
-            .replace(
-                "  webhook:\n    enabled: false\n",
-                &format!(
-                    "  webhook:\n    enabled: true\n    cacheTTL: 2m\n  x509:\n    clientCAFile: {}\n",
-                    ca.display()
-                ),
-            )
-            .replace("mode: AlwaysAllow", "mode: Webhook")
-    };
-    let mut node = env.start_node_with(&[], config, vec![]);
-    node.wait_for("the secure port", Duration::from_secs(30), || async {
-        std::net::TcpStream::connect(("127.0.0.1", SECURE_PORT)).is_ok().then_some(())
-    })
-    .await;
-    node
-}
-
 fn pair(p: CertPair) -> (String, String) {
     (p.cert, p.key)
 }
@@ -46,7 +22,7 @@ fn pair(p: CertPair) -> (String, String) {
 async fn authentication_and_authorization_are_decided_by_the_apiserver() {
     let (_g, rt) = fresh_runtime().await;
     let env = TestEnv::new().await;
-    let mut node = kubeadm_like_node(&env).await;
+    let mut node = env.start_kubeadm_node().await;
     env.wait_node_ready(&mut node).await;
     let ns = env.ns.clone();
     // A service account without rights, one bound to cluster-admin, and a user with a client certificate who may
@@ -127,7 +103,7 @@ async fn authentication_and_authorization_are_decided_by_the_apiserver() {
 async fn kubectl_logs_exec_attach_and_port_forward_through_the_apiserver() {
     let (_g, rt) = fresh_runtime().await;
     let env = TestEnv::new().await;
-    let mut node = kubeadm_like_node(&env).await;
+    let mut node = env.start_kubeadm_node().await;
     let yaml = env.pod_yaml(
         "web",
         &[

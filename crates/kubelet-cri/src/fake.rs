@@ -236,6 +236,11 @@ impl FakeRuntime {
         v.into_iter().map(|(_, id)| id).collect()
     }
 
+    /// The config a container was created with.
+    pub fn container_config(&self, id: &str) -> Option<api::ContainerConfig> {
+        self.state.lock().unwrap().containers.get(id).map(|c| c.config.clone())
+    }
+
     /// Number of sandboxes and containers held.
     pub fn object_counts(&self) -> (usize, usize) {
         let st = self.state.lock().unwrap();
@@ -396,6 +401,28 @@ impl RuntimeService for FakeRuntime {
                 code: "Unknown".into(),
                 message: format!("image {image} not present"),
             });
+        }
+        // A PID namespace of another container (an ephemeral container's target) must exist: that container must
+        // run in the same sandbox, as containerd's validateTargetContainer demands.
+        let ns =
+            config.linux.as_ref().and_then(|l| l.security_context.as_ref()).and_then(|s| s.namespace_options.as_ref());
+        if let Some(ns) = ns.filter(|ns| ns.pid == api::NamespaceMode::Target as i32) {
+            let target = st.containers.get(&ns.target_id);
+            let problem = match target {
+                None => Some(format!("container {:?} does not exist", ns.target_id)),
+                Some(t) if t.sandbox_id != sandbox_id => {
+                    Some(format!("container {:?} does not belong to sandbox {sandbox_id:?}", ns.target_id))
+                }
+                Some(t) if t.state != RUNNING => Some(format!("container {:?} is not running", ns.target_id)),
+                Some(_) => None,
+            };
+            if let Some(p) = problem {
+                return Err(CriError::Other {
+                    op: "CreateContainer",
+                    code: "Unknown".into(),
+                    message: format!("invalid target container: {p}"),
+                });
+            }
         }
         if let Some(uid) = config.labels.get(POD_UID_LABEL) {
             st.by_uid.entry(uid.clone()).or_default().insert(id.clone());

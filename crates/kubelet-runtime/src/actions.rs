@@ -1,6 +1,14 @@
 //! What a sync must do to a pod (`kuberuntime_manager.go` computePodActions, `computeInitContainerActions`,
 //! `pkg/kubelet/container/helpers.go` ShouldContainerBeRestarted, `pkg/kubelet/util/...` PodSandboxChanged).
 //! Pure functions of the spec and the runtime status, so they are tested without a runtime.
+//!
+//! Ephemeral containers (`kubectl debug`) follow upstream's contract: one is started when the runtime has no
+//! container of its name in the pod (it never ran), in a sandbox that is up and stays up, even while the pod is
+//! still initializing; it is never restarted whatever the restart policy, never killed for a spec change (its
+//! spec is immutable, and nothing compares it), and it only stops with the pod. Not started by a sync that
+//! (re)creates the sandbox (upstream returns before looking at them) nor by one that kills the pod (upstream
+//! still asks the runtime to create it in the sandbox it just stopped, which the runtime refuses; rkubelet does
+//! not ask).
 
 use std::collections::BTreeMap;
 
@@ -50,6 +58,8 @@ pub struct PodActions {
     pub init_containers_to_start: Vec<usize>,
     /// App containers to start, by index.
     pub containers_to_start: Vec<usize>,
+    /// Ephemeral containers to start, by index in `spec.ephemeralContainers` (`EphemeralContainersToStart`).
+    pub ephemeral_containers_to_start: Vec<usize>,
     /// Containers to kill, by container ID.
     pub containers_to_kill: BTreeMap<String, KillInfo>,
 }
@@ -261,8 +271,21 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, health: &dyn Container
         return a;
     }
 
+    // Ephemeral containers may start before initialization completes; one that ever ran (any status of its
+    // name) is never started again.
+    for (i, ec) in spec.ephemeral_containers.iter().flatten().enumerate() {
+        if status.find_container(&ec.name).is_none() {
+            a.ephemeral_containers_to_start.push(i);
+        }
+    }
+
     let initialized = compute_init_actions(pod, status, health, &mut a);
-    if a.kill_pod || !initialized {
+    if a.kill_pod {
+        // The sandbox is stopped by this sync: nothing can start in it.
+        a.ephemeral_containers_to_start.clear();
+        return a;
+    }
+    if !initialized {
         return a;
     }
 
@@ -302,8 +325,9 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, health: &dyn Container
     }
     if keep == 0 && a.containers_to_start.is_empty() {
         a.kill_pod = true;
-        // Native sidecars must not keep a finished pod alive.
+        // Native sidecars must not keep a finished pod alive, nor can a debugger join a stopped sandbox.
         a.init_containers_to_start.clear();
+        a.ephemeral_containers_to_start.clear();
     }
     a
 }
@@ -501,5 +525,80 @@ mod tests {
         let a = actions(&p, &st);
         assert!(a.create_sandbox && a.kill_pod);
         assert_eq!((a.attempt, a.sandbox_id.as_str()), (1, "s1"));
+    }
+
+    fn with_debugger(mut p: Pod, target: Option<&str>) -> Pod {
+        let ec = k8s_openapi::api::core::v1::EphemeralContainer {
+            name: "debugger".into(),
+            image: Some("busybox".into()),
+            target_container_name: target.map(str::to_string),
+            ..Default::default()
+        };
+        p.spec.as_mut().unwrap().ephemeral_containers = Some(vec![ec]);
+        p
+    }
+
+    fn debugger_status(state: ContainerState, code: i32) -> ContainerStatus {
+        ContainerStatus {
+            id: "id-debugger".into(),
+            name: "debugger".into(),
+            state,
+            created_at: 3,
+            started_at: 3,
+            finished_at: 4,
+            exit_code: code,
+            image: "busybox".into(),
+            image_ref: "sha".into(),
+            hash: 0,
+            restart_count: 0,
+            reason: String::new(),
+            message: String::new(),
+            log_path: String::new(),
+        }
+    }
+
+    #[test]
+    fn ephemeral_containers_start_once_and_are_never_restarted() {
+        for policy in ["Always", "OnFailure", "Never"] {
+            let p = with_debugger(pod(policy, &[], &["a"]), Some("a"));
+            let mut st = running(vec![cs(&p, "a", ContainerState::Running, 0)]);
+            let a = actions(&p, &st);
+            assert_eq!(a.ephemeral_containers_to_start, vec![0], "{policy}: never ran");
+            assert!(a.containers_to_start.is_empty() && a.containers_to_kill.is_empty() && !a.kill_pod);
+            for (state, code) in [
+                (ContainerState::Created, 0),
+                (ContainerState::Running, 0),
+                (ContainerState::Exited, 0),
+                (ContainerState::Exited, 1),
+                (ContainerState::Unknown, 0),
+            ] {
+                st.container_statuses = vec![debugger_status(state, code), cs(&p, "a", ContainerState::Running, 0)];
+                let a = actions(&p, &st);
+                assert!(a.ephemeral_containers_to_start.is_empty(), "{policy}: {state:?} {code} is not started again");
+                assert!(a.containers_to_kill.is_empty(), "{policy}: an ephemeral container is never killed by a sync");
+                assert!(!a.kill_pod, "{policy}: the app still runs");
+            }
+        }
+    }
+
+    #[test]
+    fn ephemeral_containers_start_during_initialization_but_not_in_a_new_or_stopped_sandbox() {
+        // An init container still runs: the debugger starts anyway.
+        let p = with_debugger(pod("Always", &["i1"], &["a"]), Some("i1"));
+        let st = running(vec![cs(&p, "i1", ContainerState::Running, 0)]);
+        let a = actions(&p, &st);
+        assert_eq!(a.ephemeral_containers_to_start, vec![0]);
+        assert!(a.init_containers_to_start.is_empty() && a.containers_to_start.is_empty());
+        // A sandbox to (re)create: nothing but the sandbox and the first container.
+        let a = actions(&p, &PodStatus::default());
+        assert!(a.create_sandbox && a.ephemeral_containers_to_start.is_empty(), "{a:?}");
+        // The pod is being stopped (nothing left to run under Never): no debugger joins the stopped sandbox.
+        let never = with_debugger(pod("Never", &[], &["a"]), None);
+        let a = actions(&never, &running(vec![cs(&never, "a", ContainerState::Exited, 0)]));
+        assert!(a.kill_pod && a.ephemeral_containers_to_start.is_empty(), "{a:?}");
+        // A failed init container of a Never pod kills the pod: same.
+        let init_failed = with_debugger(pod("Never", &["i1"], &["a"]), None);
+        let a = actions(&init_failed, &running(vec![cs(&init_failed, "i1", ContainerState::Exited, 1)]));
+        assert!(a.kill_pod && a.ephemeral_containers_to_start.is_empty(), "{a:?}");
     }
 }

@@ -2,13 +2,19 @@
 //! `kubelet_pods.go` makeMounts for the kubelet-managed files): crash-loop back-off, the image by pull policy with
 //! pull back-off, `/etc/hosts` and the termination-message file, CreateContainer, StartContainer, and the
 //! `/var/log/containers` link. Called by [`RuntimeManager::sync_pod`] only.
+//!
+//! App, init and ephemeral containers take the same path ([`StartSpec`], upstream's `startSpec`): an ephemeral
+//! container differs only by its `targetContainerName`, resolved to the newest container of that name in the
+//! pod (`getTargetID`; none is `CreateContainerConfigError` "unable to find target container"), whose PID
+//! namespace it joins (see [`config_gen::container_config`]). What the API forbids an ephemeral container to
+//! have (probes, lifecycle hooks, ports, resources) is simply absent from its spec.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kubelet_cri::api;
-use kubelet_types::pod_update::pod_ref;
+use kubelet_types::pod_update::{pod_ref, pod_uid};
 use kubelet_types::{ContainerState, PodStatus, PodUid};
 use tracing::{info, warn};
 
@@ -29,6 +35,39 @@ pub fn default_pull_policy(image: &str) -> &'static str {
     match name.split_once(':') {
         Some((_, "latest")) | None => "Always",
         Some(_) => "IfNotPresent",
+    }
+}
+
+/// What to start (`startSpec`): an app, init or ephemeral container (as the container it runs as, see
+/// [`kubelet_types::pod_update::ephemeral_container_common`]), and for an ephemeral container the
+/// `targetContainerName` whose process namespace it shares.
+#[derive(Debug, Clone, Copy)]
+pub struct StartSpec<'a> {
+    /// The container.
+    pub container: &'a Container,
+    /// An ephemeral container's `targetContainerName` (None or empty: no target).
+    pub target: Option<&'a str>,
+}
+
+impl<'a> StartSpec<'a> {
+    /// An app or init container (`containerStartSpec`).
+    pub fn container(c: &'a Container) -> Self {
+        Self { container: c, target: None }
+    }
+
+    /// An ephemeral container (`ephemeralContainerStartSpec`): `common` is its `EphemeralContainerCommon`.
+    pub fn ephemeral(common: &'a Container, target: Option<&'a str>) -> Self {
+        Self { container: common, target: target.filter(|t| !t.is_empty()) }
+    }
+
+    /// The ID of the target container (`getTargetID`): the newest container of that name in the pod, whatever
+    /// its state (the runtime refuses a target that does not run).
+    fn target_id(&self, status: &PodStatus) -> Result<Option<String>, String> {
+        let Some(t) = self.target else { return Ok(None) };
+        match status.find_container(t) {
+            Some(s) => Ok(Some(s.id.clone())),
+            None => Err(format!("unable to find target container {t}")),
+        }
     }
 }
 
@@ -278,14 +317,15 @@ impl RuntimeManager {
     pub(crate) async fn start_container(
         &self,
         pod: &Pod,
-        c: &Container,
+        spec: StartSpec<'_>,
         status: &PodStatus,
         sandbox_id: &str,
         sandbox_config: &api::PodSandboxConfig,
         pod_ips: &[String],
     ) -> Result<(), SyncError> {
+        let c = spec.container;
         let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
-        let res = self.start_container_inner(pod, c, status, sandbox_id, sandbox_config, pod_ips).await;
+        let res = self.start_container_inner(pod, spec, status, sandbox_id, sandbox_config, pod_ips).await;
         match &res {
             Ok(()) => self.reasons.remove(&uid, &c.name),
             Err(e) => {
@@ -324,12 +364,13 @@ impl RuntimeManager {
     async fn start_container_inner(
         &self,
         pod: &Pod,
-        c: &Container,
+        spec: StartSpec<'_>,
         status: &PodStatus,
         sandbox_id: &str,
         sandbox_config: &api::PodSandboxConfig,
         pod_ips: &[String],
     ) -> Result<(), SyncError> {
+        let c = spec.container;
         if let Some(e) = self.do_backoff(pod, c, status) {
             return Err(e);
         }
@@ -342,6 +383,7 @@ impl RuntimeManager {
             Some(s) => s.restart_count + 1,
             None => restart_count_from_log_dir(&log_dir),
         };
+        let target_id = spec.target_id(status).map_err(|m| err("CreateContainerConfigError", m))?;
         crate::logs::ensure_dir(&log_dir)
             .map_err(|e| err("CreateContainerConfigError", format!("create {}: {e}", log_dir.display())))?;
         let env = crate::env::make_environment(crate::env::EnvInputs {
@@ -369,8 +411,17 @@ impl RuntimeManager {
             std::io::ErrorKind::Other => err("CreateContainerConfigError", e.to_string()),
             _ => err("CreateContainerConfigError", format!("prepare kubelet-managed files: {e}")),
         })?;
-        let config = config_gen::container_config(&self.cfg, pod, c, restart_count, &env.vars, mounts, &image_user)
-            .map_err(|m| err("CreateContainerConfigError", m))?;
+        let config = config_gen::container_config(
+            &self.cfg,
+            pod,
+            c,
+            restart_count,
+            &env.vars,
+            mounts,
+            &image_user,
+            target_id.as_deref(),
+        )
+        .map_err(|m| err("CreateContainerConfigError", m))?;
         let kind = container_type(pod, &c.name);
         kubelet_metrics::kubelet::STARTED_CONTAINERS.inc(&[kind]);
         let started_error = |e: &kubelet_cri::CriError| {
@@ -387,7 +438,7 @@ impl RuntimeManager {
             err("RunContainerError", e.message())
         })?;
         self.recorder.event(&cref, NORMAL, reason::STARTED, format!("Started container {}", c.name));
-        info!(pod = %pod_ref(pod), containerName = %c.name, containerID = %id, restartCount = restart_count, "started container");
+        info!(pod = %pod_ref(pod), podUID = %pod_uid(pod), containerType = kind, containerName = %c.name, containerID = %id, restartCount = restart_count, "started container");
         if let Some(h) = c.lifecycle.as_ref().and_then(|l| l.post_start.as_ref()) {
             let ip = pod_ips.first().map(String::as_str).unwrap_or("");
             if let Err(msg) = run_handler(self.runtime.as_ref(), pod, c, &id, h, ip).await {

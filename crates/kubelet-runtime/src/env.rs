@@ -287,7 +287,8 @@ pub async fn make_environment(i: EnvInputs<'_>) -> Result<Environment, String> {
             if let Some(f) = &from.field_ref {
                 field_value(i.pod, &f.field_path, i.pod_ips, &i.node.host_ips)?
             } else if let Some(r) = &from.resource_field_ref {
-                let target = match r.container_name.as_deref().filter(|n| !n.is_empty()) {
+                // The container itself needs no lookup (an ephemeral container is not among the pod's).
+                let target = match r.container_name.as_deref().filter(|n| !n.is_empty() && *n != i.container.name) {
                     Some(n) => find_container(i.pod, n).ok_or_else(|| format!("container {n} not found"))?,
                     None => i.container,
                 };

@@ -40,11 +40,9 @@ impl RuntimeManager {
                 &restored
             }
         };
-        let spec = pod.spec.as_ref();
-        let container = spec
-            .into_iter()
-            .flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten()))
-            .find(|c| c.name == name);
+        // App, init or ephemeral container (`GetContainerSpec`); an ephemeral one has no hook nor probe.
+        let container = kubelet_types::pod_update::container_spec(pod, name);
+        let container = container.as_ref();
         let mut grace = termination_grace_period(pod, container, req.reason);
         let message = req.message.map(str::to_string).unwrap_or_else(|| format!("Stopping container {name}"));
         self.recorder.event(&container_reference(pod, name), NORMAL, reason::KILLING, message);

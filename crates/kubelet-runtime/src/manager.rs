@@ -6,6 +6,11 @@
 //! Every failure is returned as a [`SyncError`] with upstream's reason (`CrashLoopBackOff`, `ErrImagePull`,
 //! `CreateContainerError`, ...); the reason is also kept in the [`ReasonCache`] for the pod status. The caller
 //! retries at its next sync.
+//!
+//! A sync starts containers in `SyncPod`'s order: the ephemeral containers that never ran (step 5, before the
+//! init containers so a debugger can join a pod whose initialization is stuck), the init containers (step 6),
+//! the app containers (step 8). Ephemeral containers are stopped only by [`RuntimeManager::kill_pod`], with the
+//! rest of the pod.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -14,7 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Pod;
 use kubelet_cri::{CriError, CriResult, ImageService, RuntimeService, api};
-use kubelet_types::pod_update::pod_ref;
+use kubelet_types::pod_update::{ephemeral_container_common, pod_ref, pod_uid};
 use kubelet_types::probe::{ContainerHealth, NoProbes};
 use kubelet_types::{
     Clock, ContainerState, ContainerStatus, PodStatus, PodUid, RuntimeContainer, RuntimePod, SandboxState,
@@ -23,6 +28,7 @@ use kubelet_types::{
 use tracing::{debug, info, warn};
 
 use crate::actions::{PodActions, compute_pod_actions};
+use crate::container::StartSpec;
 pub use crate::kill::{KillRequest, termination_grace_period};
 use crate::labels::container_info;
 use crate::logs::termination_message;
@@ -433,8 +439,8 @@ impl RuntimeManager {
         Ok(status)
     }
 
-    /// Brings the pod to its spec (`SyncPod`): kill what must go, create the sandbox, start the next init
-    /// container or the app containers.
+    /// Brings the pod to its spec (`SyncPod`): kill what must go, create the sandbox, start the ephemeral
+    /// containers that never ran, then the next init container or the app containers.
     pub async fn sync_pod(&self, pod: &Pod, status: &PodStatus) -> SyncResult {
         let actions = compute_pod_actions(pod, status, self.health.as_ref());
         debug!(pod = %pod_ref(pod), ?actions, "computed pod actions");
@@ -503,9 +509,23 @@ impl RuntimeManager {
         result: &mut SyncResult,
     ) {
         let spec = pod.spec.clone().unwrap_or_default();
+        // Ephemeral containers first (SyncPod step 5), so a debugger starts even when an init container cannot;
+        // a failure does not hold back anything else.
+        let ephemerals = spec.ephemeral_containers.as_deref().unwrap_or(&[]);
+        for &i in &actions.ephemeral_containers_to_start {
+            let ec = &ephemerals[i];
+            let common = ephemeral_container_common(ec);
+            let start = StartSpec::ephemeral(&common, ec.target_container_name.as_deref());
+            debug!(pod = %pod_ref(pod), podUID = %pod_uid(pod), containerName = %ec.name, targetContainerName = ?start.target, "creating ephemeral container");
+            match self.start_container(pod, start, status, sandbox_id, sandbox_config, pod_ips).await {
+                Ok(()) => result.started.push(ec.name.clone()),
+                Err(e) => result.errors.push(e),
+            }
+        }
         for &i in &actions.init_containers_to_start {
             let c = &spec.init_containers.as_deref().unwrap_or(&[])[i];
-            match self.start_container(pod, c, status, sandbox_id, sandbox_config, pod_ips).await {
+            match self.start_container(pod, StartSpec::container(c), status, sandbox_id, sandbox_config, pod_ips).await
+            {
                 Ok(()) => result.started.push(c.name.clone()),
                 Err(e) => {
                     result.errors.push(e);
@@ -518,7 +538,8 @@ impl RuntimeManager {
         }
         for &i in &actions.containers_to_start {
             let c = &spec.containers[i];
-            match self.start_container(pod, c, status, sandbox_id, sandbox_config, pod_ips).await {
+            match self.start_container(pod, StartSpec::container(c), status, sandbox_id, sandbox_config, pod_ips).await
+            {
                 Ok(()) => result.started.push(c.name.clone()),
                 Err(e) => result.errors.push(e),
             }

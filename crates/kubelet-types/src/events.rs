@@ -69,16 +69,19 @@ pub fn pod_reference(pod: &Pod) -> ObjectReference {
 }
 
 /// A reference to a container of a pod (`kubecontainer.GenerateContainerRef`): field path
-/// `spec.containers{name}` or `spec.initContainers{name}`.
+/// `spec.containers{name}`, `spec.initContainers{name}` or `spec.ephemeralContainers{name}`, looked up in that
+/// order as upstream's `fieldPath`.
 pub fn container_reference(pod: &Pod, container: &str) -> ObjectReference {
-    let init = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.init_containers.as_ref())
-        .is_some_and(|i| i.iter().any(|c| c.name == container));
+    let spec = pod.spec.as_ref();
+    let is_app = spec.is_some_and(|s| s.containers.iter().any(|c| c.name == container));
+    let is_init = spec.and_then(|s| s.init_containers.as_ref()).is_some_and(|i| i.iter().any(|c| c.name == container));
+    let is_ephemeral =
+        spec.and_then(|s| s.ephemeral_containers.as_ref()).is_some_and(|e| e.iter().any(|c| c.name == container));
     let mut r = pod_reference(pod);
-    r.field_path = Some(if init {
+    r.field_path = Some(if !is_app && is_init {
         format!("spec.initContainers{{{container}}}")
+    } else if !is_app && is_ephemeral {
+        format!("spec.ephemeralContainers{{{container}}}")
     } else {
         format!("spec.containers{{{container}}}")
     });

@@ -4,6 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::Pod;
+use k8s_openapi::api::core::v1::Container;
 
 /// What a [`PodUpdate`] does, with upstream's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -104,4 +105,127 @@ pub fn is_restartable_init_container(pod: &Pod, name: &str) -> bool {
         .and_then(|s| s.init_containers.as_ref())
         .and_then(|i| i.iter().find(|c| c.name == name))
         .is_some_and(|c| c.restart_policy.as_deref() == Some("Always"))
+}
+
+/// An ephemeral container as the container it is run as: every field of `EphemeralContainerCommon`, without
+/// `targetContainerName` (upstream converts `EphemeralContainerCommon` to `v1.Container` wherever it treats
+/// ephemeral containers as containers: `ephemeralContainerStartSpec`, `convertStatusToAPIStatus`,
+/// `VisitContainers`).
+pub fn ephemeral_container_common(ec: &k8s_openapi::api::core::v1::EphemeralContainer) -> Container {
+    // Destructured field by field, so a field added to the API does not silently go missing here.
+    let k8s_openapi::api::core::v1::EphemeralContainer {
+        args,
+        command,
+        env,
+        env_from,
+        image,
+        image_pull_policy,
+        lifecycle,
+        liveness_probe,
+        name,
+        ports,
+        readiness_probe,
+        resize_policy,
+        resources,
+        restart_policy,
+        restart_policy_rules,
+        security_context,
+        startup_probe,
+        stdin,
+        stdin_once,
+        target_container_name: _,
+        termination_message_path,
+        termination_message_policy,
+        tty,
+        volume_devices,
+        volume_mounts,
+        working_dir,
+    } = ec.clone();
+    Container {
+        args,
+        command,
+        env,
+        env_from,
+        image,
+        image_pull_policy,
+        lifecycle,
+        liveness_probe,
+        name,
+        ports,
+        readiness_probe,
+        resize_policy,
+        resources,
+        restart_policy,
+        restart_policy_rules,
+        security_context,
+        startup_probe,
+        stdin,
+        stdin_once,
+        termination_message_path,
+        termination_message_policy,
+        tty,
+        volume_devices,
+        volume_mounts,
+        working_dir,
+    }
+}
+
+/// The spec of the container `name` of `pod` (`kubecontainer.GetContainerSpec`): an app, init or ephemeral
+/// container, in that order.
+pub fn container_spec(pod: &Pod, name: &str) -> Option<Container> {
+    let spec = pod.spec.as_ref()?;
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|c| c.name == name)
+        .cloned()
+        .or_else(|| spec.ephemeral_containers.iter().flatten().find(|c| c.name == name).map(ephemeral_container_common))
+}
+
+/// The ephemeral containers of `pod` as containers, in spec order.
+pub fn ephemeral_containers(pod: &Pod) -> Vec<Container> {
+    let spec = pod.spec.as_ref();
+    spec.into_iter().flat_map(|s| s.ephemeral_containers.iter().flatten()).map(ephemeral_container_common).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{EphemeralContainer, PodSpec};
+
+    fn debugged() -> Pod {
+        Pod {
+            spec: Some(PodSpec {
+                containers: vec![Container { name: "app".into(), ..Default::default() }],
+                init_containers: Some(vec![Container { name: "init".into(), ..Default::default() }]),
+                ephemeral_containers: Some(vec![EphemeralContainer {
+                    name: "debugger".into(),
+                    image: Some("busybox".into()),
+                    stdin: Some(true),
+                    target_container_name: Some("app".into()),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn ephemeral_containers_are_run_as_their_common_part() {
+        let p = debugged();
+        let c = container_spec(&p, "debugger").unwrap();
+        assert_eq!((c.name.as_str(), c.image.as_deref(), c.stdin), ("debugger", Some("busybox"), Some(true)));
+        assert_eq!(ephemeral_containers(&p), vec![c]);
+        assert_eq!(container_spec(&p, "init").unwrap().name, "init");
+        assert!(container_spec(&p, "nope").is_none());
+        let refs: Vec<_> = ["app", "init", "debugger"]
+            .iter()
+            .map(|n| crate::events::container_reference(&p, n).field_path.unwrap())
+            .collect();
+        assert_eq!(
+            refs,
+            vec!["spec.containers{app}", "spec.initContainers{init}", "spec.ephemeralContainers{debugger}"]
+        );
+    }
 }

@@ -187,3 +187,39 @@ async fn a_followed_log_streams_new_lines_survives_rotation_and_ends_with_the_co
     }
     assert_eq!(rest, "last\n", "drained, then the stream ends");
 }
+
+/// `web` with an ephemeral container `debugger` that ran (`kubectl debug`): in the spec and in
+/// `ephemeralContainerStatuses`, as the kubelet reports it.
+fn debugged() -> Pod {
+    let mut v = serde_json::to_value(pod("default", "web", "uid-1")).unwrap();
+    v["spec"]["ephemeralContainers"] =
+        serde_json::json!([{"name": "debugger", "image": "busybox", "targetContainerName": "app"}]);
+    v["status"]["ephemeralContainerStatuses"] = serde_json::json!([{"name": "debugger", "image": "busybox", "imageID": "",
+        "ready": false, "restartCount": 0, "containerID": "containerd://c7",
+        "state": {"terminated": {"exitCode": 0, "containerID": "containerd://c7"}}}]);
+    serde_json::from_value(v).unwrap()
+}
+
+#[tokio::test]
+async fn an_ephemeral_containers_log_is_served_as_any_other() {
+    let p = debugged();
+    assert_eq!(container_id(&p, "debugger", false), Ok("c7".into()));
+    assert_eq!(
+        container_id(&p, "debugger", true),
+        Err("previous terminated container \"debugger\" in pod \"web\" not found".into())
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("0.log");
+    std::fs::write(&path, LOG).unwrap();
+    let host = Arc::new(FakeHost { pods: vec![p], ..Default::default() });
+    *host.log_path.lock().unwrap() = path;
+    let auth = Arc::new(Auth {
+        authenticator: crate::auth::Authenticator { anonymous: true, webhook: None },
+        authorizer: crate::auth::Authorizer::AlwaysAllow,
+        node_name: "node-a".into(),
+    });
+    let r = secure_router(handlers(host.clone(), true), auth);
+    let got = call(&r, "GET", "/containerLogs/default/web/debugger", PeerCert::None, &[]).await;
+    assert_eq!(got, (200, "one\ntwo\nthree\n".into()));
+    assert_eq!(host.calls.lock().unwrap().last().unwrap(), "log c7");
+}

@@ -1,5 +1,11 @@
 //! The API status of a pod from its runtime status (`generateAPIPodStatus`, `convertToAPIContainerStatuses`,
 //! `getPhase`, `GeneratePodReadyCondition`, ...). Pure: the same inputs give the same status.
+//!
+//! `ephemeralContainerStatuses` are built as upstream's `convertStatusToAPIStatus` builds them: the same
+//! conversion as app containers (state, `lastState`, image, imageID, containerID, restart count; the waiting
+//! reason of one not created yet is `PodInitializing` in a pod with init containers, else `ContainerCreating`;
+//! a failed start shows its reason), sorted by name, never `ready` nor `started` (the prober sets those only
+//! for app and init containers), and absent when the pod has none. They count in no condition nor the phase.
 
 use std::collections::HashMap;
 use std::time::{Duration, UNIX_EPOCH};
@@ -12,7 +18,7 @@ use kubelet_runtime::ReasonCache;
 use kubelet_runtime::actions::should_container_be_restarted;
 use kubelet_runtime::qos::pod_qos;
 use kubelet_types::clock::api_time;
-use kubelet_types::pod_update::is_restartable_init_container;
+use kubelet_types::pod_update::{ephemeral_containers, is_restartable_init_container};
 use kubelet_types::probe::PodProbeStatus;
 use kubelet_types::{ContainerState, ContainerStatus, Pod, PodStatus, PodUid, SandboxState};
 
@@ -403,6 +409,9 @@ pub fn generate_api_pod_status(pod: &Pod, inputs: &StatusInputs<'_>) -> ApiPodSt
     let mut app_statuses = container_statuses(pod, &spec.containers, inputs, false, default_reason);
     inputs.probes.update_pod_status(pod, &mut init_statuses, &mut app_statuses);
     app_statuses.sort_by(|a, b| a.name.cmp(&b.name));
+    let ephemerals = ephemeral_containers(pod);
+    let mut ephemeral_statuses = container_statuses(pod, &ephemerals, inputs, false, default_reason);
+    ephemeral_statuses.sort_by(|a, b| a.name.cmp(&b.name));
     let mut phase = get_phase(pod, &init_statuses, &app_statuses, inputs.pod_is_terminal);
     if inputs.deadline_exceeded {
         phase = "Failed".into();
@@ -438,6 +447,7 @@ pub fn generate_api_pod_status(pod: &Pod, inputs: &StatusInputs<'_>) -> ApiPodSt
         qos_class: Some(pod_qos(pod).as_str().into()),
         init_container_statuses: (!inits.is_empty()).then_some(init_statuses),
         container_statuses: Some(app_statuses),
+        ephemeral_container_statuses: (!ephemerals.is_empty()).then_some(ephemeral_statuses),
         ..Default::default()
     }
 }
@@ -669,5 +679,68 @@ mod tests {
         assert!(!needs_readiness_reconcile(&p), "Ready already says why");
         p.spec.as_mut().unwrap().readiness_gates = None;
         assert!(!needs_readiness_reconcile(&p), "only pods with gates");
+    }
+
+    #[test]
+    fn ephemeral_container_statuses_as_upstream() {
+        let reasons = ReasonCache::default();
+        let mut p = pod("Always");
+        assert!(status_of(&p, &rt(vec![]), &reasons, false).ephemeral_container_statuses.is_none(), "none without");
+        let ec = |n: &str, target: Option<&str>| k8s_openapi::api::core::v1::EphemeralContainer {
+            name: n.into(),
+            image: Some("localhost/busybox:1".into()),
+            target_container_name: target.map(str::to_string),
+            ..Default::default()
+        };
+        p.spec.as_mut().unwrap().ephemeral_containers =
+            Some(vec![ec("debugger", Some("a")), ec("another", None), ec("broken", None)]);
+        let apps = || {
+            vec![
+                cs("a1", "a", ContainerState::Running, 0, 0),
+                cs("b1", "b", ContainerState::Running, 0, 0),
+                cs("i1", "init", ContainerState::Exited, 0, 0),
+            ]
+        };
+        // Not created yet: waiting with the pod's default reason (the pod has an init container).
+        let s = status_of(&p, &rt(apps()), &reasons, false);
+        let eph = s.ephemeral_container_statuses.as_ref().unwrap();
+        assert_eq!(eph.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), vec!["another", "broken", "debugger"]);
+        for c in eph {
+            let w = c.state.as_ref().unwrap().waiting.as_ref().unwrap();
+            assert_eq!(w.reason.as_deref(), Some("PodInitializing"));
+            assert_eq!((c.ready, c.started, c.restart_count), (false, None, 0));
+            assert_eq!(c.image, "localhost/busybox:1");
+        }
+        assert_eq!(s.phase.as_deref(), Some("Running"), "ephemeral containers do not hold the pod Pending");
+        assert_eq!(cond(&s, "Ready").status, "True", "nor make it unready");
+
+        // One runs, one exited, one failed to start.
+        reasons.add(&PodUid::from("u1"), "broken", "ErrImageNeverPull", "Container image \"x\" is not present".into());
+        let mut r = apps();
+        r.insert(0, cs("d1", "debugger", ContainerState::Running, 0, 0));
+        r.insert(0, cs("e1", "another", ContainerState::Exited, 3, 0));
+        let s = status_of(&p, &rt(r), &reasons, false);
+        let eph = s.ephemeral_container_statuses.as_ref().unwrap();
+        let (another, broken, debugger) = (&eph[0], &eph[1], &eph[2]);
+        assert_eq!(debugger.container_id.as_deref(), Some("containerd://d1"));
+        assert_eq!((debugger.image.as_str(), debugger.image_id.as_str()), ("localhost/busybox:1", "sha256:abc"));
+        assert!(debugger.state.as_ref().unwrap().running.is_some());
+        assert_eq!((debugger.ready, debugger.started), (false, None), "never ready, as upstream");
+        let t = another.state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!(
+            (t.exit_code, t.reason.as_deref(), t.container_id.as_deref()),
+            (3, Some("Error"), Some("containerd://e1"))
+        );
+        assert!(another.last_state.is_none());
+        let w = broken.state.as_ref().unwrap().waiting.as_ref().unwrap();
+        assert_eq!(w.reason.as_deref(), Some("ErrImageNeverPull"));
+        assert_eq!(s.phase.as_deref(), Some("Running"));
+
+        // Without init containers a debugger not created yet is ContainerCreating.
+        p.spec.as_mut().unwrap().init_containers = None;
+        let s = status_of(&p, &rt(vec![cs("a1", "a", ContainerState::Running, 0, 0)]), &reasons, false);
+        let eph = s.ephemeral_container_statuses.as_ref().unwrap();
+        let w = eph[2].state.as_ref().unwrap().waiting.as_ref().unwrap();
+        assert_eq!((eph[2].name.as_str(), w.reason.as_deref()), ("debugger", Some("ContainerCreating")));
     }
 }
