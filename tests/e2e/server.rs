@@ -231,7 +231,14 @@ async fn logs_exec_and_port_forward_through_the_kubelet_api() {
     let pod = s["pods"].as_array().unwrap().iter().find(|p| p["podRef"]["name"] == POD).unwrap();
     assert_eq!(pod["containers"].as_array().unwrap().len(), 4);
     assert!(pod["network"]["rxBytes"].as_u64().is_some(), "the pod's network namespace: {pod}");
-    assert!(pod["ephemeral-storage"]["usedBytes"].as_u64().is_some_and(|b| b > 0), "{pod}");
+    // The writable layers' usage comes from containerd's snapshot accounting, every 10 s; the logs from the walks
+    // every volumeStatsAggPeriod.
+    node.wait_for("the pod's ephemeral storage measured", Duration::from_secs(40), || async {
+        let s = summary().await;
+        let pod = s["pods"].as_array()?.iter().find(|p| p["podRef"]["name"] == POD)?.clone();
+        pod["ephemeral-storage"]["usedBytes"].as_u64().is_some_and(|b| b > 0).then_some(())
+    })
+    .await;
     let mut ws = api
         .websocket(&format!("/exec/default/{POD}/hog?command=touch&command=/tmp/go&output=1"), "v4.channel.k8s.io")
         .await

@@ -146,10 +146,14 @@ spec:
         std::fs::read_to_string(&log).unwrap_or_default().contains(want).then_some(())
     })
     .await;
-    // A payload path leaving the volume is refused as upstream validates it, and nothing is written outside.
-    let want = r#"MountVolume.SetUp failed for volume "data" : invalid path "../escape": invalid path: must not contain '..': ../escape"#;
-    node.wait_for("FailedMount for the bad path", START, || async {
-        std::fs::read_to_string(&log).unwrap_or_default().contains(want).then_some(())
+    // A payload path leaving the volume is refused as the apiserver validates a new pod (upstream names the field
+    // `downwardAPI.path`, without the item index): the manifest is refused,
+    // naming its file and the field, and nothing is mounted or written.
+    let want = r#"spec.volumes[0].downwardAPI.path: Invalid value: "../escape": must not contain '..'"#;
+    let file = node.manifests.join("badpath.yaml").display().to_string();
+    node.wait_for("the manifest with the bad path refused", START, || async {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.lines().any(|l| l.contains(&file) && l.contains(want)).then_some(())
     })
     .await;
     assert!(containers_of(&rt, "badpath-e2e-node").await.is_empty(), "never started");
