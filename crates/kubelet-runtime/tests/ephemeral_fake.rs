@@ -2,14 +2,13 @@
 //! paused clock: started once in a running pod with the target's PID namespace, never restarted, left alone by
 //! spec changes of the app containers, stopped with the pod.
 
-use std::sync::Arc;
-use std::time::UNIX_EPOCH;
+mod common;
 
+use common::{Env, env, status};
 use k8s_openapi::api::core::v1::{Container, EphemeralContainer, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kubelet_cri::{FakeRuntime, api};
-use kubelet_runtime::{RuntimeManager, RuntimeManagerConfig};
-use kubelet_types::{Clock, ContainerState, PodStatus, PodUid, TestClock};
+use kubelet_cri::api;
+use kubelet_types::{ContainerState, PodUid};
 
 fn pod(policy: &str) -> Pod {
     Pod {
@@ -44,33 +43,6 @@ fn debug(p: &Pod, target: Option<&str>) -> Pod {
         ..Default::default()
     }]);
     p
-}
-
-struct Env {
-    fake: Arc<FakeRuntime>,
-    mgr: RuntimeManager,
-    _dir: tempfile::TempDir,
-}
-
-fn env() -> Env {
-    let clock = Arc::new(TestClock::fixed());
-    let c2 = clock.clone();
-    let time = Box::new(move || c2.now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64);
-    let fake = Arc::new(FakeRuntime::with_time(&["busybox:1"], time));
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = RuntimeManagerConfig {
-        pod_logs_dir: dir.path().join("pods-logs"),
-        container_logs_dir: dir.path().join("containers"),
-        root_dir: dir.path().join("root"),
-        resolv_conf: None,
-        ..Default::default()
-    };
-    let mgr = RuntimeManager::new(fake.clone(), fake.clone(), cfg, clock);
-    Env { fake, mgr, _dir: dir }
-}
-
-async fn status(e: &Env) -> PodStatus {
-    e.mgr.get_pod_status(&PodUid::from("uid-1"), "p", "default").await.unwrap()
 }
 
 fn pid_namespace(e: &Env, name: &str) -> (i32, String) {

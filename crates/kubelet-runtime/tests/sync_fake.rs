@@ -1,14 +1,14 @@
 //! The runtime manager against the in-memory runtime on tokio's paused clock: init containers in order, app
 //! containers, crash-loop back-off, sandbox re-creation, kill and removal.
 
-use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+mod common;
 
+use std::time::Duration;
+
+use common::{Env, env, status};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kubelet_cri::FakeRuntime;
-use kubelet_runtime::{RuntimeManager, RuntimeManagerConfig};
-use kubelet_types::{Clock, ContainerState, PodStatus, PodUid, TestClock};
+use kubelet_types::{ContainerState, PodStatus, PodUid};
 
 fn pod(inits: &[&str], apps: &[&str], policy: &str) -> Pod {
     let c = |n: &&str| Container { name: n.to_string(), image: Some("busybox:1".into()), ..Default::default() };
@@ -27,33 +27,6 @@ fn pod(inits: &[&str], apps: &[&str], policy: &str) -> Pod {
         }),
         ..Default::default()
     }
-}
-
-struct Env {
-    fake: Arc<FakeRuntime>,
-    mgr: RuntimeManager,
-    _dir: tempfile::TempDir,
-}
-
-fn env() -> Env {
-    let clock = Arc::new(TestClock::fixed());
-    let c2 = clock.clone();
-    let time = Box::new(move || c2.now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64);
-    let fake = Arc::new(FakeRuntime::with_time(&["busybox:1"], time));
-    let dir = tempfile::tempdir().unwrap();
-    let cfg = RuntimeManagerConfig {
-        pod_logs_dir: dir.path().join("pods-logs"),
-        container_logs_dir: dir.path().join("containers"),
-        root_dir: dir.path().join("root"),
-        resolv_conf: None,
-        ..Default::default()
-    };
-    let mgr = RuntimeManager::new(fake.clone(), fake.clone(), cfg, clock);
-    Env { fake, mgr, _dir: dir }
-}
-
-async fn status(e: &Env) -> PodStatus {
-    e.mgr.get_pod_status(&PodUid::from("uid-1"), "p", "default").await.unwrap()
 }
 
 fn running(st: &PodStatus) -> Vec<&str> {
