@@ -69,6 +69,9 @@ fi
 for bin in containerd ctr runc iptables ip gcc flock etcd; do
     command -v "$bin" >/dev/null || rk_die "'$bin' still missing after package install"
 done
+# kubectl drives the end-to-end tests. It is not a Debian package: the machine image carries it (/usr/bin/kubectl).
+command -v kubectl >/dev/null ||
+    rk_die "kubectl not found on PATH: the end-to-end tests drive the cluster with it; install a kubectl (1.32 or later)"
 for plugin in bridge host-local portmap loopback; do
     [[ -x /usr/lib/cni/$plugin ]] || rk_die "CNI plugin /usr/lib/cni/$plugin missing (containernetworking-plugins)"
 done

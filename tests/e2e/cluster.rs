@@ -203,9 +203,12 @@ async fn static_pod_is_mirrored_and_the_mirror_comes_back() {
 
     env.kubectl(&["delete", "pod", &name, "--wait=false"]).await;
     let old_uid = mirror["metadata"]["uid"].as_str().unwrap().to_string();
-    node.wait_for("the mirror pod recreated", Duration::from_secs(30), || async {
+    // The new mirror shows the static pod's status too, although that status did not change.
+    node.wait_for("the mirror pod recreated, Running", Duration::from_secs(30), || async {
         env.pod(&name).await.filter(|p| {
-            p["metadata"]["uid"].as_str() != Some(old_uid.as_str()) && p["metadata"]["deletionTimestamp"].is_null()
+            p["metadata"]["uid"].as_str() != Some(old_uid.as_str())
+                && p["metadata"]["deletionTimestamp"].is_null()
+                && all_running(p)
         })
     })
     .await;
@@ -423,8 +426,12 @@ async fn readiness_gates_set_by_another_client_survive_and_drive_ready() {
     node.wait_for("a kubelet status patch after the gate", Duration::from_secs(30), || async {
         env.pod("gated").await.filter(|p| {
             p["status"]["conditions"].as_array().is_some_and(|c| {
+                // The Ready message names only the gate still missing: rkubelet synced the pod after the change.
                 c.iter().any(|c| {
-                    c["type"] == "Ready" && c["message"].as_str().is_some_and(|m| m.contains("k8s.io/test-condition2"))
+                    c["type"] == "Ready"
+                        && c["message"].as_str().is_some_and(|m| {
+                            m.contains("k8s.io/test-condition2") && !m.contains("k8s.io/test-condition1")
+                        })
                 })
             })
         })

@@ -105,7 +105,13 @@ async fn kubectl_debug_runs_a_debugger_in_the_targets_pid_namespace() {
     let logs = env.kubectl(&["logs", "web", "-c", "debugger"]).await;
     let pid1 = logs.lines().find_map(|l| l.strip_prefix("pid1: ")).unwrap_or_else(|| panic!("{logs}"));
     assert!(pid1.starts_with("sh -c ") && pid1.contains("app-marker"), "PID 1 is the app: {logs}");
-    assert!(logs.lines().any(|l| l.contains("sleep 0.2")), "the app's child is visible: {logs}");
+    // A `ps` line of the app's `sleep 0.2` with its own PID (not PID 1's command line, which contains it too).
+    let child = |l: &str| {
+        let mut f = l.split_whitespace();
+        f.next().and_then(|p| p.parse::<u32>().ok()).is_some_and(|pid| pid > 1)
+            && f.collect::<Vec<_>>() == ["sleep", "0.2"]
+    };
+    assert!(logs.lines().any(child), "the app's child is visible: {logs}");
     let own = logs.lines().find_map(|l| l.strip_prefix("self: ")).and_then(|p| p.trim().parse::<u32>().ok());
     let own = own.unwrap_or_else(|| panic!("{logs}"));
     assert!(own > 1, "{logs}");

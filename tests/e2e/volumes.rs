@@ -111,13 +111,19 @@ spec:
         created.display()
     );
     let pvc = sleeper_with_volume("pvc", "persistentVolumeClaim:\n      claimName: data");
+    let nfs = sleeper_with_volume("nfs", "nfs:\n      server: 192.0.2.1\n      path: /exports");
     let badfile = sleeper_with_volume("badfile", "hostPath:\n      path: /nonexistent/rkubelet-e2e\n      type: File");
     let badpath = sleeper_with_volume(
         "badpath",
         "downwardAPI:\n      items:\n      - path: ../escape\n        fieldRef:\n          fieldPath: metadata.name",
     );
-    let mut node =
-        Node::start(&[("vols.yaml", &m), ("pvc.yaml", &pvc), ("badfile.yaml", &badfile), ("badpath.yaml", &badpath)]);
+    let mut node = Node::start(&[
+        ("vols.yaml", &m),
+        ("pvc.yaml", &pvc),
+        ("nfs.yaml", &nfs),
+        ("badfile.yaml", &badfile),
+        ("badpath.yaml", &badpath),
+    ]);
     let p = node.wait_phase("vols-e2e-node", "Succeeded").await;
     let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
     let lines = texts(&node.container_log(&p, "app"));
@@ -130,14 +136,20 @@ spec:
     assert_eq!(std::fs::read_to_string(created.join("out")).unwrap(), "host\n", "hostPath DirectoryOrCreate");
 
     // A pod with a volume type rkubelet does not support is refused, its status naming the volume and the type.
-    let refused = node.wait_phase("pvc-e2e-node", "Failed").await;
+    let refused = node.wait_phase("nfs-e2e-node", "Failed").await;
     assert_eq!(refused["status"]["reason"], "UnsupportedVolume");
     let msg = refused["status"]["message"].as_str().unwrap();
     assert!(
-        msg.starts_with(
-            "Pod was rejected: volume \"data\" has type persistentVolumeClaim, which rkubelet does not support"
-        ),
+        msg.starts_with("Pod was rejected: volume \"data\" has type nfs, which rkubelet does not support"),
         "{msg}"
+    );
+    // A static pod may not refer to API objects (upstream's PreventStaticPodAPIReferences): refused at decode.
+    let pvc_file = node.manifests.join("pvc.yaml").display().to_string();
+    assert!(
+        node.log()
+            .lines()
+            .any(|l| l.contains(&pvc_file) && l.contains("static pods may not reference persistentvolumeclaims")),
+        "the PVC manifest refused"
     );
     // A failing hostPath check is a FailedMount event naming the volume, retried (the file may appear).
     let log = node.log_path();
@@ -159,6 +171,7 @@ spec:
     assert!(containers_of(&rt, "badpath-e2e-node").await.is_empty(), "never started");
     assert!(std::fs::read_to_string(&log).unwrap().contains(r#"reason="UnsupportedVolume""#), "an event too");
     assert!(containers_of(&rt, "pvc-e2e-node").await.is_empty(), "never started");
+    assert!(containers_of(&rt, "nfs-e2e-node").await.is_empty(), "never started");
     assert!(containers_of(&rt, "badfile-e2e-node").await.is_empty(), "never started");
 
     // Once the pod is gone, no mount and no directory of it remain.

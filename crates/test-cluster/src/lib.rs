@@ -163,8 +163,22 @@ impl ControlPlane {
         let _lock = Lock::take(dir)?;
         let pki = Pki::ensure(&dir.join("pki"))?;
         let cp = ControlPlane { dir: dir.to_path_buf(), pki };
-        if cp.apiserver_ready() && cp.proc("kube-controller-manager").running_pid().is_some() {
-            return Ok(cp);
+        // A busy apiserver may miss one answer: only one that stays silent for a few seconds is taken for dead (a
+        // restart wipes etcd's data).
+        let running = || {
+            cp.proc("kube-apiserver").running_pid().is_some()
+                && cp.proc("kube-controller-manager").running_pid().is_some()
+        };
+        for attempt in 0..5 {
+            if !running() {
+                break;
+            }
+            if cp.apiserver_ready() {
+                return Ok(cp);
+            }
+            if attempt < 4 {
+                std::thread::sleep(Duration::from_secs(1));
+            }
         }
         cp.stop_all();
         cp.start_all()?;
@@ -332,7 +346,7 @@ impl ControlPlane {
     pub fn outage(&self) -> Result<Outage, Error> {
         let lock = Lock::take(&self.dir)?;
         self.proc("kube-apiserver").stop();
-        Ok(Outage { cp: self.clone(), _lock: lock })
+        Ok(Outage { cp: self.clone(), ended: false, _lock: lock })
     }
 
     fn start_all(&self) -> Result<(), Error> {
@@ -453,16 +467,27 @@ impl ControlPlane {
     }
 }
 
-/// An apiserver outage (see [`ControlPlane::outage`]).
+/// An apiserver outage (see [`ControlPlane::outage`]). Dropped without [`Outage::end`] (a test that failed
+/// meanwhile), it starts the apiserver again, so the tests after it still have one.
 pub struct Outage {
     cp: ControlPlane,
+    ended: bool,
     _lock: Lock,
 }
 
 impl Outage {
     /// Starts the apiserver again with the same flags and waits until it is ready.
-    pub fn end(self) -> Result<(), Error> {
+    pub fn end(mut self) -> Result<(), Error> {
+        self.ended = true;
         self.cp.start_apiserver_locked()
+    }
+}
+
+impl Drop for Outage {
+    fn drop(&mut self) {
+        if !self.ended {
+            let _ = self.cp.start_apiserver_locked();
+        }
     }
 }
 

@@ -4,8 +4,8 @@
 //! certificates; and the service-account signing key (`sa.key`/`sa.pub`).
 //!
 //! Keys are ECDSA P-256 (rcgen with ring cannot make RSA keys; kube-apiserver accepts ECDSA for serving, client
-//! and service-account keys alike). Made once per state directory and kept, so a reused control plane keeps
-//! trusting the kubeconfigs written before.
+//! and service-account keys alike). Made once per state directory and kept (until a month before it expires), so a
+//! reused control plane keeps trusting the kubeconfigs written before.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -58,12 +58,17 @@ fn serial() -> SerialNumber {
 const YEAR: Duration = Duration::from_secs(365 * 24 * 3600);
 
 impl Pki {
-    /// The PKI in `dir`, made when `ca.crt` is missing.
+    /// The PKI in `dir`, made when it is missing or its certificates expire within 30 days (`valid-until` holds
+    /// the end of the shortest lifetime, in seconds since the epoch).
     pub fn ensure(dir: &Path) -> Result<Pki, Error> {
         let pki = Pki { dir: dir.to_path_buf() };
-        if pki.path("ca.crt").exists() && pki.path("sa.key").exists() && pki.path("apiserver.crt").exists() {
+        let valid_until: u64 =
+            std::fs::read_to_string(pki.path("valid-until")).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
+        if pki.path("sa.key").exists() && valid_until > wall_secs() + 30 * 24 * 3600 {
             return Ok(pki);
         }
+        // Written last below: a PKI without it is incomplete.
+        let _ = std::fs::remove_file(pki.path("sa.key"));
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let ca_key = KeyPair::generate()?;
         let mut ca = CertificateParams::new(Vec::<String>::new())?;
@@ -95,8 +100,9 @@ impl Pki {
         pki.write_pair("apiserver-kubelet-client", &kubelet_client)?;
         let sa = KeyPair::generate()?;
         pki.write("sa.pub", &sa.public_key_pem())?;
-        // Written last: its presence says the PKI is complete.
         pki.write("sa.key", &sa.serialize_pem())?;
+        // Written last: its presence says the PKI is complete, and until when.
+        pki.write("valid-until", &(wall_secs() + YEAR.as_secs()).to_string())?;
         Ok(pki)
     }
 

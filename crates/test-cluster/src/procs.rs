@@ -32,14 +32,16 @@ impl Proc {
         self.dir.join(format!("{}.pid", self.name))
     }
 
-    /// The pid recorded at start, if that process still runs the program.
+    /// The pid recorded at start, if that very process still runs: the pid file holds the pid and the process's
+    /// start time (`/proc/<pid>/stat` field 22), so a pid reused by another program (a system etcd, after a reboot)
+    /// is never taken for ours. A zombie does not count.
     pub fn running_pid(&self) -> Option<i32> {
-        let pid: i32 = std::fs::read_to_string(self.pid_file()).ok()?.trim().parse().ok()?;
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-        let argv0 = cmdline.split(|b| *b == 0).next()?;
-        let base = Path::new(std::str::from_utf8(argv0).ok()?).file_name()?.to_str()?.to_string();
-        // A zombie has an empty cmdline and fails the check, as it should.
-        (base == self.name).then_some(pid)
+        let text = std::fs::read_to_string(self.pid_file()).ok()?;
+        let mut fields = text.split_whitespace();
+        let pid: i32 = fields.next()?.parse().ok()?;
+        let started: u64 = fields.next()?.parse().ok()?;
+        let (state, start) = stat(pid)?;
+        (start == started && state != 'Z' && state != 'X').then_some(pid)
     }
 
     /// Starts `program args` detached. With `hosts`, the program gets its own mount namespace in which that
@@ -89,7 +91,8 @@ impl Proc {
         let pid = child.id() as i32;
         // Not waited for: the process outlives this one (it is reaped by init when we are gone).
         std::mem::forget(child);
-        std::fs::write(self.pid_file(), pid.to_string()).map_err(|e| Error::io(&self.pid_file(), e))?;
+        let (_, started) = stat(pid).ok_or_else(|| Error::Setup(format!("{} exited at once", self.name)))?;
+        std::fs::write(self.pid_file(), format!("{pid} {started}\n")).map_err(|e| Error::io(&self.pid_file(), e))?;
         Ok(pid)
     }
 
@@ -121,6 +124,18 @@ impl Proc {
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
     }
+}
+
+/// The state letter and start time (clock ticks since boot) of a process, from `/proc/<pid>/stat`.
+fn stat(pid: i32) -> Option<(char, u64)> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ...`: the command may hold spaces and parentheses, so fields count from its last `)`.
+    let rest = &text[text.rfind(')')? + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let state = fields.first()?.chars().next()?;
+    // Field 22 of the whole line is the 20th after the command.
+    let start = fields.get(19)?.parse().ok()?;
+    Some((state, start))
 }
 
 /// Polls `ready` every 200 ms until it holds, the process dies or `timeout` passes.

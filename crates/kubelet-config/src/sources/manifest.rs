@@ -49,6 +49,16 @@ pub enum ManifestError {
         /// Every field error.
         errors: ErrorList,
     },
+    /// The pod refers to API objects, which static pods may not (`PreventStaticPodAPIReferences`).
+    #[error("{origin}: {message}")]
+    ApiReference {
+        /// File or URL.
+        origin: String,
+        /// The pod as normalised, for events about it.
+        pod: Box<ObjectReference>,
+        /// Upstream's text: `static pods may not reference secrets`, or the unknown volume.
+        message: String,
+    },
 }
 
 /// Parses YAML or JSON text into a JSON value.
@@ -207,14 +217,15 @@ impl ManifestError {
     /// The pod a refusal is about, when it was decoded far enough to have a name and namespace.
     pub fn pod(&self) -> Option<&ObjectReference> {
         match self {
-            Self::Invalid { pod, .. } => Some(pod),
+            Self::Invalid { pod, .. } | Self::ApiReference { pod, .. } => Some(pod),
             _ => None,
         }
     }
 }
 
 /// What upstream does to a decoded pod, in its order (`tryDecodeSinglePod`): the name is required, then the API
-/// and static-pod defaults (normalisation included), then `ValidatePodCreate`; a pod with any error is refused.
+/// and static-pod defaults (normalisation included), then `ValidatePodCreate`, then no reference to API objects
+/// (`PreventStaticPodAPIReferences`); a pod with any error is refused.
 pub fn accept_static_pod(mut pod: Pod, origin: StaticOrigin<'_>, node_name: &str) -> Result<Pod, ManifestError> {
     let text = match origin {
         StaticOrigin::File(s) | StaticOrigin::Url(s) => s,
@@ -229,7 +240,13 @@ pub fn accept_static_pod(mut pod: Pod, origin: StaticOrigin<'_>, node_name: &str
         let pod = Box::new(kubelet_types::events::pod_reference(&pod));
         return Err(ManifestError::Invalid { origin: text.to_string(), pod, errors });
     }
-    Ok(pod)
+    let reference = match super::references::api_object_reference(&pod) {
+        Ok(None) => return Ok(pod),
+        Ok(Some(resource)) => format!("static pods may not reference {resource}"),
+        Err(unknown) => unknown,
+    };
+    let pod = Box::new(kubelet_types::events::pod_reference(&pod));
+    Err(ManifestError::ApiReference { origin: text.to_string(), pod, message: reference })
 }
 
 /// Decode + defaults + normalisation + validation of a manifest file.
@@ -277,10 +294,18 @@ mod tests {
 
     #[test]
     fn leading_zero_modes_are_octal_as_upstreams_yaml() {
-        let m = format!("{GOOD}  volumes:\n  - name: s\n    secret:\n      secretName: s\n      defaultMode: 0440\n");
+        let m = format!("{GOOD}  volumes:\n  - name: s\n    downwardAPI:\n      defaultMode: 0440\n");
         let p = static_pod_from_file(&m, "/m/web.yaml", "n").unwrap();
         let v = &p.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
-        assert_eq!(v.secret.as_ref().unwrap().default_mode, Some(0o440));
+        assert_eq!(v.downward_api.as_ref().unwrap().default_mode, Some(0o440));
+    }
+
+    #[test]
+    fn static_pods_may_not_refer_to_api_objects() {
+        let m = format!("{GOOD}  volumes:\n  - name: s\n    secret:\n      secretName: s\n");
+        let e = static_pod_from_file(&m, "/m/web.yaml", "n").unwrap_err();
+        assert_eq!(e.to_string(), "/m/web.yaml: static pods may not reference secrets");
+        assert_eq!(e.pod().and_then(|p| p.name.as_deref()), Some("web-n"), "the event names the pod");
     }
 
     #[test]

@@ -7,6 +7,7 @@ pub mod apiserver;
 pub mod file;
 pub mod http;
 pub mod manifest;
+pub mod references;
 
 use std::sync::Arc;
 

@@ -24,7 +24,7 @@ fn with(extra_container: &str, extra_spec: &str) -> String {
 fn a_valid_pod_has_no_errors() {
     let m = with(
         "    ports:\n    - containerPort: 80\n      name: http\n    env:\n    - name: A\n      value: x\n    - name: NODE\n      valueFrom:\n        fieldRef:\n          fieldPath: spec.nodeName\n    resources:\n      limits:\n        memory: 128Mi\n        cpu: 1\n      requests:\n        cpu: 100m\n    volumeMounts:\n    - name: data\n      mountPath: /data\n    livenessProbe:\n      httpGet:\n        port: 80\n    readinessProbe:\n      tcpSocket:\n        port: http\n",
-        "  volumes:\n  - name: data\n    hostPath:\n      path: /var/data\n      type: DirectoryOrCreate\n  - name: cfg\n    configMap:\n      name: c\n      defaultMode: 0644\n",
+        "  volumes:\n  - name: data\n    hostPath:\n      path: /var/data\n      type: DirectoryOrCreate\n  - name: cfg\n    downwardAPI:\n      defaultMode: 0644\n      items:\n      - path: name\n        fieldRef:\n          fieldPath: metadata.name\n",
     );
     assert_eq!(errors(&m), Vec::<String>::new());
 }

@@ -2,12 +2,13 @@
 //! `kubelet.go` syncNodeStatus).
 //!
 //! [`NodeStatusManager::run`] registers the Node (retrying with back-off from 100 ms to 7 s, as upstream), then
-//! every `nodeStatusUpdateFrequency` computes the status and patches `nodes/status` when it changed or when
-//! `nodeStatusReportFrequency` has passed since the last report. The patch is upstream's `PatchNodeStatus`: the
-//! diff between the Node as the apiserver last returned it (at registration, then each patch's answer, so no
-//! extra GET per period) and that Node with the kubelet's fields set — conditions of other owners, capacity keys
-//! others added and fields the kubelet does not set are left alone. A failed patch is retried at the next period;
-//! an outage of the apiserver is logged, never fatal. Ends when cancelled.
+//! every `nodeStatusUpdateFrequency` reads the Node, sets the kubelet's fields on a copy and patches `nodes/status`
+//! when that changed the status (heartbeats aside) or when `nodeStatusReportFrequency` has passed since the last
+//! report, as upstream's `tryUpdateNodeStatus`. The patch is upstream's `PatchNodeStatus`: the diff between the Node
+//! as read and that copy, so a condition another component changed (the node lifecycle controller's `Unknown`
+//! after a partition) is set right at once, and conditions of other owners, capacity keys others added and fields
+//! the kubelet does not set are left alone. A failed update is retried at the next period; an outage of the
+//! apiserver is logged, never fatal. Ends when cancelled.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -168,27 +169,29 @@ impl NodeStatusManager {
         }
     }
 
-    /// Computes the status and patches it when needed against `current`, the Node as the apiserver last
-    /// returned it (updated with the answer); returns whether a patch was sent.
-    pub async fn sync_status(
-        &self,
-        last: &mut Option<(NodeStatus, Instant)>,
-        current: &mut Node,
-    ) -> Result<bool, ApiError> {
+    /// One update (`tryUpdateNodeStatus`): reads the Node, sets the kubelet's fields on a copy and patches the
+    /// difference when the status changed (heartbeats aside) or `nodeStatusReportFrequency` has passed since the
+    /// last report (`last_report`); returns whether a patch was sent.
+    pub async fn sync_status(&self, last_report: &mut Option<Instant>) -> Result<bool, ApiError> {
+        let current = self
+            .api
+            .get_node(&self.inputs.node_name)
+            .await?
+            .ok_or_else(|| ApiError::NotFound(format!("node {:?}", self.inputs.node_name)))?;
         let health = self.signals.health().await;
         let images = self.signals.images().await;
         let now = api_time(self.clock.now());
-        let old = last.as_ref().map(|(s, _)| s);
+        let old = current.status.as_ref();
         let status = node_status(&self.inputs, &health, &images, &now, old);
-        let changed = old.is_none_or(|o| without_heartbeats(o) != without_heartbeats(&status));
-        let due = last.as_ref().is_none_or(|(_, at)| at.elapsed() >= self.cfg.report_frequency);
+        let desired = with_kubelet_status(&current, &status);
+        let changed = old.map(without_heartbeats) != desired.status.as_ref().map(without_heartbeats);
+        let due = last_report.is_none_or(|at| at.elapsed() >= self.cfg.report_frequency);
         if !changed && !due {
             return Ok(false);
         }
-        let desired = with_kubelet_status(current, &status);
-        let patch = node_status_patch(current, &desired)
+        let patch = node_status_patch(&current, &desired)
             .map_err(|e| ApiError::Other { code: 0, message: format!("node status patch: {e}") })?;
-        *current = self.api.patch_node_status(&self.inputs.node_name, &patch).await?;
+        self.api.patch_node_status(&self.inputs.node_name, &patch).await?;
         if old.and_then(ready_of) != ready_of(&status) {
             info!(node = %self.inputs.node_name, ready = ?ready_of(&status), "node Ready condition changed");
             let (reason, word) = if ready_of(&status).as_deref() == Some("True") {
@@ -203,31 +206,29 @@ impl NodeStatusManager {
                 format!("Node {} status is now: {word}", self.inputs.node_name),
             );
         }
-        *last = Some((status, Instant::now()));
+        *last_report = Some(Instant::now());
         Ok(true)
     }
 
     /// Registers, then keeps the status fresh until cancelled.
     pub async fn run(self, cancel: CancellationToken) {
         let Some(node) = self.register(&cancel).await else { return };
-        let mut current = node.clone();
         self.registered.send_replace(Some(node));
         let mut tick = tokio::time::interval(self.cfg.update_frequency);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last = None;
+        let mut last_report = None;
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            if let Err(e) = self.sync_status(&mut last, &mut current).await {
+            if let Err(e) = self.sync_status(&mut last_report).await {
                 warn!(node = %self.inputs.node_name, error = %e, "error updating node status, will retry");
                 if e.is_not_found() {
                     // Someone deleted the Node: register it again, as upstream does after a restart.
                     if let Some(n) = self.register(&cancel).await {
-                        current = n.clone();
                         self.registered.send_replace(Some(n));
-                        last = None;
+                        last_report = None;
                     }
                 }
             }
@@ -354,6 +355,13 @@ mod tests {
         api.set_down(false);
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(ready(&api).unwrap().status, "True");
+        // The node lifecycle controller marks the node Unknown (as after a partition): the next update sets it
+        // right although the kubelet's own view did not change.
+        let unknown = serde_json::json!({"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}});
+        api.patch_node_status("n1", &unknown).await.unwrap();
+        assert_eq!(ready(&api).unwrap().status, "Unknown");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(ready(&api).unwrap().status, "True", "set right at the next update, not at the next report");
         cancel.cancel();
         task.await.unwrap();
     }

@@ -40,8 +40,9 @@ pub struct StatusSync {
     api: Arc<dyn PodApi>,
     synced: HashMap<PodUid, u64>,
     deleted: std::collections::HashSet<PodUid>,
-    /// Pods whose last patch the apiserver refused: the wait before the next try, and when it may happen.
-    refused: HashMap<PodUid, (Duration, tokio::time::Instant)>,
+    /// Pods whose last patch the apiserver refused: the wait before the next try, when it may happen, and the
+    /// status version that was refused (a newer status is tried at once).
+    refused: HashMap<PodUid, (Duration, tokio::time::Instant, u64)>,
 }
 
 impl StatusSync {
@@ -50,13 +51,13 @@ impl StatusSync {
         Self { status, api, synced: HashMap::new(), deleted: Default::default(), refused: HashMap::new() }
     }
 
-    /// Records a refused patch and returns the wait before the next try.
-    fn back_off(&mut self, uid: &PodUid) -> Duration {
+    /// Records that the patch of status `version` was refused and returns the wait before the next try.
+    fn back_off(&mut self, uid: &PodUid, version: u64) -> Duration {
         let wait = match self.refused.get(uid) {
-            Some((w, _)) => (*w * 2).min(REFUSED_BACKOFF_MAX),
+            Some((w, _, _)) => (*w * 2).min(REFUSED_BACKOFF_MAX),
             None => REFUSED_BACKOFF_START,
         };
-        self.refused.insert(uid.clone(), (wait, tokio::time::Instant::now() + wait));
+        self.refused.insert(uid.clone(), (wait, tokio::time::Instant::now() + wait, version));
         wait
     }
 
@@ -83,7 +84,10 @@ impl StatusSync {
             }
             if self.synced.get(&uid).is_none_or(|v| *v < e.version) {
                 let pod = format!("{}/{}", e.namespace, e.name);
-                if self.refused.get(&uid).is_some_and(|(_, next)| tokio::time::Instant::now() < *next) {
+                let waiting = |(_, next, v): &(Duration, tokio::time::Instant, u64)| {
+                    *v == e.version && tokio::time::Instant::now() < *next
+                };
+                if self.refused.get(&uid).is_some_and(waiting) {
                     self.status.mark_dirty(&uid);
                     continue;
                 }
@@ -128,7 +132,7 @@ impl StatusSync {
                 let patch = match pod_status_patch(&old, &merged, &target_uid) {
                     Ok(p) => p,
                     Err(err) => {
-                        let retry = self.back_off(&uid);
+                        let retry = self.back_off(&uid, e.version);
                         warn!(pod = %pod, podUID = %uid, error = %err, retryIn = ?retry, "failed to compute the pod status patch");
                         self.status.mark_dirty(&uid);
                         continue;
@@ -139,6 +143,11 @@ impl StatusSync {
                         Ok(_) => {
                             debug!(pod = %pod, podUID = %uid, phase = ?status.phase, "status patched");
                         }
+                        // The mirror pod was replaced between the read and the patch: write the new one.
+                        Err(ApiError::NotFound(_)) | Err(ApiError::Conflict(_)) if e.static_pod => {
+                            self.status.mark_dirty(&uid);
+                            continue;
+                        }
                         Err(ApiError::NotFound(_)) | Err(ApiError::Conflict(_)) => {}
                         Err(err @ ApiError::Unavailable(_)) => {
                             warn!(pod = %pod, podUID = %uid, error = %err, "failed to update pod status, will retry");
@@ -147,7 +156,7 @@ impl StatusSync {
                         }
                         Err(err) => {
                             // The apiserver answered: the same patch would most likely be refused again.
-                            let retry = self.back_off(&uid);
+                            let retry = self.back_off(&uid, e.version);
                             warn!(pod = %pod, podUID = %uid, error = %err, patch = %patch.patch, retryIn = ?retry, "the apiserver refused the pod status patch");
                             self.status.mark_dirty(&uid);
                             continue;
@@ -316,6 +325,18 @@ mod tests {
         sync.sync_changed().await;
         let phase = api.pod("kube-system", "etcd-n1").unwrap().status.and_then(|s| s.phase);
         assert_eq!(phase.as_deref(), Some("Running"), "written as soon as the mirror is seen");
+        // Someone deletes the mirror; the mirror reconciler creates a new one (a new UID, no status): the unchanged
+        // status of the static pod is written to it.
+        api.remove_pod("kube-system", "etcd-n1");
+        let mut again = m.clone();
+        again.metadata.uid = None;
+        again.status = None;
+        let again = api.put_pod(again);
+        assert_ne!(again.metadata.uid, m.metadata.uid);
+        sm.set_mirror("kube-system", "etcd-n1", again.metadata.uid.clone());
+        sync.sync_changed().await;
+        let phase = api.pod("kube-system", "etcd-n1").unwrap().status.and_then(|s| s.phase);
+        assert_eq!(phase.as_deref(), Some("Running"), "the recreated mirror shows the status too");
     }
 
     #[tokio::test(start_paused = true)]
@@ -338,6 +359,12 @@ mod tests {
             tokio::time::advance(STATUS_SYNC_PERIOD).await;
         }
         assert_eq!(attempts, [0, 10, 30, 70, 150, 310]);
+        // A newer status is tried at once, not after the back-off of the refused one.
+        let newer = PodStatus { phase: Some("Running".into()), message: Some("newer".into()), ..Default::default() };
+        sm.set_pod_status(&p, newer);
+        let before = patches(&api);
+        sync.sync_batch().await;
+        assert_eq!(patches(&api), before + 1);
         // Once the apiserver accepts it, the status is written at the next allowed attempt and the back-off ends.
         api.refuse_pod_status_patches(None);
         tokio::time::advance(REFUSED_BACKOFF_MAX).await;
@@ -346,7 +373,7 @@ mod tests {
         assert!(sync.refused.is_empty());
         // An unreachable apiserver is retried at every round, without back-off.
         api.set_down(true);
-        sm.set_pod_status(&p, PodStatus { phase: Some("Succeeded".into()), ..Default::default() });
+        sm.set_pod_status(&p, PodStatus { phase: Some("Failed".into()), ..Default::default() });
         sync.sync_batch().await;
         assert!(sync.refused.is_empty());
     }

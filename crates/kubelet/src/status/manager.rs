@@ -184,10 +184,15 @@ impl StatusManager {
             }
         };
         if appeared {
-            let entries = self.entries.lock().unwrap();
-            let statics = entries.iter().filter(|(_, e)| e.static_pod && e.namespace == namespace && e.name == name);
+            // A new mirror (also one recreated after a delete, with a new UID) has none of the static pod's status:
+            // a new version makes the apiserver sync write it again.
+            let version = *self.version.borrow() + 1;
+            let mut entries = self.entries.lock().unwrap();
             let mut dirty = self.dirty.lock().unwrap();
-            for (uid, _) in statics {
+            for (uid, e) in
+                entries.iter_mut().filter(|(_, e)| e.static_pod && e.namespace == namespace && e.name == name)
+            {
+                e.version = version;
                 dirty.insert(uid.clone());
             }
             drop(dirty);

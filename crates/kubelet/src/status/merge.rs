@@ -4,7 +4,8 @@
 //! Called by the apiserver sync for every status it is about to patch: conditions that the kubelet does not own
 //! (readiness gates set by controllers, `DisruptionTarget` set by others, anything a client added) are taken from
 //! the apiserver's copy and kept in their place, the kubelet's own conditions from the new status; the
-//! `resourceClaimStatuses` belong to the scheduler and DRA drivers and are kept as the apiserver has them. Pure.
+//! `resourceClaimStatuses` and `extendedResourceClaimStatus` belong to the scheduler and DRA drivers and are kept
+//! as the apiserver has them. Pure.
 
 use k8s_openapi::api::core::v1::PodStatus;
 
@@ -34,6 +35,7 @@ pub fn merge_pod_status(old: &PodStatus, new: &PodStatus) -> PodStatus {
     let conditions: Vec<_> = others.chain(own).collect();
     merged.conditions = (!conditions.is_empty() || new.conditions.is_some()).then_some(conditions);
     merged.resource_claim_statuses = old.resource_claim_statuses.clone();
+    merged.extended_resource_claim_status = old.extended_resource_claim_status.clone();
     merged
 }
 
