@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use common::cluster::TestEnv;
@@ -22,6 +21,18 @@ const APP: &str = "trap 'exit 0' TERM; while true; do sleep 0.2; done # app-mark
 /// sees, and its own PID (not 1: it joined a namespace someone else started). `$$$$` is the shell's `$$` once
 /// the kubelet has expanded `$(VAR)` references in the command (`$$` escapes `$`).
 const DEBUG: &str = "echo \"pid1: $(tr '\\0' ' ' < /proc/1/cmdline)\"; ps -o pid,args; echo \"self: $$$$\"";
+
+/// `kubectl debug web` with an ephemeral container `name` targeting `app`, with `extra` flags, running `command`.
+async fn debug(env: &TestEnv, name: &str, extra: &[&str], command: &[&str]) {
+    let mut args =
+        vec!["debug", "web", "--image=localhost/busybox:1", "--image-pull-policy=Never", "--profile=general"];
+    args.extend(["--target=app", "-c", name]);
+    args.extend_from_slice(extra);
+    args.push("--");
+    args.extend_from_slice(command);
+    let (ok, out, err) = env.kubectl_output(&args).await;
+    assert!(ok, "kubectl {args:?}: {out}{err}");
+}
 
 /// The status of ephemeral container `name` in a pod object.
 fn ephemeral_status<'a>(pod: &'a Value, name: &str) -> Option<&'a Value> {
@@ -65,23 +76,7 @@ async fn kubectl_debug_runs_a_debugger_in_the_targets_pid_namespace() {
     let app_id = containers_of(&rt, "web").await[0].id.clone();
 
     // kubectl debug adds the ephemeral container through pods/ephemeralcontainers; rkubelet starts it.
-    let (ok, out, err) = env
-        .kubectl_output(&[
-            "debug",
-            "web",
-            "--image=localhost/busybox:1",
-            "--image-pull-policy=Never",
-            "--profile=general",
-            "--target=app",
-            "-c",
-            "debugger",
-            "--",
-            "sh",
-            "-c",
-            DEBUG,
-        ])
-        .await;
-    assert!(ok, "kubectl debug: {out}{err}");
+    debug(&env, "debugger", &[], &["sh", "-c", DEBUG]).await;
     let spec = env.pod("web").await.unwrap();
     assert_eq!(spec["spec"]["ephemeralContainers"][0]["targetContainerName"], "app", "{spec}");
 
@@ -146,33 +141,9 @@ async fn kubectl_debug_runs_a_debugger_in_the_targets_pid_namespace() {
     assert!(events.contains("Started container debugger"), "{events}");
 
     // A second, interactive debugger: kubectl attach reaches it through the kubelet API.
-    let (ok, out, err) = env
-        .kubectl_output(&[
-            "debug",
-            "web",
-            "--image=localhost/busybox:1",
-            "--image-pull-policy=Never",
-            "--profile=general",
-            "--target=app",
-            "-c",
-            "shell",
-            "-i",
-            "--attach=false",
-            "--",
-            "sh",
-        ])
-        .await;
-    assert!(ok, "kubectl debug -i: {out}{err}");
+    debug(&env, "shell", &["-i", "--attach=false"], &["sh"]).await;
     wait_both(&env, &mut node, "the shell running", |p| ephemeral_status(p, "shell").is_some_and(running)).await;
-    let mut attach = tokio::process::Command::new("kubectl")
-        .arg(format!("--kubeconfig={}", env.admin.display()))
-        .args(["-n", &env.ns, "attach", "web", "-c", "shell", "-i"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+    let mut attach = env.spawn_kubectl(&["attach", "web", "-c", "shell", "-i"], true);
     let mut stdin = attach.stdin.take().unwrap();
     let mut stdout = tokio::io::BufReader::new(attach.stdout.take().unwrap()).lines();
     // Talk to the shell until it answers (stdin stays open meanwhile, as a user's terminal), then end it.
@@ -214,23 +185,7 @@ async fn kubectl_debug_runs_a_debugger_in_the_targets_pid_namespace() {
     assert_eq!(named("shell").await, 1, "the shell ran once");
 
     // A debugger that still runs stops with the pod.
-    let (ok, out, err) = env
-        .kubectl_output(&[
-            "debug",
-            "web",
-            "--image=localhost/busybox:1",
-            "--image-pull-policy=Never",
-            "--profile=general",
-            "--target=app",
-            "-c",
-            "sleeper",
-            "--",
-            "sh",
-            "-c",
-            SERVE,
-        ])
-        .await;
-    assert!(ok, "kubectl debug: {out}{err}");
+    debug(&env, "sleeper", &[], &["sh", "-c", SERVE]).await;
     wait_both(&env, &mut node, "the sleeper running", |p| ephemeral_status(p, "sleeper").is_some_and(running)).await;
     env.kubectl(&["delete", "pod", "web", "--wait=false"]).await;
     node.wait_for("every container of the pod stopped", Duration::from_secs(30), || async {

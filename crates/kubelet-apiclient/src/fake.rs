@@ -14,23 +14,14 @@ use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
-use crate::patch::{NODE, OBJECT, POD, PatchError, Schema, apply_patch};
+use crate::patch::{NODE, OBJECT, POD, Schema, apply_patch};
 use crate::{ApiError, ApiResult, EventApi, LeaseApi, NodeApi, PodApi, PodWatchApi, WatchEvent};
 
 /// Applies a strategic-merge patch as the apiserver does, with the patch metadata of `schema`
-/// ([`crate::patch::POD`], [`crate::patch::NODE`], [`crate::patch::OBJECT`]). A patch that cannot be applied is
-/// refused with the code of upstream's `interpretStrategicMergePatchError` (`endpoints/handlers/patch.go`): 400
-/// for a malformed document or directive list, 422 for lists of lists, 500 for the rest (a real apiserver panics
-/// on an order list of maps without merge key, also a 500).
-pub fn strategic_merge(target: &mut Value, patch: &Value, schema: &'static Schema) -> ApiResult<()> {
-    apply_patch(target, patch, schema).map_err(|e| {
-        let code = match e {
-            PatchError::NotAnObject | PatchError::BadRetainKeys | PatchError::BadSetElementOrder => 400,
-            PatchError::ListOfLists => 422,
-            _ => 500,
-        };
-        ApiError::Other { code, message: e.to_string() }
-    })
+/// ([`crate::patch::POD`], [`crate::patch::NODE`], [`crate::patch::OBJECT`]); a patch that cannot be applied is
+/// refused with the apiserver's code ([`crate::patch::PatchError::http_status`]).
+fn strategic_merge(target: &mut Value, patch: &Value, schema: &'static Schema) -> ApiResult<()> {
+    apply_patch(target, patch, schema).map_err(|e| ApiError::Other { code: e.http_status(), message: e.to_string() })
 }
 
 #[derive(Default)]

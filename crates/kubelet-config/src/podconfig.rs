@@ -118,7 +118,7 @@ impl PodConfig {
     fn record_refusal(&self, r: &RefusedManifest) {
         if let Some((recorder, node)) = &self.events {
             let object = r.pod.as_ref().unwrap_or(node);
-            recorder.event(object, WARNING, reason::FAILED_VALIDATION, r.message.clone());
+            recorder.event(object, WARNING, reason::FAILED_VALIDATION, r.message().to_string());
         }
     }
 
@@ -155,7 +155,7 @@ impl PodConfig {
         for r in &update.refused {
             self.record_refusal(r);
         }
-        if update.is_refusals_only() {
+        if update.refusals_only {
             return vec![];
         }
         let source = update.source;
@@ -367,12 +367,17 @@ mod tests {
             tx,
         );
         let mut last = vec![];
-        for _ in 0..3 {
+        for read in 0..3 {
             // Every read of the folder refuses the same manifests; each becomes an event once.
             let (pods, new) = src.read_and_log(&mut last);
             let out = pc
                 .merge(SourceUpdate::set(PodSource::File, pods.into_iter().map(Arc::new).collect()).with_refused(new));
-            assert!(out.iter().all(|u| u.op == Operation::Add));
+            if read == 0 {
+                let ops: Vec<_> = out.iter().map(|u| (u.op, u.pods.len())).collect();
+                assert_eq!(ops, [(Operation::Add, 1)], "the good pod is merged");
+            } else {
+                assert!(out.is_empty(), "nothing changed: {out:?}");
+            }
         }
         let ev = events.0.lock().unwrap().clone();
         assert_eq!(ev.len(), 3, "{ev:?}");

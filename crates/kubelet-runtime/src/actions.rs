@@ -272,20 +272,20 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, health: &dyn Container
     }
 
     // Ephemeral containers may start before initialization completes; one that ever ran (any status of its
-    // name) is never started again.
-    for (i, ec) in spec.ephemeral_containers.iter().flatten().enumerate() {
-        if status.find_container(&ec.name).is_none() {
-            a.ephemeral_containers_to_start.push(i);
-        }
-    }
+    // name) is never started again. None starts in a sync that stops the sandbox.
+    let ephemerals = || {
+        let never_ran = |(_, ec): &(usize, &k8s_openapi::api::core::v1::EphemeralContainer)| {
+            status.find_container(&ec.name).is_none()
+        };
+        spec.ephemeral_containers.iter().flatten().enumerate().filter(never_ran).map(|(i, _)| i).collect()
+    };
 
     let initialized = compute_init_actions(pod, status, health, &mut a);
     if a.kill_pod {
-        // The sandbox is stopped by this sync: nothing can start in it.
-        a.ephemeral_containers_to_start.clear();
         return a;
     }
     if !initialized {
+        a.ephemeral_containers_to_start = ephemerals();
         return a;
     }
 
@@ -325,9 +325,10 @@ pub fn compute_pod_actions(pod: &Pod, status: &PodStatus, health: &dyn Container
     }
     if keep == 0 && a.containers_to_start.is_empty() {
         a.kill_pod = true;
-        // Native sidecars must not keep a finished pod alive, nor can a debugger join a stopped sandbox.
+        // Native sidecars must not keep a finished pod alive.
         a.init_containers_to_start.clear();
-        a.ephemeral_containers_to_start.clear();
+    } else {
+        a.ephemeral_containers_to_start = ephemerals();
     }
     a
 }

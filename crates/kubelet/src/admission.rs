@@ -165,10 +165,10 @@ impl PodAdmitHandler for NodeOs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::{PodOS, PodSecurityContext, PodSpec, Sysctl};
 
     #[test]
     fn pods_for_another_os_are_refused_as_upstream() {
-        use k8s_openapi::api::core::v1::PodOS;
         let mut p = Pod::default();
         assert_eq!(NodeOs.admit(&p), None);
         p.spec = Some(PodSpec { os: Some(PodOS { name: "linux".into() }), ..Default::default() });
@@ -181,7 +181,6 @@ mod tests {
         p.metadata.labels = Some([("kubernetes.io/os".to_string(), "windows".to_string())].into());
         assert_eq!(NodeOs.admit(&p).unwrap().reason, "PodOSSelectorNodeLabelDoesNotMatch");
     }
-    use k8s_openapi::api::core::v1::{PodSecurityContext, PodSpec, Sysctl};
 
     #[test]
     fn pods_with_unsupported_volume_types_are_refused_naming_the_type() {

@@ -74,6 +74,18 @@ pub fn parse_labels(s: &str) -> Result<std::collections::BTreeMap<String, String
             KUBELET_LABELS.join(", ")
         ));
     }
+    // Keys and values as label syntax demands (upstream's `invalidLabelErrs`, keyed by the bad key or value).
+    use kubelet_config::validation::names::{is_label_value, is_qualified_name};
+    let mut invalid: std::collections::BTreeMap<&str, Vec<String>> = Default::default();
+    for (k, v) in &m {
+        invalid.entry(k.as_str()).or_default().extend(is_qualified_name(k));
+        invalid.entry(v.as_str()).or_default().extend(is_label_value(v));
+    }
+    let invalid: Vec<String> =
+        invalid.into_iter().filter(|(_, e)| !e.is_empty()).map(|(s, e)| format!("'{s}' - {}", e.join(", "))).collect();
+    if !invalid.is_empty() {
+        return Err(format!("invalid node labels: {}", invalid.join("; ")));
+    }
     Ok(m)
 }
 
@@ -143,6 +155,11 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("allowed prefix (kubelet.kubernetes.io, node.kubernetes.io)"), "{e}");
+        let e = parse_labels("role=edge zone").unwrap_err();
+        assert!(
+            e.starts_with("invalid node labels: 'edge zone' - a valid label must be an empty string or consist of"),
+            "{e}"
+        );
         let ok = parse_labels("node.kubernetes.io/pool=a,x.kubelet.kubernetes.io/y=b,topology.kubernetes.io/zone=z");
         assert_eq!(ok.unwrap().len(), 3);
         let twice = Cli::try_parse_from(["rkubelet", "--cert-dir=/a", "--cert-dir=/b"]).unwrap();

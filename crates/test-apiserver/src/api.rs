@@ -6,7 +6,7 @@
 use serde_json::{Value, json};
 
 use crate::error::ApiError;
-use crate::patch::{json_patch, merge_patch, strategic_merge};
+use crate::patch::{json_patch, merge_patch, strategic_schema};
 use crate::resources::{self, ResourceDef};
 use crate::selector::Selectors;
 use crate::store::Store;
@@ -138,7 +138,6 @@ pub fn patch(
     let ns = scope(def, ns)?;
     let (out, _) = store.update_with(def, ns, name, |cur| {
         let mut new = cur.clone();
-        let bad = |e: crate::patch::PatchError| ApiError::invalid(def, name, "patch", &e.0);
         match kind {
             PatchType::Merge => {
                 if !patch.is_object() {
@@ -150,18 +149,11 @@ pub fn patch(
                 if !patch.is_object() {
                     return Err(ApiError::bad_request("the body of a strategic merge patch must be a JSON object"));
                 }
-                // Pods and Nodes merge with their real patch strategies (the schema the kubelet's patches are built
-                // from), so a patch the real apiserver refuses is refused here too.
-                let schema = match def.resource {
-                    "pods" => Some(&kubelet_apiclient::patch::POD),
-                    "nodes" => Some(&kubelet_apiclient::patch::NODE),
-                    _ => None,
-                };
-                match schema {
-                    Some(schema) => kubelet_apiclient::patch::apply_patch(&mut new, patch, schema)
-                        .map_err(|e| ApiError::invalid(def, name, "patch", &e.to_string()))?,
-                    None => strategic_merge(&mut new, patch).map_err(bad)?,
-                }
+                kubelet_apiclient::patch::apply_patch(&mut new, patch, strategic_schema(def.resource)).map_err(|e| {
+                    let mut err = ApiError::invalid(def, name, "patch", &e.to_string());
+                    err.code = e.http_status();
+                    err
+                })?
             }
             PatchType::Json => json_patch(&mut new, patch).map_err(|e| {
                 let mut err = ApiError::invalid(def, name, "patch", &e.0);

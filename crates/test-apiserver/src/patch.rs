@@ -1,9 +1,37 @@
-//! The three patch types of the apiserver's PATCH handler (`endpoints/handlers/patch.go`):
-//! JSON merge patch (RFC 7386, `evanphx/json-patch.MergePatch`), JSON patch (RFC 6902) and a
-//! strategic merge patch (`apimachinery/pkg/util/strategicpatch`) driven by a table of the merge keys of
-//! the core types instead of the Go struct tags.
+//! Two of the three patch types of the apiserver's PATCH handler (`endpoints/handlers/patch.go`): JSON merge patch
+//! (RFC 7386, `evanphx/json-patch.MergePatch`) and JSON patch (RFC 6902). Strategic merge patches are applied by
+//! `kubelet_apiclient::patch::apply_patch` with the patch strategies of each kind ([`strategic_schema`]).
+
+use kubelet_apiclient::patch::schema::{Field, OBJECT_META, Schema};
 
 use serde_json::{Map, Value};
+
+/// The patch strategies of a served kind (its struct tags): Pods and Nodes as the kubelet's own schema, Services
+/// (`spec.ports` by `port`), ServiceAccounts (`secrets` by `name`) and Namespaces (`status.conditions` by `type`),
+/// and for every other kind only its metadata's.
+pub fn strategic_schema(resource: &str) -> &'static Schema {
+    static CONDITIONS: Schema = Schema { fields: &[Field::merge_by("conditions", "type", None)] };
+    static SERVICE_SPEC: Schema = Schema { fields: &[Field::merge_by("ports", "port", None)] };
+    static SERVICE: Schema = Schema {
+        fields: &[
+            Field::nested("metadata", &OBJECT_META),
+            Field::nested("spec", &SERVICE_SPEC),
+            Field::nested("status", &CONDITIONS),
+        ],
+    };
+    static SERVICE_ACCOUNT: Schema =
+        Schema { fields: &[Field::nested("metadata", &OBJECT_META), Field::merge_by("secrets", "name", None)] };
+    static NAMESPACE: Schema =
+        Schema { fields: &[Field::nested("metadata", &OBJECT_META), Field::nested("status", &CONDITIONS)] };
+    match resource {
+        "pods" => &kubelet_apiclient::patch::POD,
+        "nodes" => &kubelet_apiclient::patch::NODE,
+        "services" => &SERVICE,
+        "serviceaccounts" => &SERVICE_ACCOUNT,
+        "namespaces" => &NAMESPACE,
+        _ => &kubelet_apiclient::patch::OBJECT,
+    }
+}
 
 /// A patch that cannot be applied (answered as 422 / 400 by the caller).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -29,158 +57,6 @@ pub fn merge_patch(target: &mut Value, patch: &Value) {
         }
         other => *target = other.clone(),
     }
-}
-
-/// The merge key of a list field under strategic merge (`patchMergeKey` tags of the core types).
-fn merge_key(field: &str) -> Option<&'static str> {
-    Some(match field {
-        "conditions" | "addresses" => "type",
-        "containerStatuses"
-        | "initContainerStatuses"
-        | "ephemeralContainerStatuses"
-        | "containers"
-        | "initContainers"
-        | "ephemeralContainers"
-        | "volumes"
-        | "env"
-        | "imagePullSecrets"
-        | "volumesAttached"
-        | "resourceClaims"
-        | "resourceClaimStatuses"
-        | "readinessGates" => match field {
-            "readinessGates" => "conditionType",
-            _ => "name",
-        },
-        "podIPs" | "hostIPs" => "ip",
-        "ports" => "containerPort",
-        "volumeMounts" => "mountPath",
-        "volumeDevices" => "devicePath",
-        "ownerReferences" => "uid",
-        "taints" => "key",
-        _ => return None,
-    })
-}
-
-/// Primitive lists with `patchStrategy:"merge"` (set union).
-fn is_merge_set(field: &str) -> bool {
-    matches!(field, "finalizers" | "volumesInUse")
-}
-
-fn key_of<'a>(v: &'a Value, key: &str) -> Option<&'a Value> {
-    v.as_object().and_then(|o| o.get(key))
-}
-
-fn merge_keyed_list(
-    target: &mut Vec<Value>,
-    patch: &[Value],
-    key: &str,
-    order: Option<&Vec<Value>>,
-) -> Result<(), PatchError> {
-    for item in patch {
-        let Some(k) = key_of(item, key).cloned() else {
-            return Err(PatchError(format!("map: {item} does not contain declared merge key: {key}")));
-        };
-        let pos = target.iter().position(|t| key_of(t, key) == Some(&k));
-        let delete = item.get("$patch").and_then(Value::as_str) == Some("delete");
-        match (pos, delete) {
-            (Some(i), true) => {
-                target.remove(i);
-            }
-            (None, true) => {}
-            (Some(i), false) => strategic_merge(&mut target[i], item)?,
-            (None, false) => {
-                let mut fresh = Value::Object(Map::new());
-                strategic_merge(&mut fresh, item)?;
-                target.push(fresh);
-            }
-        }
-    }
-    if let Some(order) = order {
-        let keys: Vec<&Value> = order.iter().filter_map(|o| key_of(o, key)).collect();
-        let mut ordered: Vec<Value> = Vec::with_capacity(target.len());
-        for k in &keys {
-            if let Some(i) = target.iter().position(|t| key_of(t, key) == Some(*k)) {
-                ordered.push(target.remove(i));
-            }
-        }
-        ordered.append(target);
-        *target = ordered;
-    }
-    Ok(())
-}
-
-/// Strategic merge patch: maps merge recursively, `null` deletes, lists with a merge key merge by
-/// that key (honouring `$patch: delete` items and `$setElementOrder/<list>`), merge-set lists of
-/// primitives are unioned (with `$deleteFromPrimitiveList/<list>`), other lists are replaced.
-/// `$patch: replace` on a map replaces it; `$retainKeys` is honoured.
-pub fn strategic_merge(target: &mut Value, patch: &Value) -> Result<(), PatchError> {
-    let Value::Object(p) = patch else {
-        *target = patch.clone();
-        return Ok(());
-    };
-    if p.get("$patch").and_then(Value::as_str) == Some("replace") {
-        let mut p = p.clone();
-        p.remove("$patch");
-        *target = Value::Object(p);
-        return Ok(());
-    }
-    if p.get("$patch").and_then(Value::as_str) == Some("delete") {
-        *target = Value::Object(Map::new());
-        return Ok(());
-    }
-    if !target.is_object() {
-        *target = Value::Object(Map::new());
-    }
-    let Value::Object(t) = target else {
-        return Ok(());
-    };
-    if let Some(Value::Array(retain)) = p.get("$retainKeys") {
-        let keep: Vec<&str> = retain.iter().filter_map(Value::as_str).collect();
-        t.retain(|k, _| keep.contains(&k.as_str()));
-    }
-    for (k, v) in p {
-        if k.starts_with('$') {
-            if let Some(list) = k.strip_prefix("$deleteFromPrimitiveList/")
-                && let (Some(Value::Array(cur)), Value::Array(del)) = (t.get_mut(list), v)
-            {
-                cur.retain(|x| !del.contains(x));
-            }
-            continue;
-        }
-        if v.is_null() {
-            t.remove(k);
-            continue;
-        }
-        match (v, merge_key(k)) {
-            (Value::Array(items), Some(key)) => {
-                let order = p.get(&format!("$setElementOrder/{k}")).and_then(Value::as_array);
-                let entry = t.entry(k.clone()).or_insert(Value::Array(Vec::new()));
-                if !entry.is_array() {
-                    *entry = Value::Array(Vec::new());
-                }
-                if let Value::Array(cur) = entry {
-                    merge_keyed_list(cur, items, key, order)?;
-                }
-            }
-            (Value::Array(items), None) if is_merge_set(k) => {
-                let entry = t.entry(k.clone()).or_insert(Value::Array(Vec::new()));
-                if let Value::Array(cur) = entry {
-                    for i in items {
-                        if !cur.contains(i) {
-                            cur.push(i.clone());
-                        }
-                    }
-                }
-            }
-            (Value::Object(_), _) => {
-                strategic_merge(t.entry(k.clone()).or_insert(Value::Null), v)?;
-            }
-            _ => {
-                t.insert(k.clone(), v.clone());
-            }
-        }
-    }
-    Ok(())
 }
 
 fn unescape(tok: &str) -> String {
@@ -301,30 +177,6 @@ mod tests {
         let mut t = json!({"a": {"b": 1, "c": 2}, "l": [1, 2]});
         merge_patch(&mut t, &json!({"a": {"b": null, "d": 3}, "l": [3]}));
         assert_eq!(t, json!({"a": {"c": 2, "d": 3}, "l": [3]}));
-    }
-
-    #[test]
-    fn strategic_conditions_and_order() {
-        let mut t = json!({"status": {"conditions": [
-            {"type": "Ready", "status": "False"}, {"type": "PodScheduled", "status": "True"}
-        ], "containerStatuses": [{"name": "a", "ready": false}], "podIPs": [{"ip": "1"}]}});
-        let p = json!({"metadata": {"uid": "u"}, "status": {
-            "$setElementOrder/conditions": [{"type": "PodScheduled"}, {"type": "Ready"}, {"type": "Initialized"}],
-            "conditions": [{"type": "Ready", "status": "True"}, {"type": "Initialized", "status": "True"}],
-            "containerStatuses": [{"name": "a", "ready": true}],
-            "podIPs": [{"ip": "2"}]
-        }});
-        strategic_merge(&mut t, &p).unwrap();
-        assert_eq!(
-            t["status"]["conditions"],
-            json!([{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}, {"type": "Initialized", "status": "True"}])
-        );
-        assert_eq!(t["status"]["containerStatuses"], json!([{"name": "a", "ready": true}]));
-        assert_eq!(t["status"]["podIPs"], json!([{"ip": "1"}, {"ip": "2"}]));
-        assert_eq!(t["metadata"]["uid"], "u");
-        let p = json!({"status": {"conditions": [{"type": "Ready", "$patch": "delete"}]}});
-        strategic_merge(&mut t, &p).unwrap();
-        assert_eq!(t["status"]["conditions"].as_array().unwrap().len(), 2);
     }
 
     #[test]

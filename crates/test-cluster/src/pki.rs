@@ -35,8 +35,7 @@ pub struct CertPair {
 }
 
 fn wall_secs() -> u64 {
-    #[allow(clippy::disallowed_methods)] // certificate validity is wall time; this is test tooling, not the kubelet
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    chrono::Utc::now().timestamp().max(0) as u64
 }
 
 fn validity(p: &mut CertificateParams, lifetime: Duration) {

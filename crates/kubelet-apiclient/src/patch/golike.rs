@@ -163,3 +163,23 @@ pub(crate) fn map_with_key<'a>(v: &'a Value, key: &str) -> Result<(&'a Map<Strin
     let k = m.get(key).ok_or_else(|| PatchError::MissingMergeKey { item: v.to_string(), key: key.to_string() })?;
     Ok((m, k))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::fmt_float;
+
+    #[test]
+    fn floats_print_as_go_prints_them() {
+        let cases = [
+            (0.5, "0.5"),
+            (1e6, "1e+06"),
+            (123456.0, "123456"),
+            (1e-5, "1e-05"),
+            (0.0001, "0.0001"),
+            (2.5e21, "2.5e+21"),
+        ];
+        for (f, want) in cases {
+            assert_eq!(fmt_float(f), want, "{f}");
+        }
+    }
+}

@@ -91,6 +91,19 @@ pub enum PatchError {
     Serialize(String),
 }
 
+impl PatchError {
+    /// The HTTP status an apiserver answers a patch that fails this way with (`endpoints/handlers/patch.go`
+    /// interpretStrategicMergePatchError): 400 for a malformed document or directive list, 422 for lists of
+    /// lists, 500 for the rest (a real apiserver panics on an order list of maps without merge key, also a 500).
+    pub fn http_status(&self) -> u16 {
+        match self {
+            PatchError::NotAnObject | PatchError::BadRetainKeys | PatchError::BadSetElementOrder => 400,
+            PatchError::ListOfLists => 422,
+            _ => 500,
+        }
+    }
+}
+
 fn as_map(v: &Value) -> Result<Map<String, Value>, PatchError> {
     match v {
         Value::Object(m) => Ok(m.clone()),

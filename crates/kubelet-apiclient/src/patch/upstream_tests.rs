@@ -13,7 +13,6 @@ use super::{PatchError, apply_patch, two_way_merge_patch};
 
 /// `MergeItem` of `patch_test.go`.
 static MERGE_ITEM: Schema = Schema {
-    name: "MergeItem",
     fields: &[
         Field::plain("name"),
         Field::plain("value"),
@@ -31,7 +30,6 @@ static MERGE_ITEM: Schema = Schema {
 
 /// `RetainKeysMergeItem` of `patch_test.go`.
 static RETAIN_KEYS_MERGE_ITEM: Schema = Schema {
-    name: "RetainKeysMergeItem",
     fields: &[
         Field::plain("name"),
         Field::plain("value"),

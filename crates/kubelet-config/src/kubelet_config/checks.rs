@@ -1,100 +1,22 @@
-//! Small syntax checks that validation borrows from other upstream packages:
-//! `k8s.io/apimachinery/pkg/util/validation` (qualified names, label values, DNS
-//! subdomains, ports), `pkg/util/taints` (`CheckTaintValidation`), `k8s.io/utils/cpuset`
+//! Small syntax checks that validation borrows from other upstream packages: names, label values and ports of
+//! `k8s.io/apimachinery/pkg/util/validation` (through [`crate::validation::names`], which the pod validation
+//! shares), `pkg/util/taints` (`CheckTaintValidation`), `k8s.io/utils/cpuset`
 //! (`Parse`), Go's `path/filepath.Clean`, the allowlist patterns of
 //! `pkg/kubelet/images/pullmanager` and the endpoint check of component-base tracing.
 
 use k8s_openapi::api::core::v1::Taint;
 
-const QUALIFIED_NAME_MAX_LENGTH: usize = 63;
-const LABEL_VALUE_MAX_LENGTH: usize = 63;
-const DNS1123_SUBDOMAIN_MAX_LENGTH: usize = 253;
-const QUALIFIED_NAME_FORMAT: &str = "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (regex used for validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+use crate::validation::names::{is_label_value, is_qualified_name, is_valid_port_num};
 
 /// `IsValidPortNum`: 1 to 65535.
 pub(crate) fn is_valid_port(port: i32) -> bool {
-    (1..=65535).contains(&port)
+    is_valid_port_num(i64::from(port)).is_empty()
 }
 
-/// `([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]`, the shape of qualified names and label
-/// values.
-fn is_qualified_token(s: &str) -> bool {
-    let bytes = s.as_bytes();
-    match (bytes.first(), bytes.last()) {
-        (Some(first), Some(last)) => {
-            first.is_ascii_alphanumeric()
-                && last.is_ascii_alphanumeric()
-                && bytes.iter().all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
-        }
-        _ => false,
-    }
-}
-
-/// `IsDNS1123Subdomain`: lower-case labels of `[a-z0-9-]` separated by dots.
-fn dns1123_subdomain_error(s: &str) -> Option<String> {
-    if s.len() > DNS1123_SUBDOMAIN_MAX_LENGTH {
-        return Some(format!("must be no more than {DNS1123_SUBDOMAIN_MAX_LENGTH} characters"));
-    }
-    let label_ok = |label: &str| {
-        let b = label.as_bytes();
-        match (b.first(), b.last()) {
-            (Some(f), Some(l)) => {
-                (f.is_ascii_lowercase() || f.is_ascii_digit())
-                    && (l.is_ascii_lowercase() || l.is_ascii_digit())
-                    && b.iter().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-            }
-            _ => false,
-        }
-    };
-    if s.split('.').all(label_ok) {
-        None
-    } else {
-        Some("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character".to_string())
-    }
-}
-
-/// `IsQualifiedName`: an optional DNS subdomain prefix and `/`, then a name of at most 63
-/// characters.
+/// `IsQualifiedName`'s errors joined as upstream joins them, or None.
 pub(crate) fn qualified_name_error(value: &str) -> Option<String> {
-    let parts: Vec<&str> = value.split('/').collect();
-    let name = match parts.as_slice() {
-        [name] => *name,
-        [prefix, name] => {
-            if prefix.is_empty() {
-                return Some("prefix part must be non-empty".to_string());
-            }
-            if let Some(err) = dns1123_subdomain_error(prefix) {
-                return Some(format!("prefix part {err}"));
-            }
-            *name
-        }
-        _ => {
-            return Some(
-                "a qualified name must consist of alphanumeric characters, '-', '_' or '.', with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"
-                    .to_string(),
-            );
-        }
-    };
-    if name.is_empty() {
-        Some("name part must be non-empty".to_string())
-    } else if name.len() > QUALIFIED_NAME_MAX_LENGTH {
-        Some(format!("name part must be no more than {QUALIFIED_NAME_MAX_LENGTH} characters"))
-    } else if !is_qualified_token(name) {
-        Some(QUALIFIED_NAME_FORMAT.to_string())
-    } else {
-        None
-    }
-}
-
-/// `IsValidLabelValue`: empty, or at most 63 characters of the qualified-name shape.
-fn label_value_error(value: &str) -> Option<String> {
-    if value.len() > LABEL_VALUE_MAX_LENGTH {
-        Some(format!("must be no more than {LABEL_VALUE_MAX_LENGTH} characters"))
-    } else if !value.is_empty() && !is_qualified_token(value) {
-        Some("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character".to_string())
-    } else {
-        None
-    }
+    let errs = is_qualified_name(value);
+    (!errs.is_empty()).then(|| errs.join("; "))
 }
 
 /// `CheckTaintValidation` of `pkg/util/taints`.
@@ -102,7 +24,7 @@ pub(crate) fn check_taint(taint: &Taint) -> Result<(), String> {
     if let Some(err) = qualified_name_error(&taint.key) {
         return Err(format!("invalid taint key: {err}"));
     }
-    if let Some(err) = taint.value.as_deref().and_then(label_value_error) {
+    if let Some(err) = taint.value.as_deref().map(is_label_value).filter(|e| !e.is_empty()).map(|e| e.join("; ")) {
         return Err(format!("invalid taint value: {err}"));
     }
     if !taint.effect.is_empty() && !matches!(taint.effect.as_str(), "NoSchedule" | "PreferNoSchedule" | "NoExecute") {

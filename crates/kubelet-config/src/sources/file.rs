@@ -8,7 +8,6 @@
 //! event, once: when the refusal first appears. The other pods are sent as usual, so they keep running. A folder that does not exist is an empty source (upstream logs and waits for it).
 //! The task ends when its cancellation token fires.
 
-use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
 use super::manifest::static_pod_from_file;
-use super::{RefusedManifest, SourceUpdate};
+use super::{RefusedManifest, SourceUpdate, drop_duplicates, fresh_refusals};
 
 /// File-system events that arrive together are coalesced for this long before a re-read (an atomic rename comes as
 /// several events); a file caught half-written is refused and read again at its next event, as upstream.
@@ -67,7 +66,7 @@ pub fn read_manifests(path: &Path, node_name: &str) -> ReadResult {
         Ok(_) => vec![path.to_path_buf()],
         Err(_) => return res,
     };
-    let mut names = HashSet::new();
+    let mut decoded = vec![];
     for f in files {
         let origin = f.to_string_lossy().into_owned();
         let text = match std::fs::read_to_string(&f) {
@@ -78,24 +77,16 @@ pub fn read_manifests(path: &Path, node_name: &str) -> ReadResult {
             }
         };
         match static_pod_from_file(&text, &origin, node_name) {
-            Ok(pod) => {
-                let full = format!(
-                    "{}/{}",
-                    pod.metadata.namespace.as_deref().unwrap_or(""),
-                    pod.metadata.name.as_deref().unwrap_or("")
-                );
-                if !names.insert(full) {
-                    res.refused.push(RefusedManifest::duplicate(origin, PodSource::File, &pod));
-                    continue;
-                }
-                res.pods.push(pod);
-            }
+            Ok(pod) => decoded.push((origin, pod)),
             Err(e) => {
                 let pod = e.pod().cloned();
                 res.refused.push(RefusedManifest::new(origin, e.to_string(), pod));
             }
         }
     }
+    let (pods, duplicates) = drop_duplicates(decoded, PodSource::File);
+    res.pods = pods;
+    res.refused.extend(duplicates);
     res
 }
 
@@ -122,11 +113,10 @@ impl FileSource {
     /// pods, so each is logged and becomes an event once, when it first appears, not at every period.
     pub(crate) fn read_and_log(&self, last_refused: &mut Vec<RefusedManifest>) -> (Vec<Pod>, Vec<RefusedManifest>) {
         let r = read_manifests(&self.path, &self.node_name);
-        let new: Vec<RefusedManifest> = r.refused.iter().filter(|m| !last_refused.contains(m)).cloned().collect();
+        let new = fresh_refusals(last_refused, r.refused);
         for m in &new {
             warn!(file = %m.origin, reason = %m.reason, "static pod manifest refused; other pods are unaffected");
         }
-        *last_refused = r.refused;
         (r.pods, new)
     }
 

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::manifest::{ManifestError, StaticOrigin, accept_static_pod, decode_pods};
-use super::{RefusedManifest, SourceUpdate};
+use super::{RefusedManifest, SourceUpdate, drop_duplicates, fresh_refusals};
 
 /// Fetches taking longer than this fail (upstream's client timeout).
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -39,22 +39,6 @@ pub struct HttpSource {
 /// Decodes, defaults, validates and normalises the pods of a URL response body.
 pub fn pods_from_body(body: &str, url: &str, node_name: &str) -> Result<Vec<Pod>, ManifestError> {
     decode_pods(body, url)?.into_iter().map(|p| accept_static_pod(p, StaticOrigin::Url(url), node_name)).collect()
-}
-
-/// Drops the pods whose namespace and name an earlier pod of the body has (`filterInvalidPods`).
-fn drop_duplicates(pods: Vec<Pod>, url: &str) -> (Vec<Pod>, Vec<RefusedManifest>) {
-    let mut names = std::collections::HashSet::new();
-    let mut refused = vec![];
-    let mut kept = vec![];
-    for p in pods {
-        let full = (p.metadata.namespace.clone(), p.metadata.name.clone());
-        if names.insert(full) {
-            kept.push(p);
-        } else {
-            refused.push(RefusedManifest::duplicate(url.to_string(), PodSource::Http, &p));
-        }
-    }
-    (kept, refused)
 }
 
 impl HttpSource {
@@ -127,12 +111,12 @@ impl HttpSource {
                     }
                 }
             };
-            let (pods, refused) = drop_duplicates(pods, &self.url);
-            let new: Vec<RefusedManifest> = refused.iter().filter(|r| !last_refused.contains(r)).cloned().collect();
+            let (pods, refused) =
+                drop_duplicates(pods.into_iter().map(|p| (self.url.clone(), p)).collect(), PodSource::Http);
+            let new = fresh_refusals(&mut last_refused, refused);
             for r in &new {
                 warn!(url = %self.url, reason = %r.reason, "static pod refused; other pods are unaffected");
             }
-            last_refused = refused;
             let update = SourceUpdate::set(PodSource::Http, pods.into_iter().map(Arc::new).collect()).with_refused(new);
             if self.out.send(update).await.is_err() {
                 return;

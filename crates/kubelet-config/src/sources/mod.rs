@@ -28,34 +28,31 @@ pub struct SourceUpdate {
     /// Manifests the source refused that it had not refused before: each refusal travels once, when it first
     /// appears, and the merge records an event for it.
     pub refused: Vec<RefusedManifest>,
+    /// Only news of refusals ([`SourceUpdate::refusals`]): the merge records them and leaves the source alone.
+    pub refusals_only: bool,
 }
 
 impl SourceUpdate {
     /// The complete set of `source`.
     pub fn set(source: PodSource, pods: Vec<Arc<Pod>>) -> Self {
-        Self { source, pods, removed: None, refused: vec![] }
+        Self { source, pods, removed: None, refused: vec![], refusals_only: false }
     }
 
     /// A change of `source`: `changed` pods added or updated, `removed` gone.
     pub fn delta(source: PodSource, changed: Vec<Arc<Pod>>, removed: Vec<PodUid>) -> Self {
-        Self { source, pods: changed, removed: Some(removed), refused: vec![] }
+        Self { source, pods: changed, removed: Some(removed), refused: vec![], refusals_only: false }
     }
 
     /// Only news of refused manifests: the source's pods stay as they are, and the source is not marked as seen
     /// (a URL whose content is refused keeps its previous pods and sends no set, as upstream).
     pub fn refusals(source: PodSource, refused: Vec<RefusedManifest>) -> Self {
-        Self { source, pods: vec![], removed: Some(vec![]), refused }
+        Self { source, pods: vec![], removed: Some(vec![]), refused, refusals_only: true }
     }
 
     /// The same update, carrying these new refusals too.
     pub fn with_refused(mut self, refused: Vec<RefusedManifest>) -> Self {
         self.refused = refused;
         self
-    }
-
-    /// Whether this update only carries refusals (made by [`SourceUpdate::refusals`]).
-    pub fn is_refusals_only(&self) -> bool {
-        self.pods.is_empty() && self.removed.as_ref().is_some_and(|r| r.is_empty()) && !self.refused.is_empty()
     }
 }
 
@@ -69,14 +66,19 @@ pub struct RefusedManifest {
     /// The pod it is about, when it decoded far enough to have a name and namespace; else the event is about the
     /// node.
     pub pod: Option<ObjectReference>,
-    /// The event's message: upstream's text for a duplicate name, else the reason.
-    pub message: String,
+    /// Upstream's event text where it has one (a duplicate name); the event says the reason otherwise.
+    event_message: Option<String>,
 }
 
 impl RefusedManifest {
     /// A manifest refused for `reason`, about `pod` when known.
     pub fn new(origin: String, reason: String, pod: Option<ObjectReference>) -> Self {
-        Self { origin, message: reason.clone(), reason, pod }
+        Self { origin, reason, pod, event_message: None }
+    }
+
+    /// The message of its `FailedValidation` event.
+    pub fn message(&self) -> &str {
+        self.event_message.as_deref().unwrap_or(&self.reason)
     }
 
     /// A pod dropped because another pod of the source has its name (`filterInvalidPods` in
@@ -89,12 +91,35 @@ impl RefusedManifest {
             reason: format!(
                 "{origin}: duplicate pod \"{ns}/{name}\": another manifest of this source already defines it"
             ),
-            message: format!(
+            event_message: Some(format!(
                 "Error validating pod {name}_{ns}({uid}) from {} due to duplicate pod name {name:?}, ignoring",
                 source.as_str()
-            ),
+            )),
             pod: Some(kubelet_types::events::pod_reference(pod)),
             origin,
         }
     }
+}
+
+/// Keeps the first pod of each namespace and name and refuses the others (`filterInvalidPods`); `origin` is the
+/// file or URL each pod came from.
+pub(crate) fn drop_duplicates(pods: Vec<(String, Pod)>, source: PodSource) -> (Vec<Pod>, Vec<RefusedManifest>) {
+    let mut names = std::collections::HashSet::new();
+    let (mut kept, mut refused) = (vec![], vec![]);
+    for (origin, p) in pods {
+        if names.insert((p.metadata.namespace.clone(), p.metadata.name.clone())) {
+            kept.push(p);
+        } else {
+            refused.push(RefusedManifest::duplicate(origin, source, &p));
+        }
+    }
+    (kept, refused)
+}
+
+/// The refusals of `now` that `last` did not have (each is logged and becomes an event once, when it first
+/// appears); `last` becomes `now`.
+pub(crate) fn fresh_refusals(last: &mut Vec<RefusedManifest>, now: Vec<RefusedManifest>) -> Vec<RefusedManifest> {
+    let new = now.iter().filter(|m| !last.contains(m)).cloned().collect();
+    *last = now;
+    new
 }

@@ -5,7 +5,7 @@
 //!
 //! Called by the manifest acceptance for every decoded static pod; pure.
 
-use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Volume};
+use k8s_openapi::api::core::v1::{EnvFromSource, EnvVarSource, Pod, PodSpec, Volume};
 
 /// What a static pod refers to, named as upstream's refusal names it (`"secrets"`, `"configmaps (via configmap
 /// volumes)"`, ...), or an error naming a volume of an unknown type; `Ok(None)` when it refers to nothing.
@@ -31,11 +31,14 @@ pub fn api_object_reference(pod: &Pod) -> Result<Option<&'static str>, String> {
     Ok(None)
 }
 
-/// Every container of the pod as a container (init, app and ephemeral: upstream's `AllContainers`).
-fn containers(spec: &PodSpec) -> Vec<Container> {
-    let ephemeral =
-        spec.ephemeral_containers.iter().flatten().map(kubelet_types::pod_update::ephemeral_container_common);
-    spec.init_containers.iter().flatten().chain(spec.containers.iter()).cloned().chain(ephemeral).collect()
+/// Whether any container (init, app or ephemeral: upstream's `AllContainers`) takes its environment from `env_from`
+/// or has a variable from `env`, as `VisitPodSecretNames` / `VisitPodConfigmapNames` look at them.
+fn any_env(spec: &PodSpec, env_from: impl Fn(&EnvFromSource) -> bool, env: impl Fn(&EnvVarSource) -> bool) -> bool {
+    let lists = spec.init_containers.iter().flatten().chain(spec.containers.iter()).map(|c| (&c.env, &c.env_from));
+    let ephemeral = spec.ephemeral_containers.iter().flatten().map(|c| (&c.env, &c.env_from));
+    lists.chain(ephemeral).any(|(vars, froms)| {
+        froms.iter().flatten().any(&env_from) || vars.iter().flatten().filter_map(|v| v.value_from.as_ref()).any(&env)
+    })
 }
 
 /// `VisitPodSecretNames`: image pull secrets, secret volumes (also projected and the cloud volume types that take a
@@ -57,13 +60,8 @@ fn refers_to_secrets(spec: &PodSpec) -> bool {
             || v.csi.as_ref().is_some_and(|c| c.node_publish_secret_ref.is_some())
             || v.projected.as_ref().is_some_and(|p| p.sources.iter().flatten().any(|s| s.secret.is_some()))
     };
-    if spec.volumes.iter().flatten().any(volume) {
-        return true;
-    }
-    containers(spec).iter().any(|c| {
-        c.env_from.iter().flatten().any(|e| e.secret_ref.is_some())
-            || c.env.iter().flatten().any(|e| e.value_from.as_ref().is_some_and(|v| v.secret_key_ref.is_some()))
-    })
+    spec.volumes.iter().flatten().any(volume)
+        || any_env(spec, |f| f.secret_ref.is_some(), |v| v.secret_key_ref.is_some())
 }
 
 /// `VisitPodConfigmapNames`: configMap volumes (also projected), and the containers' `envFrom` and `env`
@@ -73,13 +71,8 @@ fn refers_to_configmaps(spec: &PodSpec) -> bool {
         v.config_map.is_some()
             || v.projected.as_ref().is_some_and(|p| p.sources.iter().flatten().any(|s| s.config_map.is_some()))
     };
-    if spec.volumes.iter().flatten().any(volume) {
-        return true;
-    }
-    containers(spec).iter().any(|c| {
-        c.env_from.iter().flatten().any(|e| e.config_map_ref.is_some())
-            || c.env.iter().flatten().any(|e| e.value_from.as_ref().is_some_and(|v| v.config_map_key_ref.is_some()))
-    })
+    spec.volumes.iter().flatten().any(volume)
+        || any_env(spec, |f| f.config_map_ref.is_some(), |v| v.config_map_key_ref.is_some())
 }
 
 /// The API objects a volume refers to, by its type.

@@ -64,8 +64,8 @@ fn default_container(c: &mut Container, host_network: bool) {
             }
         }
     }
+    // The ports' TCP default is one of the decoding defaults (`sources::manifest`).
     for p in c.ports.iter_mut().flatten() {
-        p.protocol.get_or_insert_with(|| "TCP".into());
         if host_network && p.host_port.unwrap_or(0) == 0 {
             p.host_port = Some(p.container_port);
         }

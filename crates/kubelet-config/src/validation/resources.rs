@@ -158,22 +158,28 @@ pub fn validate_container_resources(req: Option<&ResourceRequirements>, path: &P
     let limits = parse_list(req.limits.as_ref(), &lim_path, &mut errs);
     let requests = parse_list(req.requests.as_ref(), &req_path, &mut errs);
     let (mut lim_cpu_mem, mut req_cpu_mem, mut lim_huge, mut req_huge) = (false, false, false, false);
-    for name in req.limits.iter().flat_map(|m| m.keys()) {
-        let p = lim_path.key(name);
-        errs.extend(validate_container_resource_name(name, &p));
-        let Some(q) = limits.get(name) else { continue };
-        errs.extend(validate_quantity_value(name, q, &p));
-        if is_hugepages(name) {
-            lim_huge = true;
-            errs.extend(validate_hugepages_value(name, q, &p));
+    // The checks every entry of either list gets; whether it is hugepages, and cpu or memory.
+    let entry = |name: &String, q: Option<&ParsedQuantity>, p: &Path, errs: &mut ErrorList| {
+        errs.extend(validate_container_resource_name(name, p));
+        let q = q?;
+        errs.extend(validate_quantity_value(name, q, p));
+        let huge = is_hugepages(name);
+        if huge {
+            errs.extend(validate_hugepages_value(name, q, p));
         }
-        lim_cpu_mem |= matches!(name.as_str(), "cpu" | "memory");
+        Some((huge, matches!(name.as_str(), "cpu" | "memory")))
+    };
+    for name in req.limits.iter().flat_map(|m| m.keys()) {
+        if let Some((huge, cpu_mem)) = entry(name, limits.get(name), &lim_path.key(name), &mut errs) {
+            lim_huge |= huge;
+            lim_cpu_mem |= cpu_mem;
+        }
     }
     for name in req.requests.iter().flat_map(|m| m.keys()) {
-        let p = req_path.key(name);
-        errs.extend(validate_container_resource_name(name, &p));
-        let Some(q) = requests.get(name) else { continue };
-        errs.extend(validate_quantity_value(name, q, &p));
+        let Some((huge, cpu_mem)) = entry(name, requests.get(name), &req_path.key(name), &mut errs) else { continue };
+        req_huge |= huge;
+        req_cpu_mem |= cpu_mem;
+        let q = &requests[name];
         match limits.get(name) {
             Some(limit) if !q.cmp_value(limit).is_eq() && !overcommit_allowed(name) => {
                 errs.push(invalid(&req_path, q.to_string(), format!("must be equal to {name} limit of {limit}")));
@@ -189,11 +195,6 @@ pub fn validate_container_resources(req: Option<&ResourceRequirements>, path: &P
             }
             None => {}
         }
-        if is_hugepages(name) {
-            req_huge = true;
-            errs.extend(validate_hugepages_value(name, q, &p));
-        }
-        req_cpu_mem |= matches!(name.as_str(), "cpu" | "memory");
     }
     if !lim_cpu_mem && !req_cpu_mem && (req_huge || lim_huge) {
         errs.push(forbidden(path, "HugePages require cpu or memory"));

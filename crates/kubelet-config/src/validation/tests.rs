@@ -160,7 +160,7 @@ fn memory_lots_is_refused_naming_the_file_and_the_field() {
 }
 
 #[test]
-fn validation_leaves_the_pod_as_decoded() {
+fn accepted_pods_are_kept_without_the_defaults_validation_applies() {
     let pod: Pod = static_pod_from_file(
         &with(
             "    resources:\n      limits:\n        cpu: 1\n    livenessProbe:\n      exec:\n        command: [a]\n",
