@@ -251,6 +251,46 @@ async fn logs_exec_and_port_forward_through_the_kubelet_api() {
             .then_some(())
     })
     .await;
+    // The figures are the cgroup files' (cgroup v1, the cgroupfs layout): CPU between two readings around the
+    // request, memory within 2 MiB of the file's working set (the hog is idle now), the pod's process count.
+    let pod_json = node.wait_running(POD).await;
+    let uid = pod_json["metadata"]["uid"].as_str().unwrap().to_string();
+    let hog_id = pod_json["status"]["containerStatuses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "hog")
+        .and_then(|c| c["containerID"].as_str())
+        .and_then(|id| id.strip_prefix("containerd://"))
+        .unwrap()
+        .to_string();
+    let cg = |controller: &str, rel: &str| -> std::path::PathBuf {
+        ["", "burstable/", "besteffort/"]
+            .iter()
+            .map(|q| std::path::PathBuf::from(format!("/sys/fs/cgroup/{controller}/kubepods/{q}pod{uid}")))
+            .find(|d| d.is_dir())
+            .expect("the pod's cgroup")
+            .join(rel)
+    };
+    let read_num = |p: std::path::PathBuf| -> u64 { std::fs::read_to_string(&p).unwrap().trim().parse().unwrap() };
+    let inactive = |p: std::path::PathBuf| -> u64 {
+        let stat = std::fs::read_to_string(p).unwrap();
+        stat.lines().find_map(|l| l.strip_prefix("total_inactive_file ")).unwrap().trim().parse().unwrap()
+    };
+    let cpu_before = read_num(cg("cpuacct", &format!("{hog_id}/cpuacct.usage")));
+    let s = summary().await;
+    let cpu_after = read_num(cg("cpuacct", &format!("{hog_id}/cpuacct.usage")));
+    let file_ws = read_num(cg("memory", &format!("{hog_id}/memory.usage_in_bytes")))
+        - inactive(cg("memory", &format!("{hog_id}/memory.stat")));
+    let pod_stats = s["pods"].as_array().unwrap().iter().find(|p| p["podRef"]["name"] == POD).unwrap();
+    let hog_stats = pod_stats["containers"].as_array().unwrap().iter().find(|c| c["name"] == "hog").unwrap();
+    let cpu = hog_stats["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap();
+    assert!(cpu_before <= cpu && cpu <= cpu_after, "{cpu_before} <= {cpu} <= {cpu_after}");
+    let ws = hog_stats["memory"]["workingSetBytes"].as_u64().unwrap();
+    assert!(ws.abs_diff(file_ws) < 2 << 20, "summary {ws} against the cgroup's {file_ws}");
+    let pids = read_num(cg("pids", "pids.current"));
+    assert_eq!(pod_stats["process_stats"]["process_count"].as_u64(), Some(pids), "{pod_stats}");
+
     let (_, text) = api.get("/metrics/resource").await;
     let fams = parse_prometheus(&text);
     let hog = fams["container_memory_working_set_bytes"]

@@ -49,6 +49,8 @@ struct State {
     exit_on_start: HashMap<String, i32>,
     /// Cumulative CPU (core-ns) and working set (bytes) of containers, for `ListContainerStats`.
     usage: HashMap<String, (u64, u64)>,
+    /// Writable layer bytes per container (`ListContainerStats`).
+    writable: HashMap<String, u64>,
 }
 
 /// What an `ExecSync` in the fake does: given the container name and the command, the output or an error.
@@ -182,6 +184,11 @@ impl FakeRuntime {
     /// Sets a container's cumulative CPU (core-nanoseconds) and working set, as `ListContainerStats` reports them.
     pub fn set_usage(&self, id: &str, cpu_ns: u64, memory: u64) {
         self.state.lock().unwrap().usage.insert(id.to_string(), (cpu_ns, memory));
+    }
+
+    /// Sets the bytes of a container's writable layer in its stats.
+    pub fn set_writable_layer(&self, id: &str, bytes: u64) {
+        self.state.lock().unwrap().writable.insert(id.to_string(), bytes);
     }
 
     /// Makes a running container exit with `code` now.
@@ -533,14 +540,18 @@ impl RuntimeService for FakeRuntime {
 
     async fn list_container_stats(
         &self,
-        _filter: Option<api::ContainerStatsFilter>,
+        filter: Option<api::ContainerStatsFilter>,
     ) -> CriResult<Vec<api::ContainerStats>> {
         let st = self.enter("ListContainerStats")?;
         let now = self.now();
+        let f = filter.unwrap_or_default();
         let mut out: Vec<api::ContainerStats> = st
             .containers
             .iter()
             .filter(|(_, c)| c.state == api::ContainerState::ContainerRunning as i32)
+            .filter(|(id, c)| {
+                (f.id.is_empty() || **id == f.id) && (f.pod_sandbox_id.is_empty() || c.sandbox_id == f.pod_sandbox_id)
+            })
             .map(|(id, c)| {
                 let (cpu, mem) = st.usage.get(id).copied().unwrap_or_default();
                 let v = |value| Some(api::UInt64Value { value });
@@ -553,6 +564,11 @@ impl RuntimeService for FakeRuntime {
                     }),
                     cpu: Some(api::CpuUsage { timestamp: now, usage_core_nano_seconds: v(cpu), ..Default::default() }),
                     memory: Some(api::MemoryUsage { timestamp: now, working_set_bytes: v(mem), ..Default::default() }),
+                    writable_layer: st.writable.get(id).map(|b| api::FilesystemUsage {
+                        timestamp: now,
+                        used_bytes: v(*b),
+                        ..Default::default()
+                    }),
                     ..Default::default()
                 }
             })

@@ -138,12 +138,13 @@ impl RuntimeManager {
 
     /// Stops every running container of the pod in parallel, then its sandboxes (`KillPod`). `pod` is None for a
     /// pod the kubelet only knows from the runtime; the grace period then comes from the container annotations.
+    /// Returns whether it asked the runtime to stop anything (else the pod's status is unchanged).
     pub async fn kill_pod(
         &self,
         pod: Option<&Pod>,
         status: &PodStatus,
         grace_override: Option<i64>,
-    ) -> Result<(), SyncError> {
+    ) -> Result<bool, SyncError> {
         let running: Vec<&ContainerStatus> = status
             .container_statuses
             .iter()
@@ -170,20 +171,30 @@ impl RuntimeManager {
         if let Some(e) = results.into_iter().find_map(Result::err) {
             return Err(e);
         }
-        // Every sandbox is stopped, ready or not, so the network of a dead sandbox is released too.
+        let mut changed = !running.is_empty();
+        // Every sandbox is stopped, ready or not, so the network of a dead sandbox is released too; one this
+        // manager already stopped is not asked again.
         for s in &status.sandbox_statuses {
-            if let Err(e) = self.runtime.stop_pod_sandbox(&s.id).await
-                && !e.is_not_found()
-            {
-                return Err(SyncError {
-                    action: "KillPodSandbox",
-                    target: format!("{}/{}", status.namespace, status.name),
-                    reason: "KillPodSandboxError".into(),
-                    message: e.message(),
-                });
+            if self.stopped_sandboxes.lock().unwrap().contains(&s.id) {
+                continue;
+            }
+            changed = true;
+            match self.runtime.stop_pod_sandbox(&s.id).await {
+                Ok(()) => {
+                    self.stopped_sandboxes.lock().unwrap().insert(s.id.clone());
+                }
+                Err(e) if e.is_not_found() => {}
+                Err(e) => {
+                    return Err(SyncError {
+                        action: "KillPodSandbox",
+                        target: format!("{}/{}", status.namespace, status.name),
+                        reason: "KillPodSandboxError".into(),
+                        message: e.message(),
+                    });
+                }
             }
         }
-        Ok(())
+        Ok(changed)
     }
 }
 

@@ -115,6 +115,9 @@ pub struct SyncResult {
     pub errors: Vec<SyncError>,
     /// Containers started by this sync, by name.
     pub started: Vec<String>,
+    /// The sync asked the runtime to change something (kill, remove, create or start), so the pod's cached
+    /// status no longer holds; a sync that changed nothing leaves it true.
+    pub changed: bool,
 }
 
 impl SyncResult {
@@ -138,6 +141,8 @@ pub struct RuntimeManager {
     pub(crate) image_backoff: Backoff,
     pub(crate) reasons: Arc<ReasonCache>,
     pub(crate) runtime_name: OnceLock<String>,
+    /// Sandboxes this manager stopped (StopPodSandbox succeeded): not stopped again; forgotten when removed.
+    pub(crate) stopped_sandboxes: std::sync::Mutex<std::collections::HashSet<String>>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) recorder: Arc<dyn Recorder>,
     pub(crate) health: Arc<dyn ContainerHealth>,
@@ -209,6 +214,7 @@ impl RuntimeManager {
             pull_windows: Default::default(),
             reasons: Arc::new(ReasonCache::default()),
             runtime_name: OnceLock::new(),
+            stopped_sandboxes: Default::default(),
         }
     }
 
@@ -442,9 +448,19 @@ impl RuntimeManager {
     /// Brings the pod to its spec (`SyncPod`): kill what must go, create the sandbox, start the ephemeral
     /// containers that never ran, then the next init container or the app containers.
     pub async fn sync_pod(&self, pod: &Pod, status: &PodStatus) -> SyncResult {
+        let mut result = self.sync_pod_inner(pod, status).await;
+        // Anything but a back-off may have changed the runtime (a failed create can leave a container behind).
+        result.changed |= !result.started.is_empty() || !result.only_backoff();
+        result
+    }
+
+    async fn sync_pod_inner(&self, pod: &Pod, status: &PodStatus) -> SyncResult {
         let actions = compute_pod_actions(pod, status, self.health.as_ref());
         debug!(pod = %pod_ref(pod), ?actions, "computed pod actions");
-        let mut result = SyncResult::default();
+        let mut result = SyncResult {
+            changed: actions.kill_pod || actions.create_sandbox || !actions.containers_to_kill.is_empty(),
+            ..Default::default()
+        };
         let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
 
         if actions.kill_pod {
@@ -463,7 +479,7 @@ impl RuntimeManager {
             }
             if actions.create_sandbox {
                 // Init containers of the old sandbox are history: the new sandbox runs them all again.
-                self.remove_init_containers(pod, status, false).await;
+                result.changed |= self.remove_init_containers(pod, status, false).await;
             }
         } else {
             for (id, info) in &actions.containers_to_kill {
@@ -476,7 +492,7 @@ impl RuntimeManager {
             }
         }
         // Keep only the latest instance of each init container.
-        self.remove_init_containers(pod, status, true).await;
+        result.changed |= self.remove_init_containers(pod, status, true).await;
 
         let mut sandbox_id = actions.sandbox_id.clone();
         let mut pod_ips = status.ips.clone();
@@ -581,8 +597,10 @@ impl RuntimeManager {
     /// Removes init containers of the pod: every instance (`purgeInitContainers`, after the sandbox was killed
     /// for re-creation), or (`keep_latest`) all but the newest exited or unknown instance of each, never a running
     /// one (`pruneInitContainersBeforeStart`).
-    async fn remove_init_containers(&self, pod: &Pod, status: &PodStatus, keep_latest: bool) {
-        let Some(inits) = pod.spec.as_ref().and_then(|s| s.init_containers.as_ref()) else { return };
+    /// Returns whether it asked the runtime to remove any.
+    async fn remove_init_containers(&self, pod: &Pod, status: &PodStatus, keep_latest: bool) -> bool {
+        let Some(inits) = pod.spec.as_ref().and_then(|s| s.init_containers.as_ref()) else { return false };
+        let mut removed = false;
         for ic in inits {
             let mut kept = false;
             for s in status.container_statuses.iter().filter(|s| s.name == ic.name) {
@@ -595,27 +613,37 @@ impl RuntimeManager {
                         continue;
                     }
                 }
+                removed = true;
                 if let Err(e) = self.remove_container(&s.id).await {
                     warn!(pod = %pod_ref(pod), containerName = %ic.name, error = %e, "failed to remove init container");
                 }
             }
         }
+        removed
     }
 
     /// Removes a container and its `/var/log/containers` link (`removeContainer`, `removeContainerLog`).
     pub async fn remove_container(&self, id: &str) -> CriResult<()> {
         let link = match self.runtime.container_status(id).await {
-            Ok(st) => {
-                let info = container_info(&st.labels, &st.annotations);
-                Some(
-                    self.cfg
-                        .container_logs_dir
-                        .join(format!("{}_{}_{}-{}.log", info.pod_name, info.pod_namespace, info.name, id)),
-                )
-            }
+            Ok(st) => Some(self.log_link(id, &st.labels, &st.annotations)),
             Err(e) if e.is_not_found() => None,
             Err(e) => return Err(e),
         };
+        self.remove_container_and_link(id, link).await
+    }
+
+    /// The `/var/log/containers` link of a container, from its labels.
+    fn log_link(
+        &self,
+        id: &str,
+        labels: &HashMap<String, String>,
+        annotations: &HashMap<String, String>,
+    ) -> std::path::PathBuf {
+        let info = container_info(labels, annotations);
+        self.cfg.container_logs_dir.join(format!("{}_{}_{}-{}.log", info.pod_name, info.pod_namespace, info.name, id))
+    }
+
+    async fn remove_container_and_link(&self, id: &str, link: Option<std::path::PathBuf>) -> CriResult<()> {
         self.runtime.remove_container(id).await.or_else(ignore_not_found)?;
         if let Some(l) = link {
             let _ = std::fs::remove_file(l);
@@ -623,16 +651,44 @@ impl RuntimeManager {
         Ok(())
     }
 
-    /// Removes every container and sandbox of a pod that no longer runs (`removeContainer`, sandbox GC).
-    pub async fn remove_pod(&self, uid: &PodUid) -> CriResult<()> {
-        let containers = self.runtime.list_containers(Some(uid_filter_container(uid))).await?;
-        for c in containers {
-            self.remove_container(&c.id).await?;
+    /// Removes every container and sandbox of a pod that no longer runs (`removeContainer`, sandbox GC): those of
+    /// `known` (the pod's status as the cache holds it), else those two list calls find; one removal per object; a
+    /// sandbox this manager already stopped is not stopped again.
+    pub async fn remove_pod(&self, uid: &PodUid, known: Option<&PodStatus>) -> CriResult<()> {
+        let (containers, sandboxes) = match known {
+            Some(st) => (
+                st.container_statuses
+                    .iter()
+                    .map(|c| {
+                        let link = format!("{}_{}_{}-{}.log", st.name, st.namespace, c.name, c.id);
+                        (c.id.clone(), self.cfg.container_logs_dir.join(link))
+                    })
+                    .collect::<Vec<_>>(),
+                st.sandbox_statuses.iter().map(|s| s.id.clone()).collect::<Vec<_>>(),
+            ),
+            None => {
+                let (containers, sandboxes) = tokio::try_join!(
+                    self.runtime.list_containers(Some(uid_filter_container(uid))),
+                    self.runtime.list_pod_sandbox(Some(uid_filter_sandbox(uid)))
+                )?;
+                (
+                    containers
+                        .iter()
+                        .map(|c| (c.id.clone(), self.log_link(&c.id, &c.labels, &c.annotations)))
+                        .collect(),
+                    sandboxes.into_iter().map(|s| s.id).collect(),
+                )
+            }
+        };
+        for (id, link) in containers {
+            self.remove_container_and_link(&id, Some(link)).await?;
         }
-        let sandboxes = self.runtime.list_pod_sandbox(Some(uid_filter_sandbox(uid))).await?;
-        for s in sandboxes {
-            self.runtime.stop_pod_sandbox(&s.id).await.or_else(ignore_not_found)?;
-            self.runtime.remove_pod_sandbox(&s.id).await.or_else(ignore_not_found)?;
+        for id in sandboxes {
+            if !self.stopped_sandboxes.lock().unwrap().contains(&id) {
+                self.runtime.stop_pod_sandbox(&id).await.or_else(ignore_not_found)?;
+            }
+            self.runtime.remove_pod_sandbox(&id).await.or_else(ignore_not_found)?;
+            self.stopped_sandboxes.lock().unwrap().remove(&id);
         }
         self.reasons.forget_pod(uid);
         Ok(())
@@ -655,6 +711,7 @@ impl RuntimeManager {
             let holds_containers = !self.runtime.list_containers(Some(filter)).await?.is_empty();
             if s.state == SandboxState::NotReady && !holds_containers {
                 self.runtime.remove_pod_sandbox(&s.id).await.or_else(ignore_not_found)?;
+                self.stopped_sandboxes.lock().unwrap().remove(&s.id);
             }
         }
         Ok(())

@@ -69,6 +69,8 @@ pub struct GenericPleg {
     old: HashMap<PodUid, HashMap<String, PlegState>>,
     names: HashMap<PodUid, (String, String)>,
     last_relist: Option<tokio::time::Instant>,
+    /// Pods whose inspection failed: inspected again at the next relist (`podsToReinspect`).
+    reinspect: std::collections::HashSet<PodUid>,
 }
 
 impl GenericPleg {
@@ -81,7 +83,17 @@ impl GenericPleg {
         health: Arc<PlegHealth>,
         period: Duration,
     ) -> Self {
-        Self { manager, cache, events, health, period, old: HashMap::new(), names: HashMap::new(), last_relist: None }
+        Self {
+            manager,
+            cache,
+            events,
+            health,
+            period,
+            old: HashMap::new(),
+            names: HashMap::new(),
+            last_relist: None,
+            reinspect: Default::default(),
+        }
     }
 
     /// Relists until cancelled.
@@ -115,15 +127,10 @@ impl GenericPleg {
         for p in &pods {
             let mut m = HashMap::with_capacity(p.containers.len() + p.sandboxes.len());
             for c in &p.containers {
-                let st = match c.state {
-                    ContainerState::Running => PlegState::Running,
-                    ContainerState::Exited => PlegState::Exited,
-                    _ => PlegState::Unknown,
-                };
-                m.insert(c.id.clone(), st);
+                m.insert(c.id.clone(), container_pleg_state(c.state));
             }
             for (id, st) in &p.sandboxes {
-                m.insert(id.clone(), if *st == SandboxState::Ready { PlegState::Running } else { PlegState::Exited });
+                m.insert(id.clone(), sandbox_pleg_state(*st));
             }
             self.names.insert(p.id.clone(), (p.name.clone(), p.namespace.clone()));
             new.insert(p.id.clone(), m);
@@ -139,22 +146,37 @@ impl GenericPleg {
             for id in old.keys().chain(cur.keys().filter(|k| !old.contains_key(*k))) {
                 events.extend(generate_events(&uid, id, old.get(id).copied(), cur.get(id).copied()));
             }
-            if events.is_empty() {
+            // A pod the cache lacks is inspected even without an event (a worker forgot it while the runtime still
+            // had some of it).
+            let retry = self.reinspect.remove(&uid) || (!cur.is_empty() && !self.cache.has(&uid));
+            if events.is_empty() && !retry {
                 continue;
             }
-            if cur.is_empty() {
-                self.cache.delete(&uid);
-            } else {
+            // A change the pod's worker made and inspected itself is in the cache already: no second inspection.
+            if !retry && self.cache.get(&uid).is_some_and(|st| states_of(&st) == *cur) {
+                all_events.extend(events);
+                continue;
+            }
+            if !cur.is_empty() {
                 let (name, ns) = self.names.get(&uid).cloned().unwrap_or_default();
+                let observed = tokio::time::Instant::now();
                 match self.manager.get_pod_status(&uid, &name, &ns).await {
                     Ok(st) => {
-                        self.cache.set(st);
+                        self.cache.set(st, observed);
                     }
-                    Err(e) => warn!(podUID = %uid, error = %e, "PLEG: failed to inspect pod"),
+                    Err(e) => {
+                        warn!(podUID = %uid, error = %e, "PLEG: failed to inspect pod; will retry at the next relist");
+                        self.cache.mark_stale(&uid, observed);
+                        self.reinspect.insert(uid.clone());
+                    }
                 }
             }
             all_events.extend(events);
         }
+        // Pods the runtime no longer has are forgotten (their entries observed before this relist's lists).
+        self.cache.reconcile(&new, start);
+        self.reinspect.retain(|u| new.contains_key(u));
+        self.cache.mark_primed();
         self.names.retain(|u, _| new.contains_key(u));
         self.old = new;
         for e in &all_events {
@@ -168,6 +190,24 @@ impl GenericPleg {
         kubelet_metrics::kubelet::PLEG_RELIST_DURATION.observe(&[], start.elapsed().as_secs_f64());
         Ok(all_events)
     }
+}
+
+fn container_pleg_state(s: ContainerState) -> PlegState {
+    match s {
+        ContainerState::Running => PlegState::Running,
+        ContainerState::Exited => PlegState::Exited,
+        _ => PlegState::Unknown,
+    }
+}
+
+fn sandbox_pleg_state(s: SandboxState) -> PlegState {
+    if s == SandboxState::Ready { PlegState::Running } else { PlegState::Exited }
+}
+
+/// The states a relist would see of a cached pod status.
+fn states_of(st: &kubelet_types::PodStatus) -> HashMap<String, PlegState> {
+    let containers = st.container_statuses.iter().map(|c| (c.id.clone(), container_pleg_state(c.state)));
+    containers.chain(st.sandbox_statuses.iter().map(|s| (s.id.clone(), sandbox_pleg_state(s.state)))).collect()
 }
 
 /// `kubelet_running_pods` (pods with a ready sandbox) and `kubelet_running_containers` per state

@@ -118,6 +118,6 @@ async fn never_pods_stop_and_dead_sandboxes_are_recreated() {
     // Kill then remove: nothing of the pod is left.
     e.mgr.kill_pod(Some(&p), &st, None).await.unwrap();
     assert!(running(&status(&e).await).is_empty());
-    e.mgr.remove_pod(&PodUid::from("uid-1")).await.unwrap();
+    e.mgr.remove_pod(&PodUid::from("uid-1"), None).await.unwrap();
     assert_eq!(e.fake.object_counts(), (0, 0));
 }

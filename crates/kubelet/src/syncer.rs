@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kubelet_runtime::config_gen::pod_log_dir;
-use kubelet_runtime::{PodCache, RuntimeManager};
+use kubelet_runtime::{Cached, PodCache, RuntimeManager};
 use kubelet_types::pod_update::pod_ref;
 use kubelet_types::{Pod, PodStatus, PodUid};
 use tracing::{info, warn};
@@ -102,9 +102,19 @@ impl KubeletSyncer {
         self.runtime.config().root_dir.join("pods").join(uid.as_str())
     }
 
+    /// Asks the runtime for the pod's status (`GetPodStatus`) and caches it.
     async fn inspect(&self, key: &PodKey) -> Result<Arc<PodStatus>, String> {
+        let observed = tokio::time::Instant::now();
         let st = self.runtime.get_pod_status(&key.uid, &key.name, &key.namespace).await.map_err(|e| e.to_string())?;
-        Ok(self.cache.set(st))
+        Ok(self.cache.set(st, observed))
+    }
+
+    /// The pod's status from the PLEG cache while it holds (`GetNewerThan`), else from the runtime.
+    async fn current(&self, key: &PodKey) -> Result<Arc<PodStatus>, String> {
+        match self.cache.lookup(&key.uid, &key.name, &key.namespace) {
+            Cached::Fresh(st) => Ok(st),
+            Cached::Unknown => self.inspect(key).await,
+        }
     }
 
     /// How long until the pod's `activeDeadlineSeconds` runs out, counted from its start time (zero once it
@@ -191,7 +201,7 @@ impl KubeletSyncer {
 impl PodSyncer for KubeletSyncer {
     async fn sync_pod(&self, pod: &Arc<Pod>) -> SyncOutcome {
         let key = PodKey::of(pod);
-        let rt = match self.inspect(&key).await {
+        let rt = match self.current(&key).await {
             Ok(rt) => rt,
             Err(e) => {
                 warn!(pod = %key, podUID = %key.uid, error = %e, "unable to get pod status from the runtime; will retry");
@@ -240,8 +250,11 @@ impl PodSyncer for KubeletSyncer {
                 warn!(pod = %key, podUID = %key.uid, action = e.action, target = %e.target, reason = %e.reason, message = %e.message, "error syncing pod");
             }
         }
-        // Publish what the sync did right away rather than at the next relist.
-        if let Ok(rt) = self.inspect(&key).await {
+        // Publish what the sync did right away rather than at the next relist; a sync that changed nothing leaves
+        // the status as published.
+        if result.changed
+            && let Ok(rt) = self.inspect(&key).await
+        {
             let phase = self.publish(pod, &rt, false).await;
             if is_terminal_phase(phase.as_deref()) {
                 return SyncOutcome::Terminal;
@@ -265,10 +278,10 @@ impl PodSyncer for KubeletSyncer {
     ) -> Result<(), String> {
         // Probes must not restart containers of a pod that stops.
         self.probes.stop_liveness_and_startup(&key.uid);
-        let rt = self.inspect(key).await?;
+        let rt = self.current(key).await?;
         info!(pod = %key, podUID = %key.uid, gracePeriod = ?grace, "killing pod");
-        self.runtime.kill_pod(pod.map(|p| p.as_ref()), &rt, grace).await.map_err(|e| e.to_string())?;
-        let rt = self.inspect(key).await?;
+        let changed = self.runtime.kill_pod(pod.map(|p| p.as_ref()), &rt, grace).await.map_err(|e| e.to_string())?;
+        let rt = if changed { self.inspect(key).await? } else { rt };
         if rt.container_statuses.iter().any(|c| c.state == kubelet_types::ContainerState::Running) {
             return Err(format!("pod {key} still has running containers"));
         }
@@ -284,8 +297,22 @@ impl PodSyncer for KubeletSyncer {
         self.runtime.take_pull_window(&key.uid);
         // Volumes go once nothing of the pod runs (`WaitForUnmount`).
         self.volumes.unmount_pod(&key.uid).map_err(|e| format!("unmount volumes of pod {key}: {e}"))?;
+        // A pod whose deletion was requested loses its containers and sandboxes as soon as it stopped, before its
+        // object may go from the apiserver: nothing of a deleted pod outlives it in the runtime (upstream leaves
+        // them to the garbage collector).
+        let deleting = pod.is_some_and(|p| p.metadata.deletion_timestamp.is_some());
+        let known = match self.cache.lookup(&key.uid, &key.name, &key.namespace) {
+            Cached::Fresh(st) => Some(st),
+            Cached::Unknown => None,
+        };
+        let nothing_left =
+            known.as_ref().is_some_and(|st| st.sandbox_statuses.is_empty() && st.container_statuses.is_empty());
+        if (removed || deleting) && !nothing_left {
+            let observed = tokio::time::Instant::now();
+            self.runtime.remove_pod(&key.uid, known.as_deref()).await.map_err(|e| e.to_string())?;
+            self.cache.set_gone(&key.uid, observed);
+        }
         if removed {
-            self.runtime.remove_pod(&key.uid).await.map_err(|e| e.to_string())?;
             let log_dir = match pod {
                 Some(p) => pod_log_dir(&self.runtime.config().pod_logs_dir, p),
                 None => self.runtime.config().pod_logs_dir.join(format!("{}_{}_{}", key.namespace, key.name, key.uid)),

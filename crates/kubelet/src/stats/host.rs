@@ -80,6 +80,67 @@ pub fn cgroup_cpu(paths: &HostPaths, cgroup: &str) -> Option<Cpu> {
     Some(Cpu { usage_ns: num(&read(&d.join("cpuacct.usage"))?)? })
 }
 
+/// Processes and threads in `cgroup` (`pids.current`), as cAdvisor's process count of a cgroup.
+pub fn cgroup_pids(paths: &HostPaths, cgroup: &str) -> Option<u64> {
+    let d =
+        if unified(paths) { paths.cgroup.join(cgroup.trim_start_matches('/')) } else { v1_dir(paths, "pids", cgroup)? };
+    num(&read(&d.join("pids.current"))?)
+}
+
+/// The first process of `cgroup` (`cgroup.procs`): a sandbox's pause process, whose network namespace is the
+/// pod's.
+pub fn cgroup_first_pid(paths: &HostPaths, cgroup: &str) -> Option<u32> {
+    let d = cgroup_dir(paths, cgroup)?;
+    read(&d.join("cgroup.procs"))?.lines().find_map(|l| l.trim().parse().ok())
+}
+
+/// The folder of `cgroup` in the CPU accounting hierarchy (v1) or the unified one (v2), if it exists.
+fn cgroup_dir(paths: &HostPaths, cgroup: &str) -> Option<PathBuf> {
+    if unified(paths) {
+        Some(paths.cgroup.join(cgroup.trim_start_matches('/'))).filter(|d| d.is_dir())
+    } else {
+        v1_dir(paths, "cpuacct", cgroup)
+    }
+}
+
+/// Whether `cgroup` exists.
+pub fn cgroup_exists(paths: &HostPaths, cgroup: &str) -> bool {
+    cgroup_dir(paths, cgroup).is_some()
+}
+
+/// The names of the child cgroups of `cgroup`.
+pub fn child_cgroups(paths: &HostPaths, cgroup: &str) -> Vec<String> {
+    let Some(d) = cgroup_dir(paths, cgroup) else { return vec![] };
+    let Ok(rd) = std::fs::read_dir(d) else { return vec![] };
+    rd.flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// The cgroup of pod `uid` under the pods cgroup (`/kubepods`), as the cgroupfs driver lays it out:
+/// `<pods>/pod<uid>` (Guaranteed), `<pods>/burstable/pod<uid>`, `<pods>/besteffort/pod<uid>`. A container's
+/// cgroup is `<pod cgroup>/<container id>` (containerd with `cgroup_parent` set to the pod's cgroup).
+pub fn pod_cgroup(paths: &HostPaths, pods: &str, uid: &str) -> Option<String> {
+    let pods = pods.trim_end_matches('/');
+    ["", "/burstable", "/besteffort"].iter().map(|q| format!("{pods}{q}/pod{uid}")).find(|cg| cgroup_exists(paths, cg))
+}
+
+/// Every pod cgroup under the pods cgroup, with its container cgroups: (pod cgroup, child names).
+pub fn pod_cgroups(paths: &HostPaths, pods: &str) -> Vec<(String, Vec<String>)> {
+    let pods = pods.trim_end_matches('/');
+    let mut out = vec![];
+    for q in ["", "/burstable", "/besteffort"] {
+        let parent = format!("{pods}{q}");
+        for name in child_cgroups(paths, &parent).into_iter().filter(|n| n.starts_with("pod")) {
+            let cg = format!("{parent}/{name}");
+            let children = child_cgroups(paths, &cg);
+            out.push((cg, children));
+        }
+    }
+    out
+}
+
 /// CPU of the whole node: the root cgroup, else `/proc/stat` (user, nice, system, irq, softirq, steal).
 pub fn node_cpu(paths: &HostPaths) -> Option<Cpu> {
     if let Some(c) = cgroup_cpu(paths, "/") {
@@ -294,6 +355,38 @@ mod tests {
         assert_eq!(boot_time(&p), Some(1_700_000_000));
         let (cap, avail, used, inodes, _) = statfs(Path::new("/")).unwrap();
         assert!(cap > 0 && avail <= cap && used <= cap && inodes > 0);
+    }
+
+    #[test]
+    fn pod_and_container_cgroups_are_found_as_the_cgroupfs_driver_lays_them_out() {
+        for v2 in [false, true] {
+            let (d, p) = fake(v2);
+            let w = |rel: &str, s: &str| {
+                let f = d.path().join("cg").join(rel);
+                std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+                std::fs::write(f, s).unwrap();
+            };
+            let (cpu, pids) = if v2 { ("", "") } else { ("cpuacct/", "pids/") };
+            w(&format!("{cpu}kubepods/besteffort/podu1/sb1/cgroup.procs"), "4242\n4243\n");
+            w(&format!("{cpu}kubepods/besteffort/podu1/c1/cgroup.procs"), "");
+            w(&format!("{cpu}kubepods/podu2/cgroup.procs"), "");
+            w(&format!("{pids}kubepods/besteffort/podu1/pids.current"), "3\n");
+            assert_eq!(pod_cgroup(&p, "/kubepods", "u1").as_deref(), Some("/kubepods/besteffort/podu1"), "v2 {v2}");
+            assert_eq!(pod_cgroup(&p, "/kubepods", "u2").as_deref(), Some("/kubepods/podu2"));
+            assert_eq!(pod_cgroup(&p, "/kubepods", "u3"), None);
+            assert_eq!(cgroup_first_pid(&p, "/kubepods/besteffort/podu1/sb1"), Some(4242));
+            assert_eq!(cgroup_pids(&p, "/kubepods/besteffort/podu1"), Some(3));
+            let mut all = pod_cgroups(&p, "/kubepods");
+            all.iter_mut().for_each(|(_, c)| c.sort());
+            all.sort();
+            assert_eq!(
+                all,
+                [
+                    ("/kubepods/besteffort/podu1".to_string(), vec!["c1".to_string(), "sb1".to_string()]),
+                    ("/kubepods/podu2".to_string(), vec![]),
+                ]
+            );
+        }
     }
 
     #[test]

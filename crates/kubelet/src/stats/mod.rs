@@ -1,17 +1,20 @@
-//! The Summary API provider (`pkg/kubelet/stats`: `provider.go`, `cri_stats_provider.go`, `helper.go`, and
-//! `pkg/kubelet/server/stats` `summary.go`, `fs_resource_analyzer.go`).
+//! The Summary API provider (`pkg/kubelet/stats`: `provider.go`, `cadvisor_stats_provider.go`, `helper.go`,
+//! and `pkg/kubelet/server/stats` `summary.go`, `fs_resource_analyzer.go`).
 //!
+//! Every figure comes from its source, as upstream's cAdvisor provider reads them, not through the runtime:
 //! - Node: CPU and memory of the root cgroup, the `pods` system container (`/kubepods`), the host's network
 //!   interfaces, the filesystem of `--root-dir`, the runtime's image filesystem (CRI `ImageFsInfo`), and the
 //!   process limits ([`host`]).
-//! - Pods: the runtime's sandboxes and running containers with CRI `ListPodSandboxStats` (CPU, memory, network,
-//!   processes, each container's writable layer), falling back to `ListContainerStats` with pod figures summed
-//!   from the containers for a runtime without it. A not-ready sandbox is reported only while its pod has no
-//!   ready one.
-//! - `usageNanoCores`: the runtime's own value, else the rate between the last two samples of [`SummaryProvider::run`]
-//!   (every 10 s, as the eviction manager refreshes it upstream); left out until two samples exist. The runtime's
-//!   pod and container stats themselves come from that sampling too (at most 15 s old), as upstream's come from
-//!   cAdvisor's housekeeping: a request then costs the runtime two cheap list calls, not a stats walk.
+//! - Pods: which pods and containers exist comes from two cheap list calls (`ListPodSandbox`, `ListContainers`);
+//!   their CPU, memory and process count from the pod's cgroup and each container's (`<pod cgroup>/<id>`, the
+//!   cgroupfs layout), the pod's network from its sandbox process's `/proc/<pid>/net/dev`. A not-ready sandbox
+//!   is reported only while its pod has no ready one.
+//! - The writable layer of each container is what only the runtime knows: `ListContainerStats` (which makes
+//!   containerd ask every shim for its task's metrics) is called at most every [`WRITABLE_LAYER_MAX_AGE`], and
+//!   only when a full summary is asked for; a container started since is asked for alone.
+//! - `usageNanoCores`: the rate between the last two samples of [`SummaryProvider::run`] (every 10 s, as
+//!   cAdvisor's housekeeping), which reads the cgroup files of the node, the pods and their containers and never
+//!   calls the runtime; left out until two samples exist.
 //! - Volumes, container logs and ephemeral storage: `du`-style walks ([`host::disk_usage`]) every
 //!   `volumeStatsAggPeriod` in the background; the summary only reads their last result.
 //!
@@ -70,25 +73,28 @@ struct Sample {
     rate: Option<u64>,
 }
 
-/// The runtime's sandbox and container stats of one sampling.
-type CriStats = Arc<(Vec<cri::PodSandboxStats>, Vec<cri::ContainerStats>)>;
+/// How long the writable layers' usage from the runtime is kept.
+pub const WRITABLE_LAYER_MAX_AGE: Duration = Duration::from_secs(300);
 
-/// How old the runtime's stats may be when a request reads them: the sampling period and some slack. Asking the
-/// runtime at every request would cost tens of milliseconds of its time (containerd reads every task's cgroups and
-/// network namespace), for figures upstream also serves from a cache refreshed every 10–15 s.
-const RUNTIME_STATS_MAX_AGE: Duration = Duration::from_secs(15);
+/// How often a container whose writable layer the runtime reported empty is asked again (containerd measures
+/// its snapshots every 10 s, so a new container reads 0 at first).
+const EMPTY_LAYER_RETRY: Duration = Duration::from_secs(10);
 
-/// The youngest stats a missing container makes the provider replace.
-const FORCED_REFRESH_MIN_AGE: Duration = Duration::from_secs(2);
+/// The writable layers of the containers, by container ID (with when each was asked for), and when they were
+/// last listed.
+#[derive(Default)]
+struct WritableLayers {
+    by_id: HashMap<String, (cri::FilesystemUsage, tokio::time::Instant)>,
+    listed: Option<tokio::time::Instant>,
+}
 
 /// The Summary API provider.
 pub struct SummaryProvider {
     d: SummaryDeps,
     samples: Mutex<HashMap<String, Sample>>,
     du: Mutex<HashMap<PathBuf, (u64, u64, SystemTime)>>,
-    runtime_stats: Mutex<Option<(tokio::time::Instant, CriStats)>>,
-    /// One refresh of the runtime's stats at a time; requests that arrive meanwhile wait for it.
-    refreshing: tokio::sync::Mutex<()>,
+    /// The runtime's figures of the writable layers; one refresh at a time (requests meanwhile wait for it).
+    writable: tokio::sync::Mutex<WritableLayers>,
     /// A du walk is running.
     measuring: std::sync::atomic::AtomicBool,
     /// When the image filesystem's stats last failed to come (its warning is logged once a minute).
@@ -110,25 +116,13 @@ fn host_err(what: &str, e: CriError) -> HostError {
     HostError::Other(format!("failed to {what}: {e}"))
 }
 
-fn interface(i: &cri::NetworkInterfaceUsage) -> InterfaceStats {
+fn host_interface((name, rx_bytes, rx_errors, tx_bytes, tx_errors): host::Interface) -> InterfaceStats {
     InterfaceStats {
-        name: i.name.clone(),
-        rx_bytes: u(&i.rx_bytes),
-        rx_errors: u(&i.rx_errors),
-        tx_bytes: u(&i.tx_bytes),
-        tx_errors: u(&i.tx_errors),
-    }
-}
-
-fn memory(m: &cri::MemoryUsage) -> MemoryStats {
-    MemoryStats {
-        time: time_ns(m.timestamp),
-        available_bytes: u(&m.available_bytes),
-        usage_bytes: u(&m.usage_bytes),
-        working_set_bytes: u(&m.working_set_bytes),
-        rss_bytes: u(&m.rss_bytes),
-        page_faults: u(&m.page_faults),
-        major_page_faults: u(&m.major_page_faults),
+        name,
+        rx_bytes: Some(rx_bytes),
+        rx_errors: Some(rx_errors),
+        tx_bytes: Some(tx_bytes),
+        tx_errors: Some(tx_errors),
     }
 }
 
@@ -151,8 +145,7 @@ impl SummaryProvider {
             d,
             samples: Mutex::new(HashMap::new()),
             du: Mutex::new(HashMap::new()),
-            runtime_stats: Mutex::new(None),
-            refreshing: tokio::sync::Mutex::new(()),
+            writable: Default::default(),
             measuring: Default::default(),
             image_fs_warned: Mutex::new(None),
         }
@@ -215,30 +208,26 @@ impl SummaryProvider {
         }
     }
 
+    /// Reads the cumulative CPU of the node, the pods cgroup, every pod cgroup (key `pod:<uid>`) and every
+    /// container cgroup under it (key: the container ID): file reads only.
     async fn sample_cpu(&self) {
         let now = self.now_ns();
         if let Some(c) = host::node_cpu(&self.d.paths) {
             self.sample("node", now, c.usage_ns);
         }
-        if let Some(cg) = &self.d.pods_cgroup
-            && let Some(c) = host::cgroup_cpu(&self.d.paths, cg)
-        {
-            self.sample("pods", now, c.usage_ns);
-        }
-        if let Ok(stats) = self.fresh_runtime_stats().await {
-            let (sandboxes, containers) = &*stats;
-            for s in sandboxes {
-                if let (Some(a), Some(c)) = (&s.attributes, s.linux.as_ref().and_then(|l| l.cpu.as_ref()))
-                    && let Some(v) = u(&c.usage_core_nano_seconds)
-                {
-                    self.sample(&a.id, c.timestamp, v);
-                }
+        if let Some(cg) = &self.d.pods_cgroup {
+            if let Some(c) = host::cgroup_cpu(&self.d.paths, cg) {
+                self.sample("pods", now, c.usage_ns);
             }
-            for c in containers.iter() {
-                if let (Some(a), Some(cpu)) = (&c.attributes, &c.cpu)
-                    && let Some(v) = u(&cpu.usage_core_nano_seconds)
-                {
-                    self.sample(&a.id, cpu.timestamp, v);
+            for (pod, children) in host::pod_cgroups(&self.d.paths, cg) {
+                let uid = pod.rsplit('/').next().and_then(|n| n.strip_prefix("pod")).unwrap_or_default();
+                if let Some(c) = host::cgroup_cpu(&self.d.paths, &pod) {
+                    self.sample(&format!("pod:{uid}"), now, c.usage_ns);
+                }
+                for id in children {
+                    if let Some(c) = host::cgroup_cpu(&self.d.paths, &format!("{pod}/{id}")) {
+                        self.sample(&id, now, c.usage_ns);
+                    }
                 }
             }
         }
@@ -247,40 +236,37 @@ impl SummaryProvider {
         self.samples.lock().unwrap().retain(|_, s| s.at_ns >= cutoff);
     }
 
-    /// Asks the runtime for the sandbox stats (with their containers) and every container's stats:
-    /// `ListPodSandboxStats`, else `ListContainerStats` with empty sandbox stats; keeps the answer for requests.
-    async fn fresh_runtime_stats(&self) -> Result<CriStats, CriError> {
-        let stats = match self.d.runtime.list_pod_sandbox_stats(None).await {
-            Ok(s) => {
-                let cs = s.iter().flat_map(|p| p.linux.iter().flat_map(|l| l.containers.clone())).collect();
-                (s, cs)
+    /// The writable layers of `running` containers: listed again once older than [`WRITABLE_LAYER_MAX_AGE`],
+    /// a container missing from the last list (or reported empty, at most every 10 s) asked for alone. A runtime
+    /// without container stats gives none.
+    async fn writable_layers(&self, running: &[&str]) -> HashMap<String, cri::FilesystemUsage> {
+        let mut w = self.writable.lock().await;
+        let now = tokio::time::Instant::now();
+        if w.listed.is_none_or(|at| now.duration_since(at) > WRITABLE_LAYER_MAX_AGE) {
+            match self.d.runtime.list_container_stats(None).await {
+                Ok(stats) => {
+                    w.by_id =
+                        stats.into_iter().filter_map(|c| Some((c.attributes?.id, (c.writable_layer?, now)))).collect();
+                }
+                Err(e) => tracing::debug!(error = %e, "unable to list the containers' writable layers"),
             }
-            Err(CriError::Unimplemented { .. }) => (vec![], self.d.runtime.list_container_stats(None).await?),
-            Err(e) => return Err(e),
+            w.listed = Some(now);
+        }
+        let stale = |e: Option<&(cri::FilesystemUsage, tokio::time::Instant)>| match e {
+            None => true,
+            Some((l, at)) => u(&l.used_bytes).unwrap_or(0) == 0 && now.duration_since(*at) >= EMPTY_LAYER_RETRY,
         };
-        let stats = Arc::new(stats);
-        *self.runtime_stats.lock().unwrap() = Some((tokio::time::Instant::now(), stats.clone()));
-        Ok(stats)
-    }
-
-    /// The last sampling's runtime stats if younger than `max_age`, else new ones; concurrent callers share one
-    /// refresh.
-    async fn runtime_stats_within(&self, max_age: Duration) -> Result<CriStats, CriError> {
-        let cached =
-            || self.runtime_stats.lock().unwrap().clone().filter(|(at, _)| at.elapsed() <= max_age).map(|(_, s)| s);
-        if let Some(s) = cached() {
-            return Ok(s);
+        let ask: Vec<&str> = running.iter().copied().filter(|id| stale(w.by_id.get(*id))).collect();
+        for id in ask {
+            let filter = cri::ContainerStatsFilter { id: id.to_string(), ..Default::default() };
+            if let Ok(stats) = self.d.runtime.list_container_stats(Some(filter)).await
+                && let Some(l) = stats.into_iter().find_map(|c| c.writable_layer)
+            {
+                w.by_id.insert(id.to_string(), (l, now));
+            }
         }
-        let _one = self.refreshing.lock().await;
-        if let Some(s) = cached() {
-            return Ok(s);
-        }
-        self.fresh_runtime_stats().await
-    }
-
-    /// The last sampling's runtime stats, or new ones when they are older than [`RUNTIME_STATS_MAX_AGE`].
-    async fn runtime_stats(&self) -> Result<CriStats, CriError> {
-        self.runtime_stats_within(RUNTIME_STATS_MAX_AGE).await
+        w.by_id.retain(|id, _| running.contains(&id.as_str()));
+        w.by_id.iter().map(|(id, (l, _))| (id.clone(), l.clone())).collect()
     }
 
     /// Walks every pod's volumes and container log folders (blocking; run off the async threads).
@@ -352,20 +338,8 @@ impl SummaryProvider {
         if only {
             return n;
         }
-        n.network = host::net_dev(&self.d.paths, "self").map(|ifs| {
-            network(
-                t,
-                ifs.iter()
-                    .map(|i| InterfaceStats {
-                        name: i.0.clone(),
-                        rx_bytes: Some(i.1),
-                        rx_errors: Some(i.2),
-                        tx_bytes: Some(i.3),
-                        tx_errors: Some(i.4),
-                    })
-                    .collect(),
-            )
-        });
+        n.network =
+            host::net_dev(&self.d.paths, "self").map(|ifs| network(t, ifs.into_iter().map(host_interface).collect()));
         n.fs = self.fs_of(&self.d.root_dir, t);
         match self.d.images.image_fs_info().await {
             Ok(info) => {
@@ -396,22 +370,16 @@ impl SummaryProvider {
     }
 
     async fn pods(&self, only: bool) -> Result<Vec<PodStats>, HostError> {
-        let sandboxes = self.d.runtime.list_pod_sandbox(None).await.map_err(|e| host_err("list pod sandboxes", e))?;
-        let containers = self.d.runtime.list_containers(None).await.map_err(|e| host_err("list containers", e))?;
-        let mut stats = self.runtime_stats().await.map_err(|e| host_err("list pod stats", e))?;
-        // A container started since the last sampling is not in it: sample again rather than leave it out.
+        let (sandboxes, containers) =
+            tokio::try_join!(self.d.runtime.list_pod_sandbox(None), self.d.runtime.list_containers(None))
+                .map_err(|e| host_err("list pod sandboxes and containers", e))?;
         let running = |c: &&cri::Container| c.state == cri::ContainerState::ContainerRunning as i32;
-        let sampled = |s: &CriStats, id: &str| s.1.iter().any(|c| c.attributes.as_ref().is_some_and(|a| a.id == id));
-        if containers.iter().filter(running).any(|c| !sampled(&stats, &c.id)) {
-            // At most one such refresh every 2 s, whatever the runtime keeps reporting.
-            stats =
-                self.runtime_stats_within(FORCED_REFRESH_MIN_AGE).await.map_err(|e| host_err("list pod stats", e))?;
-        }
-        let (sandbox_stats, container_stats) = &*stats;
-        let sstats: HashMap<&str, &cri::PodSandboxStats> =
-            sandbox_stats.iter().filter_map(|s| Some((s.attributes.as_ref()?.id.as_str(), s))).collect();
-        let cstats: HashMap<&str, &cri::ContainerStats> =
-            container_stats.iter().filter_map(|c| Some((c.attributes.as_ref()?.id.as_str(), c))).collect();
+        let layers = if only {
+            HashMap::new()
+        } else {
+            let ids: Vec<&str> = containers.iter().filter(running).map(|c| c.id.as_str()).collect();
+            self.writable_layers(&ids).await
+        };
         let ready = |s: &cri::PodSandbox| s.state == cri::PodSandboxState::SandboxReady as i32;
         // One sandbox per pod (`removeTerminatedPods`): the ready one, else the newest.
         let key =
@@ -426,34 +394,35 @@ impl SummaryProvider {
         }
         let t = self.now();
         let root_fs = if only { None } else { self.fs_of(&self.d.root_dir, t) };
+        let paths = &self.d.paths;
         let mut out = vec![];
         for sb in chosen.into_values() {
             let Some(meta) = &sb.metadata else { continue };
             let pod_ref =
                 PodReference { name: meta.name.clone(), namespace: meta.namespace.clone(), uid: meta.uid.clone() };
             let log_dir = self.d.pod_logs_dir.join(format!("{}_{}_{}", meta.namespace, meta.name, meta.uid));
+            let pod_cg = self.d.pods_cgroup.as_deref().and_then(|pods| host::pod_cgroup(paths, pods, &meta.uid));
             let mut pod = PodStats { pod_ref, start_time: time_ns(sb.created_at), ..Default::default() };
             let mut list = vec![];
-            let (mut sum_cpu, mut sum_mem, mut eph_used, mut eph_inodes) = (0u64, 0u64, 0u64, 0u64);
+            let (mut eph_used, mut eph_inodes) = (0u64, 0u64);
             for c in containers.iter().filter(running).filter(|c| c.pod_sandbox_id == sb.id) {
                 let name = c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
-                let st = cstats.get(c.id.as_str());
-                let cpu = st.and_then(|s| s.cpu.as_ref()).map(|cpu| {
-                    self.cpu(&c.id, time_ns(cpu.timestamp), u(&cpu.usage_core_nano_seconds), u(&cpu.usage_nano_cores))
-                });
-                let mem = st.and_then(|s| s.memory.as_ref()).map(memory);
-                sum_cpu += cpu.as_ref().and_then(|c| c.usage_core_nano_seconds).unwrap_or(0);
-                sum_mem += mem.as_ref().and_then(|m| m.working_set_bytes).unwrap_or(0);
+                let cg = pod_cg.as_ref().map(|p| format!("{p}/{}", c.id));
+                let cpu = cg
+                    .as_deref()
+                    .and_then(|cg| host::cgroup_cpu(paths, cg))
+                    .map(|cpu| self.cpu(&c.id, t, Some(cpu.usage_ns), None));
+                let memory = cg.as_deref().and_then(|cg| host::cgroup_memory(paths, cg)).map(|m| host_memory(m, t));
                 let mut cs = ContainerStats {
                     name: name.clone(),
                     start_time: time_ns(c.created_at),
                     cpu,
-                    memory: mem,
+                    memory,
                     ..Default::default()
                 };
                 if !only {
                     let base = root_fs.clone().unwrap_or_default();
-                    if let Some(w) = st.and_then(|s| s.writable_layer.as_ref()) {
+                    if let Some(w) = layers.get(&c.id) {
                         cs.rootfs = Some(FsStats {
                             time: time_ns(w.timestamp),
                             used_bytes: u(&w.used_bytes),
@@ -477,34 +446,21 @@ impl SummaryProvider {
                 list.push(cs);
             }
             list.sort_by(|a, b| a.name.cmp(&b.name));
-            let linux = sstats.get(sb.id.as_str()).and_then(|s| s.linux.as_ref());
-            pod.cpu = match linux.and_then(|l| l.cpu.as_ref()) {
-                Some(c) => {
-                    Some(self.cpu(&sb.id, time_ns(c.timestamp), u(&c.usage_core_nano_seconds), u(&c.usage_nano_cores)))
-                }
-                None if !list.is_empty() => {
-                    Some(CpuStats { time: t, usage_core_nano_seconds: Some(sum_cpu), ..Default::default() })
-                }
-                None => None,
-            };
-            pod.memory = match linux.and_then(|l| l.memory.as_ref()) {
-                Some(m) => Some(memory(m)),
-                None if !list.is_empty() => {
-                    Some(MemoryStats { time: t, working_set_bytes: Some(sum_mem), ..Default::default() })
-                }
-                None => None,
-            };
+            if let Some(cg) = &pod_cg {
+                let key = format!("pod:{}", meta.uid);
+                pod.cpu = host::cgroup_cpu(paths, cg).map(|c| self.cpu(&key, t, Some(c.usage_ns), None));
+                pod.memory = host::cgroup_memory(paths, cg).map(|m| host_memory(m, t));
+            }
             if !only {
-                pod.network = linux.and_then(|l| l.network.as_ref()).map(|n| {
-                    let at = if n.timestamp > 0 { time_ns(n.timestamp) } else { t };
-                    let mut ns = network(at, n.interfaces.iter().map(interface).collect());
-                    if let Some(d) = &n.default_interface {
-                        ns.default = interface(d);
-                    }
-                    ns
-                });
-                pod.process_stats =
-                    linux.and_then(|l| l.process.as_ref()).map(|p| ProcessStats { process_count: u(&p.process_count) });
+                // The pod's network namespace is its sandbox's: read it through the pause process.
+                let pid = pod_cg.as_ref().and_then(|cg| host::cgroup_first_pid(paths, &format!("{cg}/{}", sb.id)));
+                pod.network = pid
+                    .and_then(|pid| host::net_dev(paths, &pid.to_string()))
+                    .map(|ifs| network(t, ifs.into_iter().map(host_interface).collect()));
+                pod.process_stats = pod_cg
+                    .as_deref()
+                    .and_then(|cg| host::cgroup_pids(paths, cg))
+                    .map(|n| ProcessStats { process_count: Some(n) });
                 let (volumes, ephemeral) = self.volumes(&meta.uid, root_fs.as_ref());
                 eph_used += ephemeral.0;
                 eph_inodes += ephemeral.1;

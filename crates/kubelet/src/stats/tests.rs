@@ -39,34 +39,88 @@ async fn pod(fake: &FakeRuntime, name: &str, containers: &[&str]) -> (String, Ve
 }
 
 fn provider(fake: Arc<FakeRuntime>, clock: Arc<TestClock>, root: &Path) -> SummaryProvider {
+    provider_with(fake, clock, root, HostPaths::default(), None)
+}
+
+fn provider_with(
+    fake: Arc<FakeRuntime>,
+    clock: Arc<TestClock>,
+    root: &Path,
+    paths: HostPaths,
+    pods_cgroup: Option<&str>,
+) -> SummaryProvider {
     SummaryProvider::new(SummaryDeps {
         node_name: "node-a".into(),
         runtime: fake.clone(),
         images: fake,
-        paths: HostPaths::default(),
+        paths,
         root_dir: root.to_path_buf(),
         pod_logs_dir: root.join("logs"),
-        pods_cgroup: None,
+        pods_cgroup: pods_cgroup.map(str::to_string),
         volume_stats_period: Duration::from_secs(60),
         clock,
     })
 }
 
+/// A cgroup v1 tree and `/proc` in a folder, laid out as the cgroupfs driver and containerd make them.
+struct Host {
+    dir: tempfile::TempDir,
+}
+
+impl Host {
+    fn new() -> Self {
+        let h = Host { dir: tempfile::tempdir().unwrap() };
+        h.write("proc/stat", "cpu  100 0 50 1000 0 0 0 0 0 0\nbtime 1700000000\n");
+        h.write("proc/meminfo", "MemTotal:        2048000 kB\n");
+        h
+    }
+
+    fn paths(&self) -> HostPaths {
+        HostPaths { proc: self.dir.path().join("proc"), cgroup: self.dir.path().join("cg") }
+    }
+
+    fn write(&self, rel: &str, s: &str) {
+        let f = self.dir.path().join(rel);
+        std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+        std::fs::write(f, s).unwrap();
+    }
+
+    /// CPU and memory of cgroup `cg` (v1: cpuacct and memory hierarchies).
+    fn cgroup(&self, cg: &str, cpu_ns: u64, working_set: u64) {
+        self.write(&format!("cg/cpuacct{cg}/cpuacct.usage"), &format!("{cpu_ns}\n"));
+        self.write(&format!("cg/memory{cg}/memory.usage_in_bytes"), &format!("{}\n", working_set + 1000));
+        self.write(&format!("cg/memory{cg}/memory.limit_in_bytes"), "9223372036854771712\n");
+        self.write(
+            &format!("cg/memory{cg}/memory.stat"),
+            "total_inactive_file 1000\ntotal_rss 4096\ntotal_pgfault 9\ntotal_pgmajfault 1\n",
+        );
+    }
+}
+
 #[tokio::test]
-async fn pods_and_containers_come_from_the_runtime_with_rates_after_two_samples() {
+async fn pods_and_containers_come_from_their_cgroups_with_rates_after_two_samples() {
     let clock = Arc::new(TestClock(Mutex::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000))));
-    let c = clock.clone();
-    let fake = Arc::new(FakeRuntime::with_time(
-        &["busybox"],
-        Box::new(move || c.now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64),
-    ));
-    let (_, ids) = pod(&fake, "web", &["app", "side"]).await;
+    let fake = Arc::new(FakeRuntime::new(&["busybox"]));
+    fake.set_record_calls(true);
+    let (sb, ids) = pod(&fake, "web", &["app", "side"]).await;
     let (_, gone) = pod(&fake, "done", &["x"]).await;
     fake.exit_container(&gone[0], 0);
-    fake.set_usage(&ids[0], 1_000_000_000, 10 << 20);
-    fake.set_usage(&ids[1], 500_000_000, 5 << 20);
+    // What the runtime says is not what is reported: the cgroup files are.
+    fake.set_usage(&ids[0], 1, 1);
+    let host = Host::new();
+    let pod_cg = "/kubepods/besteffort/poduid-web";
+    host.cgroup(pod_cg, 1_600_000_000, 16 << 20);
+    host.cgroup(&format!("{pod_cg}/{}", ids[0]), 1_000_000_000, 10 << 20);
+    host.cgroup(&format!("{pod_cg}/{}", ids[1]), 500_000_000, 5 << 20);
+    host.cgroup(&format!("{pod_cg}/{sb}"), 100_000_000, 1 << 20);
+    host.write(&format!("cg/cpuacct{pod_cg}/{sb}/cgroup.procs"), "4242\n");
+    host.write(&format!("cg/pids{pod_cg}/pids.current"), "3\n");
+    host.write(
+        "proc/4242/net/dev",
+        "Inter-|   Receive\n face |bytes\n    lo: 5 1 0 0 0 0 0 0 5 1 0 0 0 0 0 0\n  eth0: 1000 10 2 0 0 0 0 0 500 5 1 0 0 0 0 0\n",
+    );
     let dir = tempfile::tempdir().unwrap();
-    let p = provider(fake.clone(), clock.clone(), dir.path());
+    let p = provider_with(fake.clone(), clock.clone(), dir.path(), host.paths(), Some("/kubepods"));
 
     let s = p.summary(true).await.unwrap();
     let pods = s.pods.unwrap();
@@ -79,21 +133,39 @@ async fn pods_and_containers_come_from_the_runtime_with_rates_after_two_samples(
     let app = &web.containers.as_ref().unwrap()[0];
     assert_eq!(app.cpu.as_ref().unwrap().usage_core_nano_seconds, Some(1_000_000_000));
     assert_eq!(app.cpu.as_ref().unwrap().usage_nano_cores, None, "no rate before two samples");
-    assert_eq!(app.memory.as_ref().unwrap().working_set_bytes, Some(10 << 20));
-    assert_eq!(web.memory.as_ref().unwrap().working_set_bytes, Some(15 << 20), "summed without sandbox stats");
-    assert!(s.node.fs.is_none() && s.node.network.is_none(), "cpu and memory only");
+    let mem = app.memory.as_ref().unwrap();
+    assert_eq!(
+        (mem.working_set_bytes, mem.usage_bytes, mem.rss_bytes),
+        (Some(10 << 20), Some((10 << 20) + 1000), Some(4096))
+    );
+    assert_eq!((mem.page_faults, mem.major_page_faults, mem.available_bytes), (Some(9), Some(1), None));
+    assert_eq!(web.memory.as_ref().unwrap().working_set_bytes, Some(16 << 20), "the pod's own cgroup");
+    assert_eq!(web.cpu.as_ref().unwrap().usage_core_nano_seconds, Some(1_600_000_000));
+    assert!(s.node.fs.is_none() && s.node.network.is_none() && web.network.is_none(), "cpu and memory only");
+    assert_eq!(fake.count("ListContainerStats") + fake.count("ListPodSandboxStats"), 0, "no stats call to the runtime");
 
-    // Two samples 10 s apart: half a core used by app.
+    // Two samples 10 s apart: half a core used by app, the pod's rate from its own cgroup.
     p.sample_cpu().await;
-    fake.set_usage(&ids[0], 6_000_000_000, 10 << 20);
+    host.cgroup(&format!("{pod_cg}/{}", ids[0]), 6_000_000_000, 10 << 20);
+    host.cgroup(pod_cg, 6_600_000_000, 16 << 20);
     *clock.0.lock().unwrap() += Duration::from_secs(10);
     p.sample_cpu().await;
+    fake.set_writable_layer(&ids[0], 8192);
     let s = p.summary(false).await.unwrap();
     let web = &s.pods.as_ref().unwrap()[1];
     let app = &web.containers.as_ref().unwrap()[0];
     assert_eq!(app.cpu.as_ref().unwrap().usage_nano_cores, Some(500_000_000));
+    assert_eq!(web.cpu.as_ref().unwrap().usage_nano_cores, Some(500_000_000));
+    assert_eq!(app.rootfs.as_ref().unwrap().used_bytes, Some(8192), "the writable layer is the runtime's");
+    assert_eq!(web.process_stats.as_ref().unwrap().process_count, Some(3));
+    let net = web.network.as_ref().unwrap();
+    assert_eq!(
+        (net.default.name.as_str(), net.default.rx_bytes, net.default.tx_bytes),
+        ("eth0", Some(1000), Some(500))
+    );
+    assert_eq!(net.interfaces.len(), 1, "lo is left out");
     assert!(s.node.fs.is_some() && s.node.rlimit.is_some(), "the full summary has the node's fs and limits");
-    assert!(web.ephemeral_storage.is_some());
+    assert!(web.ephemeral_storage.as_ref().unwrap().used_bytes.unwrap() >= 8192);
 }
 
 #[tokio::test]
@@ -125,36 +197,45 @@ async fn volumes_and_logs_are_measured_in_the_background_and_read_from_the_cache
 }
 
 #[tokio::test(start_paused = true)]
-async fn requests_read_the_last_sampling_of_the_runtime_stats() {
+async fn writable_layers_are_listed_rarely_and_new_containers_asked_for_alone() {
     let fake = Arc::new(FakeRuntime::new(&["busybox"]));
     fake.set_record_calls(true);
     let (_, ids) = pod(&fake, "web", &["app"]).await;
+    fake.set_writable_layer(&ids[0], 100);
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(TestClock(Mutex::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000))));
     let p = provider(fake.clone(), clock, dir.path());
     p.sample_cpu().await;
-    assert_eq!(fake.count("ListContainerStats"), 1);
-    fake.set_usage(&ids[0], 0, 64 << 20);
     for _ in 0..5 {
         p.summary(true).await.unwrap();
     }
-    assert_eq!(fake.count("ListContainerStats"), 1, "requests within 15 s of the sampling reuse it");
+    assert_eq!(fake.count("ListContainerStats"), 0, "cpu and memory never ask the runtime");
+    p.summary(false).await.unwrap();
+    assert_eq!(fake.count("ListContainerStats"), 1, "the first full summary lists the writable layers");
+    fake.set_writable_layer(&ids[0], 200);
     let (_, new) = pod(&fake, "late", &["x"]).await;
-    fake.set_usage(&new[0], 0, 1 << 20);
-    p.summary(true).await.unwrap();
-    assert_eq!(fake.count("ListContainerStats"), 1, "not within 2 s of the last sampling");
-    tokio::time::advance(Duration::from_secs(3)).await;
-    let s = p.summary(true).await.unwrap();
-    assert_eq!(fake.count("ListContainerStats"), 2, "a container the sampling has not seen makes a new one");
-    let late = s.pods.as_ref().unwrap().iter().find(|p| p.pod_ref.name == "late").unwrap();
-    assert_eq!(late.containers.as_ref().unwrap()[0].memory.as_ref().unwrap().working_set_bytes, Some(1 << 20));
-    tokio::time::advance(Duration::from_secs(16)).await;
-    let s = p.summary(true).await.unwrap();
-    assert_eq!(fake.count("ListContainerStats"), 3, "then they ask the runtime again");
-    let pods = s.pods.unwrap();
-    let web = pods.iter().find(|p| p.pod_ref.name == "web").unwrap();
-    let app = &web.containers.as_ref().unwrap()[0];
-    assert_eq!(app.memory.as_ref().unwrap().working_set_bytes, Some(64 << 20));
+    fake.set_writable_layer(&new[0], 300);
+    let s = p.summary(false).await.unwrap();
+    assert_eq!(fake.count("ListContainerStats"), 2, "one call for the new container alone");
+    let rootfs = |s: &Summary, name: &str| {
+        let pod = s.pods.iter().flatten().find(|p| p.pod_ref.name == name).unwrap();
+        pod.containers.as_ref().unwrap()[0].rootfs.as_ref().and_then(|r| r.used_bytes)
+    };
+    assert_eq!((rootfs(&s, "web"), rootfs(&s, "late")), (Some(100), Some(300)), "web's figure is cached");
+    tokio::time::advance(WRITABLE_LAYER_MAX_AGE + Duration::from_secs(1)).await;
+    let s = p.summary(false).await.unwrap();
+    assert_eq!(fake.count("ListContainerStats"), 3, "listed again once older than the maximum age");
+    assert_eq!(rootfs(&s, "web"), Some(200));
+    // A new container's layer is not measured yet (0): asked again, at most every 10 s.
+    let (_, fresh) = pod(&fake, "fresh", &["y"]).await;
+    fake.set_writable_layer(&fresh[0], 0);
+    p.summary(false).await.unwrap();
+    p.summary(false).await.unwrap();
+    assert_eq!(fake.count("ListContainerStats"), 4);
+    fake.set_writable_layer(&fresh[0], 500);
+    tokio::time::advance(Duration::from_secs(10)).await;
+    let s = p.summary(false).await.unwrap();
+    assert_eq!((fake.count("ListContainerStats"), rootfs(&s, "fresh")), (5, Some(500)));
 }
 
 #[tokio::test]
