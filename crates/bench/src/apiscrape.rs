@@ -48,6 +48,16 @@ async fn get(tx: &mut Sender, path: &str) -> anyhow::Result<usize> {
     Ok(resp.into_body().collect().await?.to_bytes().len())
 }
 
+/// The body of one GET on the kubelet API's secure `port`.
+pub async fn fetch(port: u16, path: &str) -> anyhow::Result<String> {
+    let mut tx = connect(port).await?;
+    tx.ready().await?;
+    let req = hyper::Request::get(path).header("host", "127.0.0.1").body(http_body_util::Empty::new())?;
+    let resp = tx.send_request(req).await?;
+    anyhow::ensure!(resp.status() == 200, "GET {path}: {}", resp.status());
+    Ok(String::from_utf8_lossy(&resp.into_body().collect().await?.to_bytes()).into_owned())
+}
+
 /// Measures each of [`PATHS`] `n` times (after 3 unmeasured requests) against the kubelet `pid` on `port`.
 pub async fn measure(pid: u32, port: u16, n: usize) -> anyhow::Result<Vec<Endpoint>> {
     let mut tx = connect(port).await?;

@@ -29,6 +29,8 @@ pub struct NodeSpec<'a> {
     pub extra_config: String,
     /// `RKUBELET_LOG` (tracing filter); `None` keeps the binary's default (info).
     pub log_filter: Option<String>,
+    /// The node's name (default [`NODE`]).
+    pub node_name: Option<String>,
 }
 
 /// A running rkubelet.
@@ -68,7 +70,7 @@ impl BinNode {
         cmd.arg(format!("--config={}", p.join("config.yaml").display()))
             .arg(format!("--root-dir={}", p.join("root").display()))
             .arg(format!("--cert-dir={}", p.join("pki").display()))
-            .arg(format!("--hostname-override={NODE}"))
+            .arg(format!("--hostname-override={}", spec.node_name.as_deref().unwrap_or(NODE)))
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log));
         if let Some(k) = &spec.kubeconfig {
@@ -127,18 +129,20 @@ impl BinNode {
         Ok((c1 - c0).as_secs_f64() * 1000.0 / window.as_secs_f64())
     }
 
-    /// SIGTERM, then waits (up to 30 s, then SIGKILL).
-    pub async fn stop(mut self) {
+    /// SIGTERM, then waits (up to 30 s, then SIGKILL); returns how long the exit took.
+    pub async fn stop(mut self) -> Duration {
+        let t0 = tokio::time::Instant::now();
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        for _ in 0..300 {
+        while t0.elapsed() < Duration::from_secs(30) {
             if matches!(self.child.try_wait(), Ok(Some(_))) {
-                return;
+                return t0.elapsed();
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        t0.elapsed()
     }
 }
 
@@ -149,7 +153,7 @@ impl Drop for BinNode {
             let _ = self.child.wait();
         }
         // The folder goes with the node: keep its log where it can be read after a failed run.
-        let keep = std::env::temp_dir().join("rkubelet-bench-last.log");
+        let keep = std::env::temp_dir().join(format!("rkubelet-bench-{}.log", self.child.id()));
         if std::fs::copy(self.log_path(), &keep).is_ok() {
             eprintln!("rkubelet's log: {}", keep.display());
         }

@@ -402,6 +402,7 @@ pub async fn run(opts: &ContainerdOpts) -> anyhow::Result<ContainerdResults> {
         kubeconfig: Some(kubeconfig),
         extra_config: String::new(),
         log_filter: Some("info,kubelet_cri=debug,h2=info,tonic=info,tower=info,hyper=info".into()),
+        node_name: None,
     })?;
     wait_node_ready(&server, &mut node, Duration::from_secs(60)).await?;
     tokio::time::sleep(opts.startup_wait).await;

@@ -168,6 +168,7 @@ pub async fn run(opts: &FakeOpts) -> anyhow::Result<FakeResults> {
         kubeconfig: Some(kubeconfig),
         extra_config: "kubeAPIQPS: 1000\nkubeAPIBurst: 2000\neventRecordQPS: 0\n".into(),
         log_filter: None,
+        node_name: None,
     };
     let mut node = BinNode::start(&spec)?;
     wait_node_ready(&server, &mut node, Duration::from_secs(60)).await?;

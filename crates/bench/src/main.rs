@@ -6,6 +6,11 @@
 //!   time and in a batch, what rkubelet adds over containerd's calls, teardown, idle and steady CPU and RSS, and the
 //!   kubelet API's response times and CPU per request with the batch running).
 //!
+//! - `node`: the whole node's cost, rkubelet on the real containerd with the real control plane: the CPU of
+//!   rkubelet, containerd, the shims and the machine at steady pods against the same with no kubelet, CRI calls
+//!   per minute by method, the relist time, a batch and a teardown against the raw CRI floor, SIGTERM to exit and
+//!   the sandboxes left.
+//!
 //! It writes a JSON result and a Markdown report, and with `--check` exits non-zero naming every budget missed.
 //! `--smoke` is the small version CI runs so the program cannot rot.
 
@@ -17,6 +22,8 @@ mod core;
 mod fakescale;
 mod procstat;
 mod report;
+mod report_node;
+mod wholenode;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,7 +38,7 @@ struct Args {
     #[arg(long)]
     smoke: bool,
     /// Scenario groups to run.
-    #[arg(long, value_delimiter = ',', default_value = "core,fake,containerd")]
+    #[arg(long, value_delimiter = ',', default_value = "core,fake,containerd,node")]
     scenarios: Vec<String>,
     /// Pod counts to converge.
     #[arg(long, value_delimiter = ',', default_value = "110,1000,5000")]
@@ -54,6 +61,12 @@ struct Args {
     /// Requests per kubelet API endpoint (`/stats/summary`, `/metrics/resource`, `/metrics`) with the batch running.
     #[arg(long, default_value_t = 200)]
     scrapes: usize,
+    /// Pods of the whole node's steady window and big teardown (`node`; its batch is `--batch`).
+    #[arg(long, default_value_t = 100)]
+    node_pods: usize,
+    /// Seconds of the whole node's windows (`node`).
+    #[arg(long, default_value_t = 60)]
+    node_seconds: u64,
     /// The rkubelet binary (default: beside this program).
     #[arg(long)]
     rkubelet: Option<PathBuf>,
@@ -82,6 +95,8 @@ fn main() -> anyhow::Result<()> {
         args.sequential = 2;
         args.batch = 5;
         args.scrapes = 5;
+        args.node_pods = 8;
+        args.node_seconds = 3;
         settle = Duration::from_secs(1);
         startup_wait = Duration::from_secs(1);
     }
@@ -106,7 +121,7 @@ fn main() -> anyhow::Result<()> {
     };
     let containerd = if run("containerd") {
         let opts = containerd::ContainerdOpts {
-            binary,
+            binary: binary.clone(),
             endpoint: args.containerd_endpoint.clone(),
             sequential: args.sequential,
             batch: args.batch,
@@ -119,8 +134,21 @@ fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let node = if run("node") {
+        let opts = wholenode::WholeNodeOpts {
+            binary: binary.clone(),
+            endpoint: args.containerd_endpoint.clone(),
+            batch: args.batch,
+            pods: args.node_pods,
+            window: Duration::from_secs(args.node_seconds),
+            settle,
+        };
+        Some(rt.block_on(wholenode::run(&opts))?)
+    } else {
+        None
+    };
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let report = report::Report { core, fake, containerd, smoke: args.smoke, command };
+    let report = report::Report { core, fake, containerd, node, smoke: args.smoke, command };
     if let Some(dir) = args.json.parent() {
         std::fs::create_dir_all(dir)?;
     }

@@ -23,6 +23,8 @@ pub struct Report {
     pub fake: Option<FakeResults>,
     /// The binary on containerd with the test apiserver.
     pub containerd: Option<ContainerdResults>,
+    /// The whole node on containerd with the real control plane.
+    pub node: Option<crate::wholenode::WholeNodeResults>,
     /// A smoke run (small counts; budgets are reported but do not apply).
     pub smoke: bool,
     /// The command line.
@@ -172,6 +174,9 @@ impl Report {
                 );
             }
         }
+        if let Some(n) = &self.node {
+            crate::report_node::budgets(n, &mut add);
+        }
         if let Some(ch) = self.fake.as_ref().and_then(|f| f.churn.as_ref()) {
             let grown = ch.rss_after as i64 - ch.rss_before as i64;
             add(
@@ -246,6 +251,7 @@ impl Report {
             "core": core,
             "binary_fake_runtime": fake,
             "binary_containerd": ctr,
+            "whole_node": self.node.as_ref().map(crate::report_node::json),
             "budgets": self.budgets().iter().map(|b| json!({
                 "figure": b.figure, "value": b.value, "budget": b.budget, "met": b.met,
             })).collect::<Vec<_>>(),
@@ -397,6 +403,9 @@ impl Report {
                 mib(c.steady_rss),
                 c.steady_millicores
             ));
+        }
+        if let Some(n) = &self.node {
+            s.push_str(&crate::report_node::markdown(n));
         }
         let missed = self.missed_budgets();
         if missed.is_empty() {

@@ -38,12 +38,49 @@ pub enum Cached {
 pub struct PodCache {
     inner: Mutex<HashMap<PodUid, Entry>>,
     primed: AtomicBool,
+    /// Pods whose worker is changing them now (and inspects what it did when done).
+    syncing: Mutex<HashMap<PodUid, usize>>,
+}
+
+/// A pod's worker is changing it while this lives ([`PodCache::syncing`]).
+pub struct SyncGuard<'a> {
+    cache: &'a PodCache,
+    uid: PodUid,
+}
+
+impl Drop for SyncGuard<'_> {
+    fn drop(&mut self) {
+        let mut m = self.cache.syncing.lock().unwrap();
+        if let Some(n) = m.get_mut(&self.uid) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.uid);
+            }
+        }
+    }
 }
 
 impl PodCache {
     /// The cached status of a pod (`None` for a pod without an entry or with an empty one).
     pub fn get(&self, uid: &PodUid) -> Option<Arc<PodStatus>> {
         self.inner.lock().unwrap().get(uid).filter(|e| !is_empty(&e.status)).map(|e| e.status.clone())
+    }
+
+    /// The entry of a pod while it holds (not stale, not empty).
+    pub fn get_fresh(&self, uid: &PodUid) -> Option<Arc<PodStatus>> {
+        self.inner.lock().unwrap().get(uid).filter(|e| !e.stale && !is_empty(&e.status)).map(|e| e.status.clone())
+    }
+
+    /// Marks the pod as being changed by its worker until the guard drops: the PLEG then leaves the inspection of
+    /// a change it sees to the worker (which inspects what it did) and looks again at its next relist.
+    pub fn syncing(&self, uid: &PodUid) -> SyncGuard<'_> {
+        *self.syncing.lock().unwrap().entry(uid.clone()).or_default() += 1;
+        SyncGuard { cache: self, uid: uid.clone() }
+    }
+
+    /// Whether the pod's worker is changing it now.
+    pub fn is_syncing(&self, uid: &PodUid) -> bool {
+        self.syncing.lock().unwrap().contains_key(uid)
     }
 
     /// What a pod worker may use instead of inspecting the pod: the entry while it holds, an empty status for a
@@ -198,6 +235,18 @@ mod tests {
         assert_eq!(fresh(cache.lookup(&uid, "web", "ns")).unwrap().sandbox_statuses[0].id, "sb2");
         cache.delete(&uid);
         assert!(fresh(cache.lookup(&uid, "web", "ns")).unwrap().sandbox_statuses.is_empty());
+    }
+
+    #[test]
+    fn a_sync_is_marked_until_its_guard_drops() {
+        let cache = PodCache::default();
+        let uid = PodUid("u".into());
+        let a = cache.syncing(&uid);
+        let b = cache.syncing(&uid);
+        drop(a);
+        assert!(cache.is_syncing(&uid), "one guard left");
+        drop(b);
+        assert!(!cache.is_syncing(&uid));
     }
 
     #[tokio::test(start_paused = true)]

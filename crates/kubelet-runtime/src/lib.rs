@@ -23,7 +23,7 @@ pub mod qos;
 pub mod reasons;
 
 pub use backoff::Backoff;
-pub use cache::{Cached, PodCache};
+pub use cache::{Cached, PodCache, SyncGuard};
 pub use manager::{KillRequest, RuntimeManager, RuntimeManagerConfig, SyncError, SyncResult};
 pub use pleg::{GenericPleg, PlegHealth};
 pub use reasons::ReasonCache;

@@ -360,20 +360,42 @@ impl RuntimeManager {
 
     /// Full status of one pod (`GetPodStatus`), containers and sandboxes newest first.
     pub async fn get_pod_status(&self, uid: &PodUid, name: &str, namespace: &str) -> CriResult<PodStatus> {
-        let (sandboxes, containers) = tokio::try_join!(
+        let (mut sandboxes, mut containers) = tokio::try_join!(
             self.runtime.list_pod_sandbox(Some(uid_filter_sandbox(uid))),
             self.runtime.list_containers(Some(uid_filter_container(uid)))
         )?;
+        sandboxes.sort_by_key(|s| std::cmp::Reverse(s.created_at));
+        containers.sort_by_key(|c| std::cmp::Reverse(c.created_at));
+        let sandboxes: Vec<String> = sandboxes.into_iter().map(|s| s.id).collect();
+        let containers: Vec<String> = containers.into_iter().map(|c| c.id).collect();
+        self.status_of(uid, name, namespace, &sandboxes, &containers).await
+    }
+
+    /// The status of a pod whose sandboxes and containers are all in `known` (a pod that stopped: nothing of it is
+    /// created any more), asked of the runtime without listing them again.
+    pub async fn refresh_pod_status(&self, known: &PodStatus) -> CriResult<PodStatus> {
+        let sandboxes: Vec<String> = known.sandbox_statuses.iter().map(|s| s.id.clone()).collect();
+        let containers: Vec<String> = known.container_statuses.iter().map(|c| c.id.clone()).collect();
+        self.status_of(&known.id, &known.name, &known.namespace, &sandboxes, &containers).await
+    }
+
+    /// `PodSandboxStatus` and `ContainerStatus` of the given objects (newest first); gone ones are left out.
+    async fn status_of(
+        &self,
+        uid: &PodUid,
+        name: &str,
+        namespace: &str,
+        sandboxes: &[String],
+        containers: &[String],
+    ) -> CriResult<PodStatus> {
         let mut status = PodStatus {
             id: uid.clone(),
             name: name.to_string(),
             namespace: namespace.to_string(),
             ..Default::default()
         };
-        let mut sbs = sandboxes;
-        sbs.sort_by_key(|s| std::cmp::Reverse(s.created_at));
-        for (i, s) in sbs.iter().enumerate() {
-            let st = match self.runtime.pod_sandbox_status(&s.id).await {
+        for (i, id) in sandboxes.iter().enumerate() {
+            let st = match self.runtime.pod_sandbox_status(id).await {
                 Ok(st) => st,
                 Err(e) if e.is_not_found() => continue,
                 Err(e) => return Err(e),
@@ -403,10 +425,8 @@ impl RuntimeManager {
                 host_network,
             });
         }
-        let mut cs = containers;
-        cs.sort_by_key(|c| std::cmp::Reverse(c.created_at));
-        for c in cs {
-            let st = match self.runtime.container_status(&c.id).await {
+        for id in containers {
+            let st = match self.runtime.container_status(id).await {
                 Ok(st) => st,
                 Err(e) if e.is_not_found() => continue,
                 Err(e) => return Err(e),

@@ -71,7 +71,13 @@ pub struct GenericPleg {
     last_relist: Option<tokio::time::Instant>,
     /// Pods whose inspection failed: inspected again at the next relist (`podsToReinspect`).
     reinspect: std::collections::HashSet<PodUid>,
+    /// Events of pods whose worker was changing them, held until the next relist looked at them again, with how
+    /// many relists they have waited.
+    held: HashMap<PodUid, (Vec<PodLifecycleEvent>, u32)>,
 }
+
+/// Relists a change seen while the pod's worker changes the pod may wait for that worker's own inspection.
+const MAX_DEFERRED_RELISTS: u32 = 3;
 
 impl GenericPleg {
     /// A PLEG sending to `events` (bounded; a full channel drops that relist's events with a warning, as
@@ -93,6 +99,7 @@ impl GenericPleg {
             names: HashMap::new(),
             last_relist: None,
             reinspect: Default::default(),
+            held: HashMap::new(),
         }
     }
 
@@ -149,12 +156,21 @@ impl GenericPleg {
             // A pod the cache lacks is inspected even without an event (a worker forgot it while the runtime still
             // had some of it).
             let retry = self.reinspect.remove(&uid) || (!cur.is_empty() && !self.cache.has(&uid));
+            let (held, waited) = self.held.remove(&uid).unwrap_or_default();
+            events.splice(0..0, held);
             if events.is_empty() && !retry {
                 continue;
             }
             // A change the pod's worker made and inspected itself is in the cache already: no second inspection.
-            if !retry && self.cache.get(&uid).is_some_and(|st| states_of(&st) == *cur) {
+            if self.cache.get_fresh(&uid).is_some_and(|st| states_of(&st) == *cur) {
                 all_events.extend(events);
+                continue;
+            }
+            // The pod's worker is changing it and inspects what it did when done: look again at the next relist
+            // (a few at most), and send the events then, so the worker syncs on a status that has the change.
+            if !cur.is_empty() && waited < MAX_DEFERRED_RELISTS && self.cache.is_syncing(&uid) {
+                self.held.insert(uid.clone(), (events, waited + 1));
+                self.reinspect.insert(uid.clone());
                 continue;
             }
             if !cur.is_empty() {
@@ -176,6 +192,7 @@ impl GenericPleg {
         // Pods the runtime no longer has are forgotten (their entries observed before this relist's lists).
         self.cache.reconcile(&new, start);
         self.reinspect.retain(|u| new.contains_key(u));
+        self.held.retain(|u, _| new.contains_key(u));
         self.cache.mark_primed();
         self.names.retain(|u, _| new.contains_key(u));
         self.old = new;
@@ -316,5 +333,54 @@ mod tests {
         assert!(health.healthy().is_ok());
         tokio::time::sleep(RELIST_THRESHOLD + Duration::from_secs(1)).await;
         assert!(health.healthy().unwrap_err().contains("pleg was last seen active"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_change_during_a_workers_sync_is_inspected_once_and_sent_at_the_next_relist() {
+        let fake = Arc::new(FakeRuntime::new(&["busybox"]));
+        fake.set_record_calls(true);
+        let mgr =
+            Arc::new(RuntimeManager::new(fake.clone(), fake.clone(), Default::default(), Arc::new(TestClock::fixed())));
+        let cache = Arc::new(PodCache::default());
+        let (tx, mut rx) = mpsc::channel(16);
+        let mut pleg = GenericPleg::new(
+            mgr.clone(),
+            cache.clone(),
+            tx,
+            Arc::new(PlegHealth::new(RELIST_THRESHOLD)),
+            RELIST_PERIOD,
+        );
+        pleg.relist().await.unwrap();
+        let uid = PodUid::from("u1");
+        let meta = api::PodSandboxMetadata { uid: "u1".into(), name: "web".into(), ..Default::default() };
+        let labels = [("io.kubernetes.pod.uid".to_string(), "u1".to_string())].into();
+        let config = api::PodSandboxConfig { metadata: Some(meta), labels, ..Default::default() };
+        // The worker creates the sandbox; the relist sees it meanwhile and leaves the inspection to the worker.
+        let guard = cache.syncing(&uid);
+        fake.run_pod_sandbox(config, "").await.unwrap();
+        fake.clear_calls();
+        assert!(pleg.relist().await.unwrap().is_empty(), "held while the worker syncs");
+        assert_eq!(fake.count("PodSandboxStatus"), 0);
+        let observed = tokio::time::Instant::now();
+        let st = mgr.get_pod_status(&uid, "web", "").await.unwrap();
+        assert_eq!(st.sandbox_statuses.len(), 1);
+        cache.set(st, observed);
+        drop(guard);
+        fake.clear_calls();
+        let ev = pleg.relist().await.unwrap();
+        assert_eq!(ev.len(), 1, "sent at the next relist: {ev:?}");
+        assert_eq!(rx.try_recv().unwrap().kind, PodLifecycleEventType::ContainerStarted);
+        assert_eq!(fake.count("PodSandboxStatus"), 0, "the worker's inspection is in the cache");
+        // A change nobody inspected is inspected by the relist after a sync that did not look.
+        let guard = cache.syncing(&uid);
+        let sb = fake.list_pod_sandbox(None).await.unwrap()[0].id.clone();
+        fake.stop_pod_sandbox(&sb).await.unwrap();
+        assert!(pleg.relist().await.unwrap().is_empty());
+        drop(guard);
+        fake.clear_calls();
+        let ev = pleg.relist().await.unwrap();
+        assert_eq!(ev.iter().map(|e| e.kind).collect::<Vec<_>>(), [PodLifecycleEventType::ContainerDied]);
+        assert_eq!(fake.count("PodSandboxStatus"), 1, "inspected once");
+        assert_eq!(cache.get(&uid).unwrap().sandbox_statuses[0].state, SandboxState::NotReady);
     }
 }

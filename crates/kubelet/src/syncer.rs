@@ -109,6 +109,13 @@ impl KubeletSyncer {
         Ok(self.cache.set(st, observed))
     }
 
+    /// The pod's status asked of the objects of `known` only, and cached.
+    async fn refresh(&self, known: &PodStatus) -> Result<Arc<PodStatus>, String> {
+        let observed = tokio::time::Instant::now();
+        let st = self.runtime.refresh_pod_status(known).await.map_err(|e| e.to_string())?;
+        Ok(self.cache.set(st, observed))
+    }
+
     /// The pod's status from the PLEG cache while it holds (`GetNewerThan`), else from the runtime.
     async fn current(&self, key: &PodKey) -> Result<Arc<PodStatus>, String> {
         match self.cache.lookup(&key.uid, &key.name, &key.namespace) {
@@ -201,6 +208,7 @@ impl KubeletSyncer {
 impl PodSyncer for KubeletSyncer {
     async fn sync_pod(&self, pod: &Arc<Pod>) -> SyncOutcome {
         let key = PodKey::of(pod);
+        let _syncing = self.cache.syncing(&key.uid);
         let rt = match self.current(&key).await {
             Ok(rt) => rt,
             Err(e) => {
@@ -276,12 +284,14 @@ impl PodSyncer for KubeletSyncer {
         pod: Option<&Arc<Pod>>,
         grace: Option<i64>,
     ) -> Result<(), String> {
+        let _syncing = self.cache.syncing(&key.uid);
         // Probes must not restart containers of a pod that stops.
         self.probes.stop_liveness_and_startup(&key.uid);
         let rt = self.current(key).await?;
         info!(pod = %key, podUID = %key.uid, gracePeriod = ?grace, "killing pod");
         let changed = self.runtime.kill_pod(pod.map(|p| p.as_ref()), &rt, grace).await.map_err(|e| e.to_string())?;
-        let rt = if changed { self.inspect(key).await? } else { rt };
+        // What the kill changed, asked of the objects the pod has (nothing of it is created any more).
+        let rt = if changed { self.refresh(&rt).await? } else { rt };
         if rt.container_statuses.iter().any(|c| c.state == kubelet_types::ContainerState::Running) {
             return Err(format!("pod {key} still has running containers"));
         }

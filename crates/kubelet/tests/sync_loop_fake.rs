@@ -151,3 +151,34 @@ async fn mark_file_source_seen(h: &Harness) {
     pc.merge(kubelet_config::sources::SourceUpdate::set(PodSource::File, vec![]));
     assert!(h.ready.all_ready());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_steady_pod_costs_the_runtime_two_list_calls_a_relist_and_nothing_per_resync() {
+    let h = start();
+    h.fake.set_record_calls(true);
+    let p = pod("web", "u1");
+    h.updates.send(PodUpdate { op: Operation::Add, source: PodSource::File, pods: vec![p.clone()] }).await.unwrap();
+    wait_phase(&h, "u1", "Running").await;
+    // Let the start settle (the PLEG sees what the worker did), then five minutes: five periodic resyncs of the pod.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    h.fake.clear_calls();
+    tokio::time::sleep(Duration::from_secs(300)).await;
+    let calls = h.fake.calls();
+    let relists = h.fake.count("ListPodSandbox");
+    assert!((290..=310).contains(&relists), "one relist a second: {relists}");
+    assert_eq!(h.fake.count("ListContainers"), relists);
+    let other: Vec<&str> =
+        calls.iter().copied().filter(|c| !matches!(*c, "ListPodSandbox" | "ListContainers" | "Status")).collect();
+    assert!(other.is_empty(), "no status call per resync: {other:?}");
+
+    // A change is seen once: the container dies, the PLEG inspects the pod, the worker restarts it and inspects
+    // what it did; the PLEG, finding that in the cache, does not inspect again.
+    h.fake.clear_calls();
+    let id = h.fake.container_ids("app")[0].clone();
+    h.fake.exit_container(&id, 1);
+    wait_until("the container restarted", || h.fake.container_ids("app").len() == 2).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(h.fake.count("StartContainer"), 1);
+    assert_eq!(h.fake.count("PodSandboxStatus"), 2, "{:?}", h.fake.calls());
+    h.cancel.cancel();
+}

@@ -97,7 +97,10 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match rt.block_on(app::run(cli, cfg)) {
+    let result = rt.block_on(app::run(cli, cfg));
+    // A blocking task still running (a disk usage walk, a file read) must not hold the exit up.
+    rt.shutdown_timeout(std::time::Duration::from_millis(100));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");

@@ -1,0 +1,175 @@
+//! The whole node's figures in the report: budgets, JSON and the Markdown section (see [`crate::wholenode`]).
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::wholenode::{Batch, Cpu, Steady, WholeNodeResults};
+
+/// CRI calls per minute at `pods` steady pods (upstream's kubelet: 205 at 100 pods).
+pub const CRI_CALLS_PER_MINUTE: f64 = 210.0;
+/// Mean relist time at `pods` pods.
+pub const RELIST: Duration = Duration::from_millis(5);
+/// SIGTERM → exit.
+pub const SIGTERM_EXIT: Duration = Duration::from_millis(500);
+/// What one machine-wide CPU window differs from another by with nothing changed (kernel threads, interrupts,
+/// the clock tick's 10 ms granularity over the window), allowed above the floor.
+pub const CPU_NOISE_MILLICORES: f64 = 5.0;
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The machine's CPU at steady pods may be at most rkubelet's own plus the floor's (no kubelet), plus noise; the
+/// control plane, which a real node does not run, is left out of both.
+pub fn machine_budget_met(r: &WholeNodeResults) -> bool {
+    r.steady.cpu.node() <= r.steady.cpu.group("rkubelet") + r.floor.node() + CPU_NOISE_MILLICORES
+}
+
+/// Adds the budgets.
+pub fn budgets(r: &WholeNodeResults, add: &mut dyn FnMut(String, String, &'static str, bool)) {
+    let s = &r.steady;
+    add(
+        format!("CRI calls per minute at {} steady pods", s.pods),
+        format!("{:.0}", s.cri_total()),
+        "≤ 210",
+        s.cri_total() <= CRI_CALLS_PER_MINUTE,
+    );
+    add(
+        format!("node CPU at {} steady pods (machine without the control plane)", s.pods),
+        format!(
+            "{:.0} mcores (rkubelet {:.1} + floor {:.0} = {:.0})",
+            s.cpu.node(),
+            s.cpu.group("rkubelet"),
+            r.floor.node(),
+            s.cpu.group("rkubelet") + r.floor.node()
+        ),
+        "≤ rkubelet + floor (+5 mcores noise)",
+        machine_budget_met(r),
+    );
+    add(
+        format!("PLEG relist at {} pods, mean (rkubelet's metric)", s.pods),
+        format!("{:.2} ms", ms(s.relist_mean)),
+        "≤ 5 ms",
+        s.relist_mean <= RELIST,
+    );
+    add(
+        format!("SIGTERM → exit with {} pods", s.pods),
+        format!("{:.0} ms", ms(r.sigterm_exit)),
+        "≤ 500 ms",
+        r.sigterm_exit <= SIGTERM_EXIT,
+    );
+    add(
+        "sandboxes left after every pod was deleted and rkubelet stopped".into(),
+        r.sandboxes_left.to_string(),
+        "0",
+        r.sandboxes_left == 0,
+    );
+}
+
+fn cpu_json(c: &Cpu) -> Value {
+    json!({"machine_millicores": c.machine, "node_millicores": c.node(), "groups_millicores": c.groups})
+}
+
+fn steady_json(s: &Steady) -> Value {
+    json!({
+        "pods": s.pods, "cpu": cpu_json(&s.cpu), "cri_calls_per_minute": s.cri_per_minute,
+        "cri_calls_per_minute_total": s.cri_total(), "relist_mean_ms": ms(s.relist_mean), "rss_bytes": s.rss,
+    })
+}
+
+fn batch_json(b: &Batch) -> Value {
+    json!({
+        "pods": b.pods, "all_running_ms": ms(b.all_running), "all_gone_ms": ms(b.all_gone),
+        "cri_floor_start_ms": ms(b.floor_start), "cri_floor_teardown_ms": ms(b.floor_teardown),
+        "start_calls": b.start_calls, "teardown_calls": b.teardown_calls,
+        "start_node_cpu_seconds": b.start_node_cpu, "cri_floor_start_node_cpu_seconds": b.floor_start_node_cpu,
+    })
+}
+
+/// JSON.
+pub fn json(r: &WholeNodeResults) -> Value {
+    json!({
+        "batch": batch_json(&r.batch), "all": batch_json(&r.teardown),
+        "steady_batch": steady_json(&r.steady_batch), "steady": steady_json(&r.steady),
+        "floor": cpu_json(&r.floor), "sigterm_exit_ms": ms(r.sigterm_exit), "sandboxes_left": r.sandboxes_left,
+    })
+}
+
+fn cpu_cells(c: &Cpu) -> String {
+    format!(
+        "{:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {:.0}",
+        c.group("rkubelet"),
+        c.group("containerd"),
+        c.group("shims"),
+        c.node(),
+        c.group("control plane"),
+        c.machine
+    )
+}
+
+fn calls_cell(s: &Steady) -> String {
+    let by: Vec<String> = s.cri_per_minute.iter().map(|(k, v)| format!("{k} {v:.0}")).collect();
+    format!("{:.0} ({})", s.cri_total(), by.join(", "))
+}
+
+/// The Markdown section.
+pub fn markdown(r: &WholeNodeResults) -> String {
+    let mut s = String::from(
+        "\n## The whole node: rkubelet on containerd with the real control plane\n\n\
+         The real kube-apiserver, kube-controller-manager and etcd (`crates/test-cluster`) on the same machine; pods \
+         created and deleted with `kubectl`, seen Running and gone on a `kubectl get pods -w`. CPU in millicores over \
+         the window, from `/proc`: rkubelet, containerd, the `containerd-shim-runc-v2` processes, the node (the \
+         machine's busy time from `/proc/stat` without the control plane, which a real node does not run), the \
+         control plane (apiserver, etcd, controller-manager, kubectl) and the machine. CRI calls from rkubelet's \
+         `kubelet_runtime_operations_total`, the relist from its `kubelet_pleg_relist_duration_seconds`. The floor: \
+         the same pods with rkubelet stopped (nobody asks containerd anything).\n\n\
+         | window | rkubelet | containerd | shims | node | control plane | machine | CRI calls per minute | relist (mean) |\n\
+         |---|---:|---:|---:|---:|---:|---:|---|---:|\n",
+    );
+    for st in [&r.steady_batch, &r.steady] {
+        s.push_str(&format!(
+            "| {} pods, rkubelet | {} | {} | {:.2} ms |\n",
+            st.pods,
+            cpu_cells(&st.cpu),
+            calls_cell(st),
+            ms(st.relist_mean)
+        ));
+    }
+    s.push_str(&format!("| {} pods, no kubelet (floor) | {} | - | - |\n", r.steady.pods, cpu_cells(&r.floor)));
+    s.push_str(
+        "\nPods started and torn down at once against the raw CRI floor (the benchmark's own RunPodSandbox + \
+         CreateContainer + StartContainer, and StopPodSandbox + RemovePodSandbox, all at once, no kubelet). rkubelet's \
+         pods are created, and deleted, by one kubectl per 10 pods, all at once (kubectl's client lets 10 requests \
+         go at once, then 5 a second); the time runs from the first create to the last pod seen Running, or gone, \
+         on the apiserver's watch, so it includes the apiserver's work. Node CPU-s: CPU-seconds the machine spent \
+         without the control plane while the pods started, against the same for the floor:\n\n\
+         | pods | all Running | CRI floor | ratio | node CPU-s (floor) | CRI calls | all gone | CRI floor | ratio | CRI calls |\n\
+         |---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    );
+    for b in [&r.batch, &r.teardown] {
+        let ratio = |a: Duration, f: Duration| if f.is_zero() { 0.0 } else { a.as_secs_f64() / f.as_secs_f64() };
+        s.push_str(&format!(
+            "| {} | {:.0} ms | {:.0} ms | {:.2} | {:.2} ({:.2}) | {} | {:.0} ms | {:.0} ms | {:.2} | {} |\n",
+            b.pods,
+            ms(b.all_running),
+            ms(b.floor_start),
+            ratio(b.all_running, b.floor_start),
+            b.start_node_cpu,
+            b.floor_start_node_cpu,
+            b.start_calls,
+            ms(b.all_gone),
+            ms(b.floor_teardown),
+            ratio(b.all_gone, b.floor_teardown),
+            b.teardown_calls
+        ));
+    }
+    s.push_str(&format!(
+        "\nSIGTERM → exit with {} pods running: {:.0} ms. Sandboxes of the deleted pods left in containerd after \
+         rkubelet stopped: {}.\n",
+        r.steady.pods,
+        ms(r.sigterm_exit),
+        r.sandboxes_left
+    ));
+    s
+}
