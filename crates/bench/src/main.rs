@@ -67,6 +67,10 @@ struct Args {
     /// Seconds of the whole node's windows (`node`).
     #[arg(long, default_value_t = 60)]
     node_seconds: u64,
+    /// A JSON result of an earlier run (e.g. with an older binary) whose whole-node figures the report compares
+    /// with this run's, and what it ran (`--node-before FILE=LABEL`).
+    #[arg(long)]
+    node_before: Option<String>,
     /// The rkubelet binary (default: beside this program).
     #[arg(long)]
     rkubelet: Option<PathBuf>,
@@ -148,7 +152,17 @@ fn main() -> anyhow::Result<()> {
         None
     };
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    let report = report::Report { core, fake, containerd, node, smoke: args.smoke, command };
+    let node_before = match &args.node_before {
+        Some(spec) => {
+            let (file, label) = spec.split_once('=').unwrap_or((spec.as_str(), "an earlier binary"));
+            let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(file)?)?;
+            let before = json.get("whole_node").cloned().unwrap_or(serde_json::Value::Null);
+            anyhow::ensure!(!before.is_null(), "{file} has no whole_node figures");
+            Some((before, label.to_string()))
+        }
+        None => None,
+    };
+    let report = report::Report { core, fake, containerd, node, node_before, smoke: args.smoke, command };
     if let Some(dir) = args.json.parent() {
         std::fs::create_dir_all(dir)?;
     }

@@ -25,6 +25,8 @@ pub struct Report {
     pub containerd: Option<ContainerdResults>,
     /// The whole node on containerd with the real control plane.
     pub node: Option<crate::wholenode::WholeNodeResults>,
+    /// The whole node's figures of an earlier run (its `whole_node` JSON) and what ran then, to compare with.
+    pub node_before: Option<(Value, String)>,
     /// A smoke run (small counts; budgets are reported but do not apply).
     pub smoke: bool,
     /// The command line.
@@ -406,6 +408,9 @@ impl Report {
         }
         if let Some(n) = &self.node {
             s.push_str(&crate::report_node::markdown(n));
+            if let Some((before, label)) = &self.node_before {
+                s.push_str(&crate::report_node::markdown_compare(before, label, n));
+            }
         }
         let missed = self.missed_budgets();
         if missed.is_empty() {

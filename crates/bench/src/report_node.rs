@@ -173,3 +173,89 @@ pub fn markdown(r: &WholeNodeResults) -> String {
     ));
     s
 }
+
+/// A table of the figures before (the `whole_node` JSON of an earlier run, with another binary) and after.
+pub fn markdown_compare(before: &Value, label: &str, r: &WholeNodeResults) -> String {
+    let b = |path: &str| before.pointer(path).and_then(Value::as_f64);
+    let g = |group: &str| b(&format!("/steady/cpu/groups_millicores/{group}")).unwrap_or(0.0);
+    let cell = |v: Option<f64>, unit: &str| v.map(|v| format!("{v:.1}{unit}")).unwrap_or_else(|| "-".into());
+    let per_pod = |calls: Option<f64>, pods: Option<f64>| match (calls, pods) {
+        (Some(c), Some(p)) if p > 0.0 => Some(c / p),
+        _ => None,
+    };
+    let a = &r.steady;
+    let rows: Vec<(String, String, String)> = vec![
+        (
+            format!("rkubelet CPU, {} steady pods", a.pods),
+            cell(Some(g("rkubelet")), " mcores"),
+            format!("{:.1} mcores", a.cpu.group("rkubelet")),
+        ),
+        (
+            "containerd CPU".into(),
+            cell(Some(g("containerd")), " mcores"),
+            format!("{:.1} mcores", a.cpu.group("containerd")),
+        ),
+        ("the shims' CPU".into(), cell(Some(g("shims")), " mcores"), format!("{:.1} mcores", a.cpu.group("shims"))),
+        (
+            "node CPU (machine without the control plane)".into(),
+            cell(b("/steady/cpu/node_millicores"), " mcores"),
+            format!("{:.1} mcores", a.cpu.node()),
+        ),
+        (
+            "node CPU with no kubelet (floor, same run)".into(),
+            cell(b("/floor/node_millicores"), " mcores"),
+            format!("{:.1} mcores", r.floor.node()),
+        ),
+        (
+            "machine CPU".into(),
+            cell(b("/steady/cpu/machine_millicores"), " mcores"),
+            format!("{:.1} mcores", a.cpu.machine),
+        ),
+        (
+            "CRI calls per minute".into(),
+            cell(b("/steady/cri_calls_per_minute_total"), ""),
+            format!("{:.1}", a.cri_total()),
+        ),
+        ("PLEG relist, mean".into(), cell(b("/steady/relist_mean_ms"), " ms"), format!("{:.2} ms", ms(a.relist_mean))),
+        (
+            format!("batch of {}: all Running (CRI floor)", r.batch.pods),
+            format!("{} ({})", cell(b("/batch/all_running_ms"), " ms"), cell(b("/batch/cri_floor_start_ms"), " ms")),
+            format!("{:.0} ms ({:.0} ms)", ms(r.batch.all_running), ms(r.batch.floor_start)),
+        ),
+        (
+            format!("batch of {}: CRI calls per pod to start", r.batch.pods),
+            cell(per_pod(b("/batch/start_calls"), b("/batch/pods")), ""),
+            format!("{:.1}", r.batch.start_calls as f64 / r.batch.pods.max(1) as f64),
+        ),
+        (
+            format!("batch of {}: all gone (CRI floor)", r.batch.pods),
+            format!("{} ({})", cell(b("/batch/all_gone_ms"), " ms"), cell(b("/batch/cri_floor_teardown_ms"), " ms")),
+            format!("{:.0} ms ({:.0} ms)", ms(r.batch.all_gone), ms(r.batch.floor_teardown)),
+        ),
+        (
+            format!("{} pods: all Running (CRI floor)", r.teardown.pods),
+            format!("{} ({})", cell(b("/all/all_running_ms"), " ms"), cell(b("/all/cri_floor_start_ms"), " ms")),
+            format!("{:.0} ms ({:.0} ms)", ms(r.teardown.all_running), ms(r.teardown.floor_start)),
+        ),
+        (
+            format!("{} pods: all gone (CRI floor)", r.teardown.pods),
+            format!("{} ({})", cell(b("/all/all_gone_ms"), " ms"), cell(b("/all/cri_floor_teardown_ms"), " ms")),
+            format!("{:.0} ms ({:.0} ms)", ms(r.teardown.all_gone), ms(r.teardown.floor_teardown)),
+        ),
+        (
+            format!("{} pods: CRI calls per pod to tear down", r.teardown.pods),
+            cell(per_pod(b("/all/teardown_calls"), b("/all/pods")), ""),
+            format!("{:.1}", r.teardown.teardown_calls as f64 / r.teardown.pods.max(1) as f64),
+        ),
+        ("SIGTERM → exit".into(), cell(b("/sigterm_exit_ms"), " ms"), format!("{:.0} ms", ms(r.sigterm_exit))),
+        ("sandboxes left".into(), cell(b("/sandboxes_left"), ""), r.sandboxes_left.to_string()),
+    ];
+    let mut s = format!(
+        "\n### Before and after\n\nThe same scenario on the same machine with {label} (before) and this commit (after):\n\n\
+         | figure | before | after |\n|---|---:|---:|\n"
+    );
+    for (figure, before, after) in rows {
+        s.push_str(&format!("| {figure} | {before} | {after} |\n"));
+    }
+    s
+}
