@@ -92,7 +92,8 @@ pub fn json(r: &WholeNodeResults) -> Value {
     json!({
         "batch": batch_json(&r.batch), "all": batch_json(&r.teardown),
         "steady_batch": steady_json(&r.steady_batch), "steady": steady_json(&r.steady),
-        "floor": cpu_json(&r.floor), "sigterm_exit_ms": ms(r.sigterm_exit), "sandboxes_left": r.sandboxes_left,
+        "floor": cpu_json(&r.floor), "cause_stats": cpu_json(&r.cause_stats), "cause_status": cpu_json(&r.cause_status),
+        "sigterm_exit_ms": ms(r.sigterm_exit), "sandboxes_left": r.sandboxes_left,
     })
 }
 
@@ -123,7 +124,10 @@ pub fn markdown(r: &WholeNodeResults) -> String {
          machine's busy time from `/proc/stat` without the control plane, which a real node does not run), the \
          control plane (apiserver, etcd, controller-manager, kubectl) and the machine. CRI calls from rkubelet's \
          `kubelet_runtime_operations_total`, the relist from its `kubelet_pleg_relist_duration_seconds`. The floor: \
-         the same pods with rkubelet stopped (nobody asks containerd anything).\n\n\
+         the same pods with rkubelet stopped (nobody asks containerd anything); then, still without a kubelet, the \
+         two causes of the runtime's cost found in earlier rkubelet versions, each alone: the benchmark calling \
+         `ListPodSandboxStats` every 10 s (stats sampled through CRI), and inspecting every pod twice a minute \
+         (a `GetPodStatus` per pod per resync).\n\n\
          | window | rkubelet | containerd | shims | node | control plane | machine | CRI calls per minute | relist (mean) |\n\
          |---|---:|---:|---:|---:|---:|---:|---|---:|\n",
     );
@@ -137,6 +141,17 @@ pub fn markdown(r: &WholeNodeResults) -> String {
         ));
     }
     s.push_str(&format!("| {} pods, no kubelet (floor) | {} | - | - |\n", r.steady.pods, cpu_cells(&r.floor)));
+    s.push_str(&format!(
+        "| {} pods, no kubelet, the benchmark calling ListPodSandboxStats every 10 s | {} | 6 | - |\n",
+        r.steady.pods,
+        cpu_cells(&r.cause_stats)
+    ));
+    s.push_str(&format!(
+        "| {} pods, no kubelet, the benchmark inspecting each pod twice a minute | {} | {} | - |\n",
+        r.steady.pods,
+        cpu_cells(&r.cause_status),
+        r.steady.pods * 8
+    ));
     s.push_str(
         "\nPods started and torn down at once against the raw CRI floor (the benchmark's own RunPodSandbox + \
          CreateContainer + StartContainer, and StopPodSandbox + RemovePodSandbox, all at once, no kubelet). rkubelet's \

@@ -10,8 +10,13 @@
 //!   plane, the rest), the machine's CPU (`/proc/stat`), the CRI calls per method (rkubelet's
 //!   `kubelet_runtime_operations_total`) and the relist time (`kubelet_pleg_relist_duration_seconds`) are taken.
 //! - rkubelet stopped with SIGTERM (the time to exit), the same window again with no kubelet (the floor: what
-//!   containerd and the shims use with nobody asking), rkubelet started again, every pod deleted until gone, rkubelet
-//!   stopped, and the sandboxes the runtime still has of the benchmark's pods counted.
+//!   containerd and the shims use with nobody asking), then twice more with the benchmark making, alone, the calls
+//!   that cost the runtime most in earlier versions (`ListPodSandboxStats` every 10 s; a `GetPodStatus` of every pod
+//!   twice a minute); rkubelet started again, every pod deleted until gone, rkubelet stopped, and the sandboxes the
+//!   runtime still has of the benchmark's pods counted.
+//!
+//! Pods are created and deleted by one `kubectl` per 10 pods, all at once (kubectl's client-side rate limit lets 10
+//! requests through at once, then 5 a second).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -127,6 +132,13 @@ pub struct WholeNodeResults {
     pub steady: Steady,
     /// The same window with no kubelet and `pods` pods running.
     pub floor: Cpu,
+    /// The same window with no kubelet, the benchmark calling `ListPodSandboxStats` every 10 s (how rkubelet
+    /// sampled the pods' stats before they came from the cgroups).
+    pub cause_stats: Cpu,
+    /// The same window with no kubelet, the benchmark inspecting every pod twice a minute (`ListPodSandbox` and
+    /// `ListContainers` for the pod, `PodSandboxStatus`, `ContainerStatus`: how rkubelet's resyncs asked for each
+    /// pod's status before they read the PLEG cache).
+    pub cause_status: Cpu,
     /// SIGTERM → exit with `pods` pods running.
     pub sigterm_exit: Duration,
     /// Sandboxes of the benchmark's pods the runtime still had after they were deleted and rkubelet stopped.
@@ -453,6 +465,45 @@ async fn floor_teardown(cri: &RemoteRuntime, ids: &[String]) -> anyhow::Result<D
     Ok(t0.elapsed())
 }
 
+/// CPU over `window` while `call` runs every `every`.
+async fn while_calling<F, Fut>(window: Duration, every: Duration, call: F) -> anyhow::Result<Cpu>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<(), kubelet_cri::CriError>>,
+{
+    let s0 = snapshot();
+    let mut tick = tokio::time::interval(every);
+    while s0.at.elapsed() < window {
+        tick.tick().await;
+        call().await?;
+    }
+    Ok(cpu_since(&s0, None))
+}
+
+/// The pod UIDs of the sandboxes of namespace `ns`.
+async fn pod_uids(cri: &RemoteRuntime, ns: &str) -> anyhow::Result<Vec<String>> {
+    let filter = api::PodSandboxFilter {
+        label_selector: [("io.kubernetes.pod.namespace".to_string(), ns.to_string())].into(),
+        ..Default::default()
+    };
+    Ok(cri.list_pod_sandbox(Some(filter)).await?.into_iter().filter_map(|s| s.metadata.map(|m| m.uid)).collect())
+}
+
+/// One pod's status as a kubelet's `GetPodStatus` asks for it.
+async fn inspect(cri: &RemoteRuntime, uid: &str) -> Result<(), kubelet_cri::CriError> {
+    let label = [("io.kubernetes.pod.uid".to_string(), uid.to_string())];
+    let sf = api::PodSandboxFilter { label_selector: label.clone().into(), ..Default::default() };
+    let cf = api::ContainerFilter { label_selector: label.into(), ..Default::default() };
+    let (sandboxes, containers) = tokio::try_join!(cri.list_pod_sandbox(Some(sf)), cri.list_containers(Some(cf)))?;
+    for s in sandboxes {
+        cri.pod_sandbox_status(&s.id).await?;
+    }
+    for c in containers {
+        cri.container_status(&c.id).await?;
+    }
+    Ok(())
+}
+
 /// Sandboxes the runtime has of namespace `ns`.
 async fn sandboxes_of(cri: &RemoteRuntime, ns: &str) -> anyhow::Result<usize> {
     let filter = api::PodSandboxFilter {
@@ -568,6 +619,20 @@ pub async fn run(opts: &WholeNodeOpts) -> anyhow::Result<WholeNodeResults> {
     tokio::time::sleep(opts.settle).await;
     r.floor = cpu_over(opts.window, None).await;
     eprintln!("whole node: exit {:?}, floor {:?}", r.sigterm_exit, r.floor);
+    // What each of the two causes found costs the runtime, alone.
+    r.cause_stats = while_calling(opts.window, Duration::from_secs(10), || async {
+        cri.list_pod_sandbox_stats(None).await.map(|_| ())
+    })
+    .await?;
+    let uids = pod_uids(&cri, &ns).await?;
+    let every = Duration::from_secs_f64(30.0 / uids.len().max(1) as f64);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    r.cause_status = while_calling(opts.window, every, || async {
+        let uid = &uids[next.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % uids.len().max(1)];
+        inspect(&cri, uid).await
+    })
+    .await?;
+    eprintln!("whole node: stats sampling {:?}, status calls {:?}", r.cause_stats, r.cause_status);
 
     // The teardown of every pod, then nothing may be left.
     let mut node = start_node(opts, &kubeconfig, &node_name)?;

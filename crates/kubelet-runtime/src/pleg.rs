@@ -1,11 +1,15 @@
 //! The generic pod lifecycle event generator (`pkg/kubelet/pleg/generic.go`).
 //!
-//! [`GenericPleg::run`] relists every pod from the runtime each `relist_period` (1 s), compares every
-//! container's and sandbox's state with the previous relist, refreshes the [`PodCache`] of the pods that changed
-//! and sends their events to the sync loop. A relist that fails (runtime down) is logged and retried at the next
-//! period; nothing is lost because the next successful relist compares against the last good one.
-//! [`PlegHealth`] reports unhealthy when no relist has completed for 3 minutes, as upstream.
-//! The task ends when its cancellation token fires.
+//! [`GenericPleg::run`] relists every pod from the runtime each `relist_period` (1 s): `ListPodSandbox` and
+//! `ListContainers` and nothing else while nothing changes. It compares every container's and sandbox's state with
+//! the previous relist, refreshes the [`PodCache`] entry of the pods that changed (`GetPodStatus`) and sends their
+//! events to the sync loop. A change the pod's worker made and inspected itself is already in the cache and is not
+//! inspected again; a change seen while the worker is changing the pod is left to the worker's own inspection and
+//! looked at again (its events sent) at the next relist, at most three relists later. A failed inspection marks
+//! the entry stale and is retried at the next relist; after each relist the cache forgets pods the runtime no longer
+//! has. A relist that fails (runtime down) is logged and retried at the next period; nothing is lost because the
+//! next successful relist compares against the last good one. [`PlegHealth`] reports unhealthy when no relist has
+//! completed for 3 minutes, as upstream. The task ends when its cancellation token fires.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
