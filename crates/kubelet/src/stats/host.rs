@@ -44,8 +44,21 @@ pub struct Memory {
     pub limit: Option<u64>,
 }
 
+/// A small file's text (no `stat` for a size hint: cgroup and proc files report 0 or 4096 anyway).
 fn read(p: &Path) -> Option<String> {
-    std::fs::read_to_string(p).ok()
+    use std::io::Read;
+    let mut f = std::fs::File::open(p).ok()?;
+    // `read` until the end rather than `read_to_string`, which asks for the size (`statx`, `lseek`) first.
+    let (mut buf, mut chunk) = (Vec::with_capacity(1024), [0u8; 4096]);
+    loop {
+        match f.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    String::from_utf8(buf).ok()
 }
 
 fn num(s: &str) -> Option<u64> {
@@ -58,16 +71,39 @@ fn keyed(s: &str, key: &str) -> Option<u64> {
 }
 
 /// Whether the unified hierarchy holds the controllers (cgroup v2).
-fn unified(paths: &HostPaths) -> bool {
-    paths.cgroup.join("cgroup.controllers").exists()
+/// How the cgroup mount at a root is laid out, found once per root: whether it is the unified hierarchy, and
+/// the folder of each v1 controller found so far (`cpuacct`, `cpu,cpuacct`, ...). A request then reads files
+/// without probing for them.
+#[derive(Default)]
+struct Layout {
+    unified: Option<bool>,
+    v1: std::collections::HashMap<String, String>,
 }
 
+static LAYOUTS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<PathBuf, Layout>>> =
+    std::sync::LazyLock::new(Default::default);
+
+fn unified(paths: &HostPaths) -> bool {
+    let mut l = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner());
+    let layout = l.entry(paths.cgroup.clone()).or_default();
+    *layout.unified.get_or_insert_with(|| paths.cgroup.join("cgroup.controllers").exists())
+}
+
+/// The folder of `cgroup` in a v1 controller's hierarchy (not checked to exist: reading its files tells).
 fn v1_dir(paths: &HostPaths, controller: &str, cgroup: &str) -> Option<PathBuf> {
     let rel = cgroup.trim_start_matches('/');
-    [controller.to_string(), format!("cpu,{controller}"), format!("{controller},cpu")]
-        .iter()
-        .map(|c| paths.cgroup.join(c).join(rel))
-        .find(|d| d.is_dir())
+    let mut l = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner());
+    let layout = l.entry(paths.cgroup.clone()).or_default();
+    if let Some(dir) = layout.v1.get(controller) {
+        return Some(paths.cgroup.join(dir).join(rel));
+    }
+    // A controller not found is looked for again next time (its hierarchy may be mounted later).
+    let dir = [controller.to_string(), format!("cpu,{controller}"), format!("{controller},cpu")]
+        .into_iter()
+        .find(|c| paths.cgroup.join(c).is_dir())?;
+    let path = paths.cgroup.join(&dir).join(rel);
+    layout.v1.insert(controller.to_string(), dir);
+    Some(path)
 }
 
 /// CPU of `cgroup` (`/` for the root).
@@ -96,11 +132,12 @@ pub fn cgroup_first_pid(paths: &HostPaths, cgroup: &str) -> Option<u32> {
 
 /// The folder of `cgroup` in the CPU accounting hierarchy (v1) or the unified one (v2), if it exists.
 fn cgroup_dir(paths: &HostPaths, cgroup: &str) -> Option<PathBuf> {
-    if unified(paths) {
-        Some(paths.cgroup.join(cgroup.trim_start_matches('/'))).filter(|d| d.is_dir())
+    let d = if unified(paths) {
+        paths.cgroup.join(cgroup.trim_start_matches('/'))
     } else {
-        v1_dir(paths, "cpuacct", cgroup)
-    }
+        v1_dir(paths, "cpuacct", cgroup)?
+    };
+    d.is_dir().then_some(d)
 }
 
 /// Whether `cgroup` exists.
