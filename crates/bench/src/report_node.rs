@@ -199,7 +199,7 @@ pub fn markdown_compare(before: &Value, label: &str, r: &WholeNodeResults) -> St
         _ => None,
     };
     let a = &r.steady;
-    let rows: Vec<(String, String, String)> = vec![
+    let mut rows: Vec<(String, String, String)> = vec![
         (
             format!("rkubelet CPU, {} steady pods", a.pods),
             cell(Some(g("rkubelet")), " mcores"),
@@ -232,39 +232,40 @@ pub fn markdown_compare(before: &Value, label: &str, r: &WholeNodeResults) -> St
             format!("{:.1}", a.cri_total()),
         ),
         ("PLEG relist, mean".into(), cell(b("/steady/relist_mean_ms"), " ms"), format!("{:.2} ms", ms(a.relist_mean))),
-        (
-            format!("batch of {}: all Running (CRI floor)", r.batch.pods),
-            format!("{} ({})", cell(b("/batch/all_running_ms"), " ms"), cell(b("/batch/cri_floor_start_ms"), " ms")),
-            format!("{:.0} ms ({:.0} ms)", ms(r.batch.all_running), ms(r.batch.floor_start)),
-        ),
-        (
-            format!("batch of {}: CRI calls per pod to start", r.batch.pods),
-            cell(per_pod(b("/batch/start_calls"), b("/batch/pods")), ""),
-            format!("{:.1}", r.batch.start_calls as f64 / r.batch.pods.max(1) as f64),
-        ),
-        (
-            format!("batch of {}: all gone (CRI floor)", r.batch.pods),
-            format!("{} ({})", cell(b("/batch/all_gone_ms"), " ms"), cell(b("/batch/cri_floor_teardown_ms"), " ms")),
-            format!("{:.0} ms ({:.0} ms)", ms(r.batch.all_gone), ms(r.batch.floor_teardown)),
-        ),
-        (
-            format!("{} pods: all Running (CRI floor)", r.teardown.pods),
-            format!("{} ({})", cell(b("/all/all_running_ms"), " ms"), cell(b("/all/cri_floor_start_ms"), " ms")),
-            format!("{:.0} ms ({:.0} ms)", ms(r.teardown.all_running), ms(r.teardown.floor_start)),
-        ),
-        (
-            format!("{} pods: all gone (CRI floor)", r.teardown.pods),
-            format!("{} ({})", cell(b("/all/all_gone_ms"), " ms"), cell(b("/all/cri_floor_teardown_ms"), " ms")),
-            format!("{:.0} ms ({:.0} ms)", ms(r.teardown.all_gone), ms(r.teardown.floor_teardown)),
-        ),
-        (
-            format!("{} pods: CRI calls per pod to tear down", r.teardown.pods),
-            cell(per_pod(b("/all/teardown_calls"), b("/all/pods")), ""),
-            format!("{:.1}", r.teardown.teardown_calls as f64 / r.teardown.pods.max(1) as f64),
-        ),
+    ];
+    for (label, key, run) in [
+        (format!("batch of {}", r.batch.pods), "batch", &r.batch),
+        (format!("{} pods", r.teardown.pods), "all", &r.teardown),
+    ] {
+        let was = |field: &str| b(&format!("/{key}/{field}"));
+        let per_pod_now = |calls: u64| format!("{:.1}", calls as f64 / run.pods.max(1) as f64);
+        rows.extend([
+            (
+                format!("{label}: all Running (CRI floor)"),
+                format!("{} ({})", cell(was("all_running_ms"), " ms"), cell(was("cri_floor_start_ms"), " ms")),
+                format!("{:.0} ms ({:.0} ms)", ms(run.all_running), ms(run.floor_start)),
+            ),
+            (
+                format!("{label}: CRI calls per pod to start"),
+                cell(per_pod(was("start_calls"), was("pods")), ""),
+                per_pod_now(run.start_calls),
+            ),
+            (
+                format!("{label}: all gone (CRI floor)"),
+                format!("{} ({})", cell(was("all_gone_ms"), " ms"), cell(was("cri_floor_teardown_ms"), " ms")),
+                format!("{:.0} ms ({:.0} ms)", ms(run.all_gone), ms(run.floor_teardown)),
+            ),
+            (
+                format!("{label}: CRI calls per pod to tear down"),
+                cell(per_pod(was("teardown_calls"), was("pods")), ""),
+                per_pod_now(run.teardown_calls),
+            ),
+        ]);
+    }
+    rows.extend([
         ("SIGTERM → exit".into(), cell(b("/sigterm_exit_ms"), " ms"), format!("{:.0} ms", ms(r.sigterm_exit))),
         ("sandboxes left".into(), cell(b("/sandboxes_left"), ""), r.sandboxes_left.to_string()),
-    ];
+    ]);
     let mut s = format!(
         "\n### Before and after\n\nThe same scenario on the same machine with {label} (before) and this commit (after):\n\n\
          | figure | before | after |\n|---|---:|---:|\n"

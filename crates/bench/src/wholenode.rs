@@ -276,6 +276,8 @@ struct Seen {
 struct Watch {
     child: std::process::Child,
     seen: Arc<Mutex<Seen>>,
+    /// Woken by the reader thread after every event.
+    changed: Arc<tokio::sync::Notify>,
 }
 
 impl Watch {
@@ -290,6 +292,8 @@ impl Watch {
         let out = child.stdout.take().context("kubectl's stdout")?;
         let seen = Arc::new(Mutex::new(Seen::default()));
         let s = seen.clone();
+        let changed = Arc::new(tokio::sync::Notify::new());
+        let notify = changed.clone();
         std::thread::spawn(move || {
             let reader = std::io::BufReader::new(out);
             for ev in serde_json::Deserializer::from_reader(reader).into_iter::<Value>() {
@@ -302,9 +306,11 @@ impl Watch {
                 } else if is_running(&ev["object"]) {
                     s.running.entry(name).or_insert(now);
                 }
+                drop(s);
+                notify.notify_waiters();
             }
         });
-        Ok(Watch { child, seen })
+        Ok(Watch { child, seen, changed })
     }
 
     /// Waits until `f` gives every name's time; the latest of them.
@@ -317,6 +323,10 @@ impl Watch {
     ) -> anyhow::Result<Instant> {
         let deadline = Instant::now() + Duration::from_secs(300);
         loop {
+            // Registered before the check, so an event between the check and the wait is not missed.
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
             {
                 let s = self.seen.lock().unwrap_or_else(|p| p.into_inner());
                 let times: Option<Vec<Instant>> = names.iter().map(|n| f(&s).get(n).copied()).collect();
@@ -326,7 +336,8 @@ impl Watch {
             }
             node.check_alive()?;
             anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            // Woken by the next event; once a second anyway, to notice an rkubelet that exited.
+            let _ = tokio::time::timeout(Duration::from_secs(1), changed).await;
         }
     }
 }
@@ -405,6 +416,45 @@ async fn delete(cp: &ControlPlane, ns: &str, names: &[String]) -> anyhow::Result
         a
     };
     kubectl_chunks(cp, names, args, |_| None).await
+}
+
+/// Creates `names` through the apiserver and waits until all are Running: fills `b`'s pods, time, node CPU and
+/// CRI calls.
+async fn start_all(
+    cp: &ControlPlane,
+    ns: &str,
+    node_name: &str,
+    watch: &Watch,
+    node: &mut BinNode,
+    names: &[String],
+    b: &mut Batch,
+) -> anyhow::Result<()> {
+    let c0 = calls_now().await;
+    let s0 = snapshot();
+    let t0 = Instant::now();
+    create(cp, ns, node_name, names).await?;
+    b.all_running = watch.wait_all(node, names, "every pod Running", |s| &s.running).await? - t0;
+    b.start_node_cpu = node_cpu_seconds(&s0, Some(node.pid()));
+    b.pods = names.len();
+    b.start_calls = calls_now().await - c0;
+    Ok(())
+}
+
+/// Deletes `names` through the apiserver and waits until all are gone: fills `b`'s time and CRI calls.
+async fn delete_all(
+    cp: &ControlPlane,
+    ns: &str,
+    watch: &Watch,
+    node: &mut BinNode,
+    names: &[String],
+    b: &mut Batch,
+) -> anyhow::Result<()> {
+    let c0 = calls_now().await;
+    let t0 = Instant::now();
+    delete(cp, ns, names).await?;
+    b.all_gone = watch.wait_all(node, names, "every pod gone", |s| &s.gone).await? - t0;
+    b.teardown_calls = calls_now().await - c0;
+    Ok(())
 }
 
 /// Starts `n` pods through CRI alone, all at once; returns their sandbox IDs and the time taken.
@@ -584,34 +634,15 @@ pub async fn run(opts: &WholeNodeOpts) -> anyhow::Result<WholeNodeResults> {
 
     // The batch: started at once, steady, deleted at once.
     let names: Vec<String> = (0..opts.batch).map(|i| format!("batch-{i}")).collect();
-    let c0 = calls_now().await;
-    let s0 = snapshot();
-    let t0 = Instant::now();
-    create(&cp, &ns, &node_name, &names).await?;
-    r.batch.all_running = watch.wait_all(&mut node, &names, "the batch Running", |s| &s.running).await? - t0;
-    r.batch.start_node_cpu = node_cpu_seconds(&s0, Some(node.pid()));
-    r.batch.pods = opts.batch;
-    let c1 = calls_now().await;
-    r.batch.start_calls = c1 - c0;
+    start_all(&cp, &ns, &node_name, &watch, &mut node, &names, &mut r.batch).await?;
     tokio::time::sleep(opts.settle).await;
     r.steady_batch = steady(&mut node, opts.batch, opts.window).await?;
-    let c2 = calls_now().await;
-    let t1 = Instant::now();
-    delete(&cp, &ns, &names).await?;
-    r.batch.all_gone = watch.wait_all(&mut node, &names, "the batch gone", |s| &s.gone).await? - t1;
-    r.batch.teardown_calls = calls_now().await - c2;
+    delete_all(&cp, &ns, &watch, &mut node, &names, &mut r.batch).await?;
     eprintln!("whole node: batch {:?}; steady {:?}", r.batch, r.steady_batch);
 
     // Many pods steady, with and without the kubelet.
     let names: Vec<String> = (0..opts.pods).map(|i| format!("pod-{i}")).collect();
-    let c0 = calls_now().await;
-    let s0 = snapshot();
-    let t0 = Instant::now();
-    create(&cp, &ns, &node_name, &names).await?;
-    r.teardown.all_running = watch.wait_all(&mut node, &names, "every pod Running", |s| &s.running).await? - t0;
-    r.teardown.start_node_cpu = node_cpu_seconds(&s0, Some(node.pid()));
-    r.teardown.pods = opts.pods;
-    r.teardown.start_calls = calls_now().await - c0;
+    start_all(&cp, &ns, &node_name, &watch, &mut node, &names, &mut r.teardown).await?;
     tokio::time::sleep(opts.settle).await;
     r.steady = steady(&mut node, opts.pods, opts.window).await?;
     eprintln!("whole node: steady {:?}", r.steady);
@@ -638,11 +669,7 @@ pub async fn run(opts: &WholeNodeOpts) -> anyhow::Result<WholeNodeResults> {
     let mut node = start_node(opts, &kubeconfig, &node_name)?;
     wait_ready(&cp, &mut node, &node_name).await?;
     tokio::time::sleep(opts.settle).await;
-    let c0 = calls_now().await;
-    let t1 = Instant::now();
-    delete(&cp, &ns, &names).await?;
-    r.teardown.all_gone = watch.wait_all(&mut node, &names, "every pod gone", |s| &s.gone).await? - t1;
-    r.teardown.teardown_calls = calls_now().await - c0;
+    delete_all(&cp, &ns, &watch, &mut node, &names, &mut r.teardown).await?;
     node.stop().await;
     r.sandboxes_left = sandboxes_of(&cri, &ns).await?;
     drop(watch);
