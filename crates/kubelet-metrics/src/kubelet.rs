@@ -236,6 +236,34 @@ metric!(
     ))
 );
 
+metric!(
+    /// `kubelet_evictions{eviction_signal}`: pods evicted, by the signal that made the kubelet evict.
+    EVICTIONS: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_evictions",
+        "Cumulative number of pod evictions by eviction signal",
+        &["eviction_signal"],
+    ))
+);
+metric!(
+    /// `kubelet_eviction_stats_age_seconds{eviction_signal}`: age of the figures an eviction was decided on.
+    EVICTION_STATS_AGE: HistogramVec = HistogramVec::new(
+        Opts::alpha(
+            "kubelet_eviction_stats_age_seconds",
+            "Time between when stats are collected, and when pod is evicted based on those stats by eviction signal",
+            &["eviction_signal"],
+        ),
+        DEFAULT_BUCKETS.to_vec(),
+    )
+);
+metric!(
+    /// `kubelet_image_garbage_collected_total{reason}`: images removed by the image garbage collector.
+    IMAGE_GARBAGE_COLLECTED: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_image_garbage_collected_total",
+        "Total number of images garbage collected by the kubelet, whether through disk usage or image age.",
+        &["reason"],
+    ))
+);
+
 /// Registers every kubelet metric and the process collector in [`crate::global`] (idempotent).
 pub fn register_all() {
     static DONE: std::sync::Once = std::sync::Once::new();
@@ -265,6 +293,9 @@ pub fn register_all() {
         LazyLock::force(&HTTP_REQUESTS);
         LazyLock::force(&HTTP_REQUESTS_DURATION);
         LazyLock::force(&HTTP_INFLIGHT);
+        LazyLock::force(&EVICTIONS);
+        LazyLock::force(&EVICTION_STATS_AGE);
+        LazyLock::force(&IMAGE_GARBAGE_COLLECTED);
         crate::global().register(Arc::new(crate::process::ProcessCollector));
     });
 }

@@ -19,7 +19,7 @@ pub mod lifecycle;
 pub mod logs;
 pub mod manager;
 pub mod pleg;
-pub mod qos;
+pub use kubelet_types::qos;
 pub mod reasons;
 
 pub use backoff::Backoff;

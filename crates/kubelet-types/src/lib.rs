@@ -12,8 +12,10 @@ pub mod objects;
 pub mod pleg;
 pub mod pod_update;
 pub mod probe;
+pub mod qos;
 pub mod quantity;
 pub mod runtime;
+pub mod scheduling;
 
 pub use clock::{Clock, SystemClock, TestClock};
 pub use pleg::{PodLifecycleEvent, PodLifecycleEventType};

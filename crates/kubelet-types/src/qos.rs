@@ -93,7 +93,7 @@ pub fn pod_cgroup_parent(qos: QosClass, uid: &str) -> String {
     }
 }
 
-pub use kubelet_types::quantity::parse_quantity;
+pub use crate::quantity::parse_quantity;
 
 /// A container's request of `res`, defaulting to its limit (as API defaulting does), in base units.
 fn request(c: &Container, res: &str) -> f64 {
@@ -124,6 +124,52 @@ fn pod_total(pod: &Pod, value: &dyn Fn(&Container) -> f64) -> f64 {
     }
     let apps: f64 = spec.containers.iter().map(value).sum::<f64>() + sidecars;
     apps.max(init_max)
+}
+
+/// The pod's request of `res` in base units (`resource.PodRequests`, `GetResourceRequestQuantity`): app containers
+/// and sidecars add up, init containers as they run, plus the pod overhead. A request defaults to the limit.
+pub fn pod_request(pod: &Pod, res: &str) -> f64 {
+    let overhead = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.overhead.as_ref())
+        .and_then(|o| o.get(res))
+        .and_then(|q| parse_quantity(&q.0))
+        .unwrap_or(0.0);
+    pod_total(pod, &|c| request(c, res)) + overhead
+}
+
+/// The pod's limit of `res` in base units (`resource.PodLimits`), None when no container sets one.
+pub fn pod_limit(pod: &Pod, res: &str) -> Option<f64> {
+    let spec = pod.spec.as_ref()?;
+    let any = spec.init_containers.iter().flatten().chain(spec.containers.iter()).any(|c| limit(c, res).is_some());
+    any.then(|| pod_total(pod, &|c| limit(c, res).unwrap_or(0.0)))
+}
+
+/// A container's limit of `res` in base units, when set and not zero.
+pub fn container_limit(c: &Container, res: &str) -> Option<f64> {
+    limit(c, res)
+}
+
+/// A container's request of `res` in base units (0 when unset), defaulting to its limit.
+pub fn container_request(c: &Container, res: &str) -> f64 {
+    request(c, res)
+}
+
+/// `scheduling.SystemCriticalPriority`: pods at or above it are critical.
+pub const SYSTEM_CRITICAL_PRIORITY: i32 = 2_000_000_000;
+
+/// The pod's priority (`corev1helpers.PodPriority`), 0 when unset.
+pub fn pod_priority(pod: &Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}
+
+/// `kubelettypes.IsCriticalPod`: a static pod, a mirror pod, or a pod of system-critical priority. Such pods are
+/// never evicted and always admitted under pressure.
+pub fn is_critical_pod(pod: &Pod) -> bool {
+    crate::pod_update::is_static_pod(pod)
+        || pod.metadata.annotations.as_ref().is_some_and(|a| a.contains_key(crate::labels::CONFIG_MIRROR))
+        || pod_priority(pod) >= SYSTEM_CRITICAL_PRIORITY
 }
 
 /// The limits of the pod's cgroup (`ResourceConfigForPod`).
