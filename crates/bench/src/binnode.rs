@@ -58,7 +58,8 @@ impl BinNode {
              healthzBindAddress: 127.0.0.1\nhealthzPort: 21248\naddress: 127.0.0.1\nport: 21250\nreadOnlyPort: 21255\n\
              failSwapOn: false\nresolvConf: /etc/resolv.conf\n\
              authentication:\n  anonymous:\n    enabled: true\n  webhook:\n    enabled: false\n\
-             authorization:\n  mode: AlwaysAllow\n{}",
+             authorization:\n  mode: AlwaysAllow\n\
+             evictionHard:\n  memory.available: 100Mi\n  nodefs.available: 1Gi\n  nodefs.inodesFree: 1%\n  imagefs.available: 1Gi\n{}",
             spec.endpoint,
             p.join("manifests").display(),
             p.join("pod-logs").display(),

@@ -125,6 +125,18 @@ impl FakeRuntime {
         self.state.lock().unwrap().images.insert(image.to_string(), img);
     }
 
+    /// Marks an image pinned (as a runtime's sandbox image).
+    pub fn pin_image(&self, image: &str) {
+        if let Some(i) = self.state.lock().unwrap().images.get_mut(image) {
+            i.pinned = true;
+        }
+    }
+
+    /// Names of the images present.
+    pub fn image_names(&self) -> Vec<String> {
+        self.state.lock().unwrap().images.keys().cloned().collect()
+    }
+
     /// Strictly increasing timestamps, as a real runtime's nanosecond clock gives.
     fn now(&self) -> i64 {
         match &self.time {
@@ -628,8 +640,18 @@ impl ImageService for FakeRuntime {
     }
 
     async fn remove_image(&self, image: api::ImageSpec) -> CriResult<()> {
-        self.enter("RemoveImage")?.images.remove(&image.image);
+        // By name or by ID, as containerd.
+        self.enter("RemoveImage")?.images.retain(|name, i| *name != image.image && i.id != image.image);
         Ok(())
+    }
+
+    async fn image_fs_info(&self) -> CriResult<api::ImageFsInfoResponse> {
+        drop(self.enter("ImageFsInfo")?);
+        let fs = api::FilesystemUsage {
+            fs_id: Some(api::FilesystemIdentifier { mountpoint: "/".into() }),
+            ..Default::default()
+        };
+        Ok(api::ImageFsInfoResponse { image_filesystems: vec![fs.clone()], container_filesystems: vec![fs] })
     }
 }
 

@@ -135,6 +135,12 @@ impl EvictionManager {
         self.d.wakeups = Some(rx);
     }
 
+    /// Shares `state` (made before the manager, for node status and admission) instead of its own.
+    pub fn with_state(mut self, state: Arc<PressureState>) -> Self {
+        self.state = state;
+        self
+    }
+
     /// The shared conditions.
     pub fn state(&self) -> Arc<PressureState> {
         self.state.clone()

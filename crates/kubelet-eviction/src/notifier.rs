@@ -29,6 +29,9 @@ use tracing::{debug, info, warn};
 
 use crate::threshold::{Signal, Threshold};
 
+/// Set to `1` to turn the notifiers off (the manager then polls every 10 s, as upstream by default): for
+/// measuring the difference.
+pub const DISABLE_ENV: &str = "RKUBELET_EVICTION_NOTIFIER_OFF";
 /// How often a memcg threshold is recomputed (`notifierRefreshInterval`).
 pub const REFRESH: Duration = Duration::from_secs(10);
 /// The polling fallback's period.
@@ -217,6 +220,10 @@ pub fn spawn(cfg: NotifierConfig, tracker: &TaskTracker, cancel: &CancellationTo
         return None;
     }
     let (tx, rx) = mpsc::channel(1);
+    if std::env::var(DISABLE_ENV).is_ok_and(|v| v == "1") {
+        info!("eviction notifier: off ({DISABLE_ENV}=1); the manager polls every 10 s as upstream");
+        return None;
+    }
     let v1 = cfg.cgroup_root.join("memory/cgroup.event_control").exists();
     if v1 {
         for t in memory {

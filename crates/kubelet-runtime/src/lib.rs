@@ -13,6 +13,7 @@ pub mod container;
 pub mod env;
 pub mod hash;
 pub mod hosts;
+pub mod image_gc;
 pub mod kill;
 pub mod labels;
 pub mod lifecycle;

@@ -19,6 +19,7 @@ use tokio_util::task::TaskTracker;
 use tracing::{Instrument, debug, info_span};
 
 use crate::syncer::{PodKey, PodSyncer, SyncOutcome};
+use kubelet_eviction::EvictionStatus;
 
 /// Retry delay of a failed termination step.
 const TERMINATION_RETRY: Duration = Duration::from_secs(1);
@@ -49,6 +50,8 @@ pub struct UpdatePodOptions {
     pub grace_override: Option<i64>,
     /// The pod was removed from its source: clean up everything once stopped.
     pub removed: bool,
+    /// For kills: the status the stopped pod ends with (an eviction's `Failed`/`Evicted`).
+    pub status: Option<EvictionStatus>,
 }
 
 /// Where a pod is in its life.
@@ -76,6 +79,8 @@ struct PodState {
     notify: Arc<Notify>,
     /// Cancels the termination step in flight (when the grace period is shortened).
     terminating: Option<CancellationToken>,
+    /// The status a kill asked for; the first one wins.
+    status: Option<EvictionStatus>,
 }
 
 /// The grace period a termination uses (`calculateEffectiveGracePeriod`): the shortest of the current one, the
@@ -104,6 +109,7 @@ struct Work {
     pod: Option<Arc<Pod>>,
     grace: Option<i64>,
     removed: bool,
+    status: Option<EvictionStatus>,
 }
 
 #[derive(Default)]
@@ -166,6 +172,7 @@ impl PodWorkers {
                         removed: false,
                         notify: notify.clone(),
                         terminating: None,
+                        status: None,
                     },
                 );
                 let this = self.clone();
@@ -189,6 +196,9 @@ impl PodWorkers {
                 t.cancel();
             }
             st.removed |= opts.removed;
+            if st.status.is_none() {
+                st.status = opts.status;
+            }
         }
         st.pending = true;
         st.notify.notify_one();
@@ -213,7 +223,14 @@ impl PodWorkers {
         let mut pods = self.shared.pods.lock().unwrap();
         let st = pods.get_mut(uid)?;
         st.pending = false;
-        Some(Work { phase: st.phase, key: st.key.clone(), pod: st.pod.clone(), grace: st.grace, removed: st.removed })
+        Some(Work {
+            phase: st.phase,
+            key: st.key.clone(),
+            pod: st.pod.clone(),
+            grace: st.grace,
+            removed: st.removed,
+            status: st.status.clone(),
+        })
     }
 
     fn advance(&self, uid: &PodUid, from: WorkerPhase, to: WorkerPhase) {
@@ -253,7 +270,7 @@ impl PodWorkers {
             }
             run_now = false;
             next_at = None;
-            let Some(Work { phase, key, pod, grace, removed }) = self.take(&uid) else { return };
+            let Some(Work { phase, key, pod, grace, removed, status }) = self.take(&uid) else { return };
             match phase {
                 WorkerPhase::Syncing => {
                     let Some(pod) = pod else { continue };
@@ -279,7 +296,8 @@ impl PodWorkers {
                     if let Some(st) = self.shared.pods.lock().unwrap().get_mut(&uid) {
                         st.terminating = Some(token.clone());
                     }
-                    let step = self.syncer.sync_terminating_pod(&key, pod.as_ref(), grace).instrument(span);
+                    let step =
+                        self.syncer.sync_terminating_pod(&key, pod.as_ref(), grace, status.as_ref()).instrument(span);
                     let started = Instant::now();
                     let res = tokio::select! {
                         r = step => Some(r),
@@ -359,6 +377,7 @@ mod tests {
             _k: &PodKey,
             _p: Option<&Arc<Pod>>,
             grace: Option<i64>,
+            _s: Option<&EvictionStatus>,
         ) -> Result<(), String> {
             self.log.lock().unwrap().push(format!("terminating {grace:?}"));
             Ok(())
@@ -389,6 +408,7 @@ mod tests {
             pod: Some(p),
             grace_override: None,
             removed: t == UpdateType::Kill,
+            status: None,
         }
     }
 
@@ -473,7 +493,13 @@ mod tests {
         async fn sync_pod(&self, _pod: &Arc<Pod>) -> SyncOutcome {
             SyncOutcome::Synced
         }
-        async fn sync_terminating_pod(&self, _k: &PodKey, _p: Option<&Arc<Pod>>, g: Option<i64>) -> Result<(), String> {
+        async fn sync_terminating_pod(
+            &self,
+            _k: &PodKey,
+            _p: Option<&Arc<Pod>>,
+            g: Option<i64>,
+            _s: Option<&EvictionStatus>,
+        ) -> Result<(), String> {
             let g = g.unwrap_or(0);
             self.0.lock().unwrap().push(g);
             if g > 2 {

@@ -154,6 +154,7 @@ impl SyncLoop {
             pod: Some(pod.clone()),
             grace_override: None,
             removed,
+            status: None,
         });
     }
 
@@ -265,6 +266,7 @@ impl SyncLoop {
                 pod: None,
                 grace_override: None,
                 removed: false,
+                status: None,
             });
         }
     }
@@ -322,6 +324,7 @@ impl SyncLoop {
                 pod: None,
                 grace_override: None,
                 removed: true,
+                status: None,
             });
         }
         let active: HashSet<PodUid> =

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use k8s_openapi::api::core::v1::PodStatus as ApiPodStatus;
+use kubelet_eviction::EvictionStatus;
 use kubelet_runtime::config_gen::pod_log_dir;
 use kubelet_runtime::{Cached, PodCache, RuntimeManager};
 use kubelet_types::pod_update::pod_ref;
@@ -68,12 +70,14 @@ pub enum SyncOutcome {
 pub trait PodSyncer: Send + Sync + 'static {
     /// Brings a running pod to its spec.
     async fn sync_pod(&self, pod: &Arc<Pod>) -> SyncOutcome;
-    /// Stops everything of the pod; `Err` is retried.
+    /// Stops everything of the pod; `status` (an eviction's) overrides the phase, reason and message it ends with.
+    /// `Err` is retried.
     async fn sync_terminating_pod(
         &self,
         key: &PodKey,
         pod: Option<&Arc<Pod>>,
         grace: Option<i64>,
+        status: Option<&EvictionStatus>,
     ) -> Result<(), String>;
     /// Cleans up after a stopped pod; `removed` pods lose their containers, sandbox, directories and status.
     async fn sync_terminated_pod(&self, key: &PodKey, pod: Option<&Arc<Pod>>, removed: bool) -> Result<(), String>;
@@ -176,7 +180,42 @@ impl KubeletSyncer {
         }
     }
 
+    /// A pod never leaves a terminal phase (`generateAPIPodStatus`'s three-way merge): when the status manager's
+    /// or the apiserver's phase is terminal and the new one is not, the old one stays; a phase that stays keeps
+    /// its reason and message.
+    fn keep_terminal_phase(&self, pod: &Pod, status: &mut ApiPodStatus) {
+        let api = pod.status.clone().unwrap_or_default();
+        let old = self
+            .status
+            .get(&kubelet_types::pod_update::pod_uid(pod))
+            .map(|s| (*s).clone())
+            .unwrap_or_else(|| api.clone());
+        if !is_terminal_phase(status.phase.as_deref()) {
+            if is_terminal_phase(old.phase.as_deref()) {
+                status.phase = old.phase.clone();
+            } else if is_terminal_phase(api.phase.as_deref()) {
+                status.phase = api.phase.clone();
+            }
+        }
+        if status.phase == old.phase {
+            status.reason = old.reason.clone().filter(|r| !r.is_empty()).or(api.reason);
+            status.message = old.message.clone().filter(|m| !m.is_empty()).or(api.message);
+        }
+    }
+
     async fn publish(&self, pod: &Pod, rt: &PodStatus, terminal: bool) -> Option<String> {
+        self.publish_with(pod, rt, terminal, None).await
+    }
+
+    /// As `publish`, with a kill's status applied (`podStatusFn` of `killPodNow`): phase `Failed`, its reason and
+    /// message, and the `DisruptionTarget` condition when it has one.
+    async fn publish_with(
+        &self,
+        pod: &Pod,
+        rt: &PodStatus,
+        terminal: bool,
+        kill: Option<&EvictionStatus>,
+    ) -> Option<String> {
         let name = self.runtime.runtime_name().await.unwrap_or_else(|_| "containerd".into());
         let deadline_exceeded = self.deadline_left(pod).is_some_and(|d| d.is_zero());
         if deadline_exceeded && !terminal {
@@ -196,7 +235,11 @@ impl KubeletSyncer {
             probes: self.probes.as_ref(),
             deadline_exceeded,
         };
-        let status = generate_api_pod_status(pod, &inputs);
+        let mut status = generate_api_pod_status(pod, &inputs);
+        self.keep_terminal_phase(pod, &mut status);
+        if let Some(k) = kill {
+            apply_kill_status(&mut status, k, self.runtime.clock().now());
+        }
         let phase = status.phase.clone();
         self.observe_start(pod, phase.as_deref());
         self.status.set_pod_status(pod, status);
@@ -283,6 +326,7 @@ impl PodSyncer for KubeletSyncer {
         key: &PodKey,
         pod: Option<&Arc<Pod>>,
         grace: Option<i64>,
+        status: Option<&EvictionStatus>,
     ) -> Result<(), String> {
         let _syncing = self.cache.syncing(&key.uid);
         // Probes must not restart containers of a pod that stops.
@@ -296,7 +340,7 @@ impl PodSyncer for KubeletSyncer {
             return Err(format!("pod {key} still has running containers"));
         }
         if let Some(pod) = pod {
-            self.publish(pod, &rt, true).await;
+            self.publish_with(pod, &rt, true, status).await;
         }
         Ok(())
     }
@@ -345,6 +389,27 @@ impl PodSyncer for KubeletSyncer {
             tracing::debug!(pod = %pod_ref(p), "pod terminated");
         }
         Ok(())
+    }
+}
+
+/// Applies a kill's status: `Failed`, its reason and message, and its `DisruptionTarget` condition
+/// (`TerminationByKubelet`) replacing any earlier one.
+pub fn apply_kill_status(status: &mut ApiPodStatus, k: &EvictionStatus, now: std::time::SystemTime) {
+    status.phase = Some("Failed".into());
+    status.reason = Some(k.reason.clone());
+    status.message = Some(k.message.clone());
+    if let Some(m) = &k.disruption_message {
+        let c = k8s_openapi::api::core::v1::PodCondition {
+            type_: "DisruptionTarget".into(),
+            status: "True".into(),
+            reason: Some("TerminationByKubelet".into()),
+            message: Some(m.clone()),
+            last_transition_time: Some(kubelet_types::clock::api_time(now)),
+            ..Default::default()
+        };
+        let conditions = status.conditions.get_or_insert_with(Vec::new);
+        conditions.retain(|c| c.type_ != "DisruptionTarget");
+        conditions.push(c);
     }
 }
 

@@ -116,6 +116,8 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     };
     info!(nodeName = %node_name, nodeIPs = ?host_ips, version = crate::KUBERNETES_VERSION, "starting rkubelet");
 
+    let eviction_cfg = crate::pressure::eviction_config(&cfg)?;
+    let pressure = Arc::new(kubelet_eviction::PressureState::default());
     let root_dir = cli.root_dir.clone();
     let pods_dir = root_dir.join("pods");
     std::fs::create_dir_all(&pods_dir).with_context(|| format!("create {}", pods_dir.display()))?;
@@ -135,7 +137,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     let host = Arc::new(KubeletHost {
         syncloop: syncloop_health.clone(),
         pleg: pleg_health.clone(),
-        pods: pods_rx,
+        pods: pods_rx.clone(),
         status: status.clone(),
         runtime: remote.clone(),
         cache: cache.clone(),
@@ -164,7 +166,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         configz: Arc::new(crate::server::configz(&cfg)),
         clock: clock.clone(),
         probe_metrics: kubelet_metrics::prober::registry(),
-        stats,
+        stats: stats.clone(),
     };
     crate::server::start_local(&cfg, &handlers, &tracker, &cancel).await?;
     // Without an apiserver the secure port needs nothing more; it is checked (and bound) before the runtime wait.
@@ -229,8 +231,12 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     };
     let sysctls = kubelet::admission::SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls)
         .map_err(|e| anyhow::anyhow!("allowedUnsafeSysctls: {e}"))?;
-    let admit: Vec<Arc<dyn kubelet::admission::PodAdmitHandler>> =
-        vec![Arc::new(sysctls), Arc::new(kubelet::admission::NodeOs), Arc::new(kubelet::admission::SupportedVolumes)];
+    let admit: Vec<Arc<dyn kubelet::admission::PodAdmitHandler>> = vec![
+        Arc::new(kubelet::pressure::PressureAdmit(pressure.clone())),
+        Arc::new(sysctls),
+        Arc::new(kubelet::admission::NodeOs),
+        Arc::new(kubelet::admission::SupportedVolumes),
+    ];
     let volumes = Arc::new(
         kubelet_volume::VolumeManager::new(
             pods_dir.clone(),
@@ -290,6 +296,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         expected.push(PodSource::Api);
         let deps = crate::cluster::ClusterDeps {
             cfg: &cfg,
+            pressure: pressure.clone(),
             kubeconfig: kc,
             root_dir: &root_dir,
             node_name: &node_name,
@@ -344,6 +351,60 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         volumes: volumes.clone(),
     });
     let workers = PodWorkers::new(syncer, cfg.sync_frequency.0, cancel.clone(), tracker.clone());
+
+    // Node pressure: image garbage collection and the eviction manager (`StartGarbageCollection`,
+    // `evictionManager.Start`).
+    let node_ref = kubelet::nodestatus::manager::node_reference(&node_name);
+    let image_gc = Arc::new(kubelet_runtime::image_gc::ImageGcManager::new(
+        remote.clone(),
+        remote.clone(),
+        crate::pressure::image_gc_policy(&cfg),
+        recorder.clone(),
+        node_ref.clone(),
+    ));
+    tracker.spawn(kubelet::pressure::run_image_gc(
+        image_gc.clone(),
+        recorder.clone(),
+        node_ref.clone(),
+        cancel.clone(),
+    ));
+    let wakeups = kubelet_eviction::notifier::spawn(
+        kubelet_eviction::notifier::NotifierConfig {
+            cgroup_root: "/sys/fs/cgroup".into(),
+            proc: "/proc".into(),
+            pods_cgroup: cfg
+                .cgroups_per_qos
+                .unwrap_or(true)
+                .then(|| format!("{}/kubepods", cfg.cgroup_root.trim_end_matches('/'))),
+            thresholds: eviction_cfg.thresholds.clone(),
+        },
+        &tracker,
+        &cancel,
+    );
+    let eviction = kubelet_eviction::EvictionManager::new(
+        eviction_cfg,
+        kubelet_eviction::EvictionDeps {
+            stats: Arc::new(kubelet::pressure::SummaryStats(stats)),
+            pods: Arc::new(kubelet::pressure::PodsView {
+                pods: pods_rx,
+                workers: workers.clone(),
+                status: status.clone(),
+            }),
+            killer: Arc::new(kubelet::pressure::WorkerKiller(workers.clone())),
+            reclaimer: Arc::new(kubelet::pressure::RuntimeReclaimer {
+                runtime: runtime.clone(),
+                cache: cache.clone(),
+                workers: workers.clone(),
+                images: image_gc,
+            }),
+            recorder: recorder.clone(),
+            node_ref,
+            clock: clock.clone(),
+            wakeups,
+        },
+    )
+    .with_state(pressure);
+    tracker.spawn(eviction.run(cancel.clone()));
     let sync_loop = SyncLoop::new(SyncLoopDeps {
         updates: upd_rx,
         pleg_events: pleg_rx,

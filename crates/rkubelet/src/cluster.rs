@@ -32,6 +32,7 @@ struct Signals {
     runtime: Arc<RuntimeState>,
     pleg: Arc<PlegHealth>,
     images: Arc<dyn ImageService>,
+    pressure: Arc<kubelet_eviction::PressureState>,
 }
 
 #[async_trait]
@@ -44,7 +45,13 @@ impl NodeSignals for Signals {
         if let Err(e) = self.pleg.healthy() {
             not_ready.push(format!("PLEG is not healthy: {e}"));
         }
-        NodeHealth { not_ready, ..Default::default() }
+        use kubelet_eviction::NodeCondition;
+        NodeHealth {
+            not_ready,
+            memory_pressure: self.pressure.has(NodeCondition::MemoryPressure),
+            disk_pressure: self.pressure.has(NodeCondition::DiskPressure),
+            pid_pressure: self.pressure.has(NodeCondition::PidPressure),
+        }
     }
 
     async fn images(&self) -> Vec<NodeImage> {
@@ -62,6 +69,8 @@ impl NodeSignals for Signals {
 pub struct ClusterDeps<'a> {
     /// The configuration.
     pub cfg: &'a KubeletConfiguration,
+    /// The eviction manager's pressure conditions.
+    pub pressure: Arc<kubelet_eviction::PressureState>,
     /// `--kubeconfig`.
     pub kubeconfig: &'a Path,
     /// `--root-dir`.
@@ -112,7 +121,7 @@ pub async fn start(
         port: cfg.port,
         max_images: cfg.node_status_max_images.unwrap_or(50),
     };
-    let signals = Arc::new(Signals { runtime: d.runtime_state, pleg: d.pleg, images: d.images });
+    let signals = Arc::new(Signals { runtime: d.runtime_state, pleg: d.pleg, images: d.images, pressure: d.pressure });
     if cfg.register_node.unwrap_or(true) {
         let ns_cfg = NodeStatusConfig {
             update_frequency: cfg.node_status_update_frequency.0,

@@ -7,6 +7,7 @@ mod cli;
 mod cluster;
 mod node;
 mod objects;
+mod pressure;
 mod residency;
 mod server;
 

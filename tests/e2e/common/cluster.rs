@@ -99,6 +99,12 @@ impl TestEnv {
         Node::start_named(&self.node, manifests, edit, extra_args)
     }
 
+    /// As [`TestEnv::start_node_with`], with extra environment variables.
+    pub fn start_node_env(&self, edit: impl FnOnce(&Node) -> String, env: Vec<(String, String)>) -> Node {
+        let args = vec![format!("--kubeconfig={}", self.kubelet_kubeconfig.display())];
+        Node::start_named_env(&self.node, &[], edit, args, env)
+    }
+
     /// A node whose API trusts the cluster CA and asks the apiserver about tokens and rights (webhook
     /// authentication and authorization), as kubeadm configures it, so the apiserver's `pods/log`, `exec`,
     /// `attach` and `portforward` reach it with its kubelet-client certificate; started, its secure port open.

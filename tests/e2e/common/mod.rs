@@ -105,9 +105,17 @@ pub struct Node {
     log: PathBuf,
     /// Extra flags (e.g. `--kubeconfig`).
     pub extra_args: Vec<String>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
     child: Option<Child>,
     _tmp: Option<tempfile::TempDir>,
 }
+
+/// The test nodes' `evictionHard`: absolute amounts well below what a test machine has free. Upstream's defaults are
+/// percentages (`imagefs.available<15%`), which a build machine's fuller disk crosses at once: every test node
+/// would start under DiskPressure. The pressure tests replace this block with thresholds near what is free.
+pub const EVICTION_HARD: &str = "evictionHard:\n  memory.available: 100Mi\n  nodefs.available: 1Gi\n  \
+                                 nodefs.inodesFree: 1%\n  imagefs.available: 1Gi\n";
 
 fn config_yaml(manifests: &Path, logs: &Path) -> String {
     format!(
@@ -115,7 +123,7 @@ fn config_yaml(manifests: &Path, logs: &Path) -> String {
          containerRuntimeEndpoint: {}\nstaticPodPath: {}\npodLogsDir: {}\nfileCheckFrequency: 20s\n\
          healthzBindAddress: 127.0.0.1\nhealthzPort: {HEALTHZ_PORT}\naddress: 127.0.0.1\nport: {SECURE_PORT}\nreadOnlyPort: {READ_ONLY_PORT}\n\
          failSwapOn: false\nresolvConf: /etc/resolv.conf\nauthentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n\
-         authorization:\n  mode: AlwaysAllow\n",
+         authorization:\n  mode: AlwaysAllow\n{EVICTION_HARD}",
         endpoint(),
         manifests.display(),
         logs.display()
@@ -144,6 +152,17 @@ impl Node {
         edit: impl FnOnce(&Node) -> String,
         extra_args: Vec<String>,
     ) -> Node {
+        Self::start_named_env(name, manifests, edit, extra_args, vec![])
+    }
+
+    /// As [`Node::start_named`], with extra environment variables for the binary.
+    pub fn start_named_env(
+        name: &str,
+        manifests: &[(&str, &str)],
+        edit: impl FnOnce(&Node) -> String,
+        extra_args: Vec<String>,
+        env: Vec<(String, String)>,
+    ) -> Node {
         let tmp = tempfile::Builder::new().prefix("rkubelet-e2e-").tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
         let mut n = Node {
@@ -154,6 +173,7 @@ impl Node {
             config: dir.join("config.yaml"),
             log: dir.join("rkubelet.log"),
             extra_args: vec![],
+            env,
             dir,
             child: None,
             _tmp: Some(tmp),
@@ -180,6 +200,7 @@ impl Node {
             .arg(format!("--hostname-override={}", self.name))
             .arg("--v=3")
             .args(&self.extra_args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env(
                 "RKUBELET_LOG",
                 "debug,h2=info,hyper=info,hyper_util=info,tower=info,tonic=info,kube_client=info,rustls=info",

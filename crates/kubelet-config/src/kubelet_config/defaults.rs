@@ -43,11 +43,12 @@ pub const MAX_CONTAINER_BACK_OFF: Duration = Duration::from_secs(300);
 /// Default log flush frequency (`logsapi.LogFlushFreqDefault`).
 pub const DEFAULT_LOG_FLUSH_FREQUENCY: Duration = Duration::from_secs(5);
 /// Hard eviction thresholds applied on Linux when `evictionHard` is unset.
-pub const DEFAULT_EVICTION_HARD: [(&str, &str); 4] = [
+pub const DEFAULT_EVICTION_HARD: [(&str, &str); 5] = [
     ("memory.available", "100Mi"),
     ("nodefs.available", "10%"),
     ("nodefs.inodesFree", "5%"),
     ("imagefs.available", "15%"),
+    ("imagefs.inodesFree", "5%"),
 ];
 
 /// Sets `field` to `value` when it is zero (upstream's `== zeroDuration` checks).

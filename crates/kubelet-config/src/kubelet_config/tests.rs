@@ -147,11 +147,12 @@ fn eviction_hard_defaults_and_merge() {
     let mut c = defaulted("");
     c.apply_default_eviction_hard();
     let hard = c.eviction_hard.clone().unwrap_or_default();
-    assert_eq!(hard.len(), 4);
+    assert_eq!(hard.len(), 5);
     assert_eq!(hard["memory.available"], "100Mi");
     assert_eq!(hard["nodefs.available"], "10%");
     assert_eq!(hard["nodefs.inodesFree"], "5%");
     assert_eq!(hard["imagefs.available"], "15%");
+    assert_eq!(hard["imagefs.inodesFree"], "5%");
 
     let mut partial = defaulted("evictionHard:\n  memory.available: 300Mi\n");
     partial.apply_default_eviction_hard();
@@ -160,7 +161,7 @@ fn eviction_hard_defaults_and_merge() {
     let mut merged = defaulted("mergeDefaultEvictionSettings: true\nevictionHard:\n  memory.available: 300Mi\n");
     merged.apply_default_eviction_hard();
     let merged = merged.eviction_hard.unwrap_or_default();
-    assert_eq!(merged.len(), 4);
+    assert_eq!(merged.len(), 5);
     assert_eq!(merged["memory.available"], "300Mi");
 }
 
@@ -519,7 +520,7 @@ fn load_file_defaults_and_resolves_paths() {
     let parent = base.parent().unwrap_or(Path::new("/"));
     assert_eq!(Path::new(&c.tls_cert_file), parent.join("pki/kubelet.crt"));
     assert_eq!(c.max_pods, 50);
-    assert_eq!(c.eviction_hard.as_ref().map(BTreeMap::len), Some(4));
+    assert_eq!(c.eviction_hard.as_ref().map(BTreeMap::len), Some(5));
     assert_eq!(c.resolver_config.as_deref(), Some("/etc/resolv.conf"));
     assert!(c.validate().is_ok(), "{:?}", c.validation_errors());
 

@@ -32,7 +32,16 @@ pub fn merge_pod_status(old: &PodStatus, new: &PodStatus) -> PodStatus {
     let mut merged = new.clone();
     let others = old.conditions.iter().flatten().filter(|c| !owned_by_kubelet(&c.type_)).cloned();
     let own = new.conditions.iter().flatten().filter(|c| owned_by_kubelet(&c.type_)).cloned();
-    let conditions: Vec<_> = others.chain(own).collect();
+    let mut conditions: Vec<_> = others.chain(own).collect();
+    // `DisruptionTarget` is shared with the kubelet (`PodConditionSharedByKubelet`): the kubelet's replaces the
+    // apiserver's once the pod is terminal (an eviction), and is sent only then.
+    let terminal = matches!(new.phase.as_deref(), Some("Failed" | "Succeeded"));
+    if terminal && let Some(c) = new.conditions.iter().flatten().find(|c| c.type_ == "DisruptionTarget") {
+        match conditions.iter_mut().find(|o| o.type_ == c.type_) {
+            Some(o) => *o = c.clone(),
+            None => conditions.push(c.clone()),
+        }
+    }
     merged.conditions = (!conditions.is_empty() || new.conditions.is_some()).then_some(conditions);
     merged.resource_claim_statuses = old.resource_claim_statuses.clone();
     merged.extended_resource_claim_status = old.extended_resource_claim_status.clone();

@@ -1,0 +1,272 @@
+//! End to end: node pressure on this machine's real memory and disk, rkubelet a node of the real cluster (the
+//! real kube-apiserver and controller-manager, the real containerd, the real `kubectl`).
+//!
+//! Thresholds are set just below what the machine has free at test time, then a pod allocates or writes past
+//! them, so the real signals cross the real thresholds: the pod is evicted as upstream words it (`Failed`,
+//! `Evicted`, the message naming the resource and the container's usage, `DisruptionTarget`), a bystander keeps
+//! running, the node reports the pressure condition, and a new pod is refused while it lasts. Each test prints the
+//! time from the crossing (sampled by the test every 10 ms from the same files rkubelet reads) to the eviction
+//! (rkubelet's log line).
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime};
+
+use common::cluster::{TestEnv, condition};
+use common::*;
+use serde_json::Value;
+
+const MI: u64 = 1 << 20;
+
+fn read_u64(p: &str) -> u64 {
+    std::fs::read_to_string(p).map(|s| s.trim().parse().unwrap_or(0)).unwrap_or(0)
+}
+
+fn key(text: &str, k: &str) -> u64 {
+    text.lines().find_map(|l| l.strip_prefix(k)?.strip_prefix(' ')?.trim().parse().ok()).unwrap_or(0)
+}
+
+/// `memory.available` as rkubelet (and upstream) computes it: machine memory minus the root cgroup's working set.
+fn memory_available() -> u64 {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let total = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:")?.trim().strip_suffix("kB")?.trim().parse::<u64>().ok())
+        .unwrap()
+        * 1024;
+    let ws = if Path::new("/sys/fs/cgroup/memory/memory.stat").exists() {
+        let stat = std::fs::read_to_string("/sys/fs/cgroup/memory/memory.stat").unwrap();
+        read_u64("/sys/fs/cgroup/memory/memory.usage_in_bytes").saturating_sub(key(&stat, "total_inactive_file"))
+    } else {
+        let stat = std::fs::read_to_string("/sys/fs/cgroup/memory.stat").unwrap();
+        (key(&stat, "anon") + key(&stat, "file")).saturating_sub(key(&stat, "inactive_file"))
+    };
+    total.saturating_sub(ws)
+}
+
+/// `nodefs.available`: free bytes (for unprivileged use) of the filesystem of `dir`.
+fn disk_available(dir: &Path) -> u64 {
+    let s = nix::sys::statvfs::statvfs(dir).unwrap();
+    s.blocks_available() as u64 * s.fragment_size() as u64
+}
+
+/// Samples `available` every 10 ms until stopped; returns when it first fell below `threshold` (wall time, to
+/// compare with rkubelet's log).
+#[allow(clippy::disallowed_methods)] // a thread of the test compared with another process's log: wall time by nature
+fn watch_crossing(
+    available: impl Fn() -> u64 + Send + 'static,
+    threshold: u64,
+) -> (Arc<AtomicBool>, std::thread::JoinHandle<Option<SystemTime>>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = stop.clone();
+    let h = std::thread::spawn(move || {
+        while !s.load(Ordering::Relaxed) {
+            if available() < threshold {
+                return Some(SystemTime::now());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    });
+    (stop, h)
+}
+
+/// The time of rkubelet's first log line containing `needle` (its RFC 3339 timestamp).
+fn log_time(node: &Node, needle: &str) -> Option<SystemTime> {
+    let log = node.log();
+    let line = log.lines().find(|l| l.contains(needle))?;
+    let ts = line.split_whitespace().next()?;
+    chrono::DateTime::parse_from_rfc3339(ts).ok().map(SystemTime::from)
+}
+
+fn config_with(node: &Node, eviction: &str) -> String {
+    std::fs::read_to_string(&node.config).unwrap().replace(EVICTION_HARD, eviction)
+}
+
+async fn wait_evicted(env: &TestEnv, node: &mut Node, name: &str) -> Value {
+    node.wait_for(&format!("pod {name} evicted in the apiserver"), Duration::from_secs(90), || async {
+        env.pod(name).await.filter(|p| p["status"]["phase"] == "Failed")
+    })
+    .await
+}
+
+fn assert_evicted(p: &Value, message_start: &str) {
+    assert_eq!(p["status"]["reason"], "Evicted", "{p}");
+    let msg = p["status"]["message"].as_str().unwrap_or_default();
+    assert!(msg.starts_with(message_start), "message {msg:?} does not start with {message_start:?}");
+}
+
+fn disruption_target(p: &Value) -> Option<&Value> {
+    p["status"]["conditions"].as_array()?.iter().find(|c| c["type"] == "DisruptionTarget")
+}
+
+/// A pod of busybox containers with `resources` (YAML lines under the container) and `extra` container lines.
+fn pod(env: &TestEnv, name: &str, script: &str, container_extra: &str, spec_extra: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {}\n  terminationGracePeriodSeconds: 2\n\
+         {spec_extra}  containers:\n  - name: {name}\n    image: localhost/busybox:1\n    imagePullPolicy: Never\n    \
+         command: [\"sh\", \"-c\", {}]\n{container_extra}",
+        env.node,
+        serde_json::to_string(script).unwrap()
+    )
+}
+
+const QUIET: &str = "trap 'exit 0' TERM; while true; do sleep 1; done";
+
+/// Runs the memory scenario; returns the time from the crossing to the eviction.
+async fn memory_scenario(notifier: bool) -> Duration {
+    let (_g, _rt) = fresh_runtime().await;
+    let env = TestEnv::new().await;
+    // 600 MiB of margin before the hog allocates 1000 MiB.
+    let threshold = (memory_available() - 600 * MI) / 1024 * 1024;
+    let eviction = format!("evictionHard:\n  memory.available: {}Ki\n  nodefs.available: 1Gi\n", threshold / 1024);
+    let envs = if notifier { vec![] } else { vec![("RKUBELET_EVICTION_NOTIFIER_OFF".into(), "1".into())] };
+    let mut node = env.start_node_env(|n| config_with(n, &eviction), envs);
+    env.wait_node_ready(&mut node).await;
+    let guaranteed =
+        "    resources:\n      requests: {cpu: 50m, memory: 32Mi}\n      limits: {cpu: 50m, memory: 32Mi}\n";
+    env.create(&pod(&env, "quiet", QUIET, guaranteed, "")).await;
+    env.wait_pod_running(&mut node, "quiet").await;
+    // The hog holds a 1000 MiB buffer: dd blocks writing it to a pipe nobody reads.
+    env.create(&pod(&env, "hog", "sleep 2; dd if=/dev/zero bs=1000M count=1 | sleep 3600", "", "")).await;
+    env.wait_pod_running(&mut node, "hog").await;
+    let (stop, sampler) = watch_crossing(memory_available, threshold);
+
+    let hog = wait_evicted(&env, &mut node, "hog").await;
+    stop.store(true, Ordering::Relaxed);
+    let crossed = sampler.join().unwrap().expect("the test saw memory.available cross the threshold");
+    let evicted = log_time(&node, "evicting pod").expect("rkubelet logged the eviction");
+    let delay = evicted.duration_since(crossed).unwrap_or_default();
+
+    let threshold_text = format!("{}Ki", threshold / 1024);
+    assert_evicted(
+        &hog,
+        &format!("The node was low on resource: memory. Threshold quantity: {threshold_text}, available: "),
+    );
+    let msg = hog["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("Container hog was using ") && msg.ends_with(", request is 0, has larger consumption of memory. "),
+        "{msg}"
+    );
+    let dt = disruption_target(&hog).unwrap_or_else(|| panic!("no DisruptionTarget condition: {hog}"));
+    assert_eq!((dt["status"].as_str(), dt["reason"].as_str()), (Some("True"), Some("TerminationByKubelet")), "{dt}");
+    let events = env
+        .kubectl(&["get", "events", "--field-selector", "involvedObject.name=hog,reason=Evicted", "-o", "name"])
+        .await;
+    assert!(!events.trim().is_empty(), "an Evicted event on the pod");
+
+    // The Guaranteed bystander was not touched.
+    let quiet = env.pod("quiet").await.unwrap();
+    assert_eq!(quiet["status"]["phase"], "Running", "{quiet}");
+    assert_eq!(container_status(&quiet, "quiet").unwrap()["restartCount"], 0);
+
+    // The node reports MemoryPressure (for evictionPressureTransitionPeriod), and refuses a BestEffort pod meanwhile.
+    let n = node
+        .wait_for("MemoryPressure on the Node", Duration::from_secs(30), || async {
+            env.node_object().await.filter(|n| condition(n, "MemoryPressure").as_deref() == Some("True"))
+        })
+        .await;
+    let c = n["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "MemoryPressure").unwrap();
+    assert_eq!(c["reason"], "KubeletHasInsufficientMemory", "{c}");
+    env.create(&pod(&env, "late", QUIET, "", "")).await;
+    let late = wait_evicted(&env, &mut node, "late").await;
+    assert_eq!(late["status"]["message"], "Pod was rejected: The node had condition: [MemoryPressure]. ", "{late}");
+    println!(
+        "memory.available crossed → pod evicted: {:.0} ms (notifier {})",
+        delay.as_secs_f64() * 1000.0,
+        if notifier { "on: memcg threshold + PSI" } else { "off: 10 s polling" }
+    );
+    node.assert_alive();
+    delay
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_pressure_evicts_the_pod_over_its_request_within_a_second() {
+    let delay = memory_scenario(true).await;
+    assert!(delay < Duration::from_secs(1), "evicted {delay:?} after the crossing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_pressure_with_polling_only_evicts_within_the_monitoring_period() {
+    let delay = memory_scenario(false).await;
+    assert!(delay < Duration::from_secs(12), "evicted {delay:?} after the crossing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_pressure_and_empty_dir_limits_evict_the_writer() {
+    let (_g, _rt) = fresh_runtime().await;
+    let env = TestEnv::new().await;
+    let probe_dir = std::env::temp_dir();
+    // 300 MiB of margin on the root dir's filesystem before the writer writes 600 MiB.
+    let threshold = (disk_available(&probe_dir) - 300 * MI) / MI * MI;
+    let eviction = format!(
+        "evictionHard:\n  memory.available: 100Mi\n  nodefs.available: {}Mi\n  imagefs.available: 1Gi\n\
+         volumeStatsAggPeriod: 2s\n",
+        threshold / MI
+    );
+    let mut node = env.start_node_env(|n| config_with(n, &eviction), vec![]);
+    assert_eq!(
+        nix::sys::statvfs::statvfs(&node.dir).unwrap().filesystem_id(),
+        nix::sys::statvfs::statvfs(&probe_dir).unwrap().filesystem_id()
+    );
+    env.wait_node_ready(&mut node).await;
+
+    // An emptyDir over its sizeLimit is evicted without any node pressure.
+    let scratch = "  volumes:\n  - name: scratch\n    emptyDir:\n      sizeLimit: 20Mi\n";
+    let mount = "    volumeMounts:\n    - {name: scratch, mountPath: /scratch}\n";
+    env.create(&pod(&env, "bounded", "dd if=/dev/zero of=/scratch/f bs=1M count=40; sleep 3600", mount, scratch)).await;
+    let bounded = wait_evicted(&env, &mut node, "bounded").await;
+    assert_evicted(&bounded, "Usage of EmptyDir volume \"scratch\" exceeds the limit \"20Mi\". ");
+
+    env.create(&pod(&env, "bystander", QUIET, "", "")).await;
+    env.wait_pod_running(&mut node, "bystander").await;
+    let data = "  volumes:\n  - name: data\n    emptyDir: {}\n";
+    let mount = "    volumeMounts:\n    - {name: data, mountPath: /data}\n";
+    env.create(&pod(&env, "writer", "sleep 2; dd if=/dev/zero of=/data/fill bs=1M count=600; sleep 3600", mount, data))
+        .await;
+    let dir = probe_dir.clone();
+    let (stop, sampler) = watch_crossing(move || disk_available(&dir), threshold);
+    let writer = wait_evicted(&env, &mut node, "writer").await;
+    stop.store(true, Ordering::Relaxed);
+    let crossed = sampler.join().unwrap().expect("the test saw nodefs.available cross the threshold");
+    assert_evicted(
+        &writer,
+        &format!(
+            "The node was low on resource: ephemeral-storage. Threshold quantity: {}Mi, available: ",
+            threshold / MI
+        ),
+    );
+    assert!(disruption_target(&writer).is_some(), "{writer}");
+    let bystander = env.pod("bystander").await.unwrap();
+    assert_eq!(bystander["status"]["phase"], "Running", "{bystander}");
+    let n = node
+        .wait_for("DiskPressure on the Node", Duration::from_secs(30), || async {
+            env.node_object().await.filter(|n| condition(n, "DiskPressure").as_deref() == Some("True"))
+        })
+        .await;
+    let c = n["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "DiskPressure").unwrap();
+    assert_eq!(c["reason"], "KubeletHasDiskPressure", "{c}");
+    // The space came back once the writer's emptyDir went.
+    node.wait_for("the writer's space freed", Duration::from_secs(60), || async {
+        (disk_available(&probe_dir) > threshold + 200 * MI).then_some(())
+    })
+    .await;
+    let log = node.log();
+    assert!(log.contains("attempting to reclaim"), "node-level reclaim was tried first");
+    let pressure = log_time(&node, "node pressure conditions changed").unwrap();
+    let evicted = log
+        .lines()
+        .filter(|l| l.contains("evicting pod") && l.contains("writer"))
+        .find_map(|l| chrono::DateTime::parse_from_rfc3339(l.split_whitespace().next()?).ok())
+        .map(SystemTime::from)
+        .unwrap();
+    println!(
+        "nodefs.available crossed → DiskPressure in rkubelet: {:.0} ms, → writer evicted: {:.0} ms",
+        pressure.duration_since(crossed).unwrap_or_default().as_secs_f64() * 1000.0,
+        evicted.duration_since(crossed).unwrap_or_default().as_secs_f64() * 1000.0
+    );
+    node.assert_alive();
+}
