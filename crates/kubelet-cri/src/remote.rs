@@ -150,6 +150,14 @@ impl RuntimeService for RemoteRuntime {
         resp.status.ok_or(CriError::Other { op: "Status", code: "Internal".into(), message: "no status".into() })
     }
 
+    async fn sandbox_image(&self) -> CriResult<Option<String>> {
+        let mut c = self.runtime.clone();
+        let r = self.req(api::StatusRequest { verbose: true }, Some(self.timeout));
+        let resp = self.call("Status", Some(self.timeout), c.status(r)).await?;
+        let config: Option<serde_json::Value> = resp.info.get("config").and_then(|c| serde_json::from_str(c).ok());
+        Ok(config.and_then(|c| c["sandboxImage"].as_str().map(str::to_string)).filter(|s| !s.is_empty()))
+    }
+
     async fn run_pod_sandbox(&self, config: api::PodSandboxConfig, runtime_handler: &str) -> CriResult<String> {
         let mut c = self.runtime.clone();
         // Upstream gives RunPodSandbox twice the usual timeout: sandbox creation includes network setup.

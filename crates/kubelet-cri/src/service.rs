@@ -13,6 +13,11 @@ pub trait RuntimeService: Send + Sync + 'static {
     async fn version(&self) -> CriResult<api::VersionResponse>;
     /// Runtime conditions (RuntimeReady, NetworkReady).
     async fn status(&self) -> CriResult<api::RuntimeStatus>;
+    /// The image the runtime runs sandboxes from, from its verbose status (containerd's `config.sandboxImage`);
+    /// None when the runtime does not tell.
+    async fn sandbox_image(&self) -> CriResult<Option<String>> {
+        Ok(None)
+    }
     /// Creates and starts a sandbox; returns its ID.
     async fn run_pod_sandbox(&self, config: api::PodSandboxConfig, runtime_handler: &str) -> CriResult<String>;
     /// Stops a sandbox (its containers are stopped with it); idempotent.

@@ -9,7 +9,7 @@
 //!   signals the crossing itself; the registration is renewed every 10 s (`notifierRefreshInterval`) as the
 //!   inactive file pages change.
 //! - **PSI** (`/proc/pressure/memory`, kernels with pressure stall information): a trigger on 100 ms of stall in a
-//!   1 s window, so memory that is short for reclaim reasons wakes the manager too.
+//!   2 s window, so memory that is short for reclaim reasons wakes the manager too.
 //! - **polling** when neither memcg notification is possible: the working set read every second.
 //!
 //! Each source runs until cancelled; a source that fails to set up logs why and leaves the others (and the
@@ -36,8 +36,9 @@ pub const DISABLE_ENV: &str = "RKUBELET_EVICTION_NOTIFIER_OFF";
 pub const REFRESH: Duration = Duration::from_secs(10);
 /// The polling fallback's period.
 pub const POLL: Duration = Duration::from_secs(1);
-/// The PSI trigger: 100 ms of stall of some task within 1 s.
-pub const PSI_TRIGGER: &str = "some 100000 1000000";
+/// The PSI trigger: 100 ms of stall of some task within 2 s (a window of a multiple of 2 s is what the kernel
+/// allows without `CAP_SYS_RESOURCE`).
+pub const PSI_TRIGGER: &str = "some 100000 2000000";
 
 /// Where the notifiers read.
 #[derive(Debug, Clone)]
@@ -157,7 +158,10 @@ async fn psi(proc: PathBuf, tx: mpsc::Sender<()>, cancel: CancellationToken) {
     let opened = (|| -> std::io::Result<AsyncFd<std::fs::File>> {
         use std::os::unix::fs::OpenOptionsExt;
         let mut f = std::fs::OpenOptions::new().read(true).write(true).custom_flags(libc::O_NONBLOCK).open(&path)?;
-        f.write_all(PSI_TRIGGER.as_bytes())?;
+        // One write with the terminating NUL: the kernel overwrites the last byte written with one.
+        let mut trigger = PSI_TRIGGER.as_bytes().to_vec();
+        trigger.push(0);
+        f.write_all(&trigger)?;
         // SAFETY: the AsyncFd owns the File, so the descriptor stays open and the same while registered.
         unsafe { AsyncFd::register_with_interest(f, Interest::PRIORITY) }.map_err(std::io::Error::from)
     })();

@@ -118,6 +118,12 @@ impl ImageGcManager {
                 in_use.insert(spec.image.clone());
             }
         }
+        // The sandbox image is never collected: containerd 1.6 does not report it pinned, and sandboxes are not
+        // containers, so nothing would mark it in use.
+        let sandbox = self.runtime.sandbox_image().await.unwrap_or_else(|e| {
+            debug!(error = %e, "unable to ask the runtime for its sandbox image");
+            None
+        });
         let mut records = self.records.lock().unwrap();
         let present: HashSet<&str> = images.iter().map(|i| i.id.as_str()).collect();
         records.retain(|id, _| present.contains(id.as_str()));
@@ -129,11 +135,11 @@ impl ImageGcManager {
                 first_detected: now,
                 last_used: now,
                 size: i.size,
-                pinned: i.pinned,
+                pinned: false,
                 name: i.repo_tags.first().cloned().unwrap_or_else(|| i.id.clone()),
             });
             r.size = i.size;
-            r.pinned = i.pinned;
+            r.pinned = i.pinned || sandbox.as_ref().is_some_and(|s| *s == i.id || i.repo_tags.contains(s));
             if is_used {
                 r.last_used = now;
                 used.insert(i.id.clone());

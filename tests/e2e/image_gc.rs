@@ -1,0 +1,142 @@
+//! End to end: image garbage collection in the real containerd. Two images built by the test (random layers, so
+//! they share nothing with the node's images) are imported with `ctr`; an `imagefs.available` threshold above
+//! what the disk has free puts the node under DiskPressure at once, and the eviction manager's node-level reclaim
+//! removes the unused images — once they are older than `imageMinimumGCAge` — while the image a running pod uses
+//! and the runtime's sandbox image stay. Prints the bytes freed by the run.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use kubelet_cri::ImageService;
+use sha2::{Digest, Sha256};
+
+fn sha(b: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(Sha256::digest(b)))
+}
+
+fn put_blob(layout: &Path, bytes: &[u8]) -> String {
+    let d = sha(bytes);
+    std::fs::write(layout.join("blobs/sha256").join(d.trim_start_matches("sha256:")), bytes).unwrap();
+    d
+}
+
+/// Builds an OCI image `name` whose one layer holds `size` random bytes, as a tar `ctr images import` reads.
+fn build_image(dir: &Path, name: &str, size: usize) -> std::path::PathBuf {
+    let root = dir.join(format!("{}-root", name.replace(['/', ':'], "_")));
+    let layout = dir.join(format!("{}-layout", name.replace(['/', ':'], "_")));
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::create_dir_all(layout.join("blobs/sha256")).unwrap();
+    let data: Vec<u8> = (0..size).map(|_| rand::random::<u8>()).collect();
+    std::fs::write(root.join("payload"), data).unwrap();
+    let layer_tar = dir.join("layer.tar");
+    let ok = Command::new("tar")
+        .args(["--sort=name", "--mtime=@0", "--numeric-owner", "--owner=0", "--group=0", "-C"])
+        .arg(&root)
+        .arg("-cf")
+        .arg(&layer_tar)
+        .arg(".")
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    let layer = std::fs::read(&layer_tar).unwrap();
+    let layer_digest = put_blob(&layout, &layer);
+    let config = serde_json::json!({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Cmd": ["/payload"]},
+        "rootfs": {"type": "layers", "diff_ids": [layer_digest]},
+    })
+    .to_string();
+    let config_digest = put_blob(&layout, config.as_bytes());
+    let manifest = serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest, "size": config.len()},
+        "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": layer_digest, "size": layer.len()}],
+    })
+    .to_string();
+    let manifest_digest = put_blob(&layout, manifest.as_bytes());
+    let index = serde_json::json!({
+        "schemaVersion": 2,
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": manifest_digest,
+            "size": manifest.len(), "annotations": {"org.opencontainers.image.ref.name": name},
+        }],
+    });
+    std::fs::write(layout.join("index.json"), index.to_string()).unwrap();
+    std::fs::write(layout.join("oci-layout"), r#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    let out = dir.join(format!("{}.tar", name.replace(['/', ':'], "_")));
+    assert!(Command::new("tar").arg("-C").arg(&layout).arg("-cf").arg(&out).arg(".").status().unwrap().success());
+    out
+}
+
+fn import(tar: &Path) {
+    let sock = endpoint().trim_start_matches("unix://").to_string();
+    let out = Command::new("ctr").args(["-a", &sock, "-n", "k8s.io", "images", "import"]).arg(tar).output().unwrap();
+    assert!(out.status.success(), "ctr import: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+async fn tags(rt: &kubelet_cri::RemoteRuntime) -> Vec<String> {
+    rt.list_images(None).await.unwrap().into_iter().flat_map(|i| i.repo_tags).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disk_pressure_collects_unused_images_but_not_used_or_sandbox_ones() {
+    let (_g, rt) = fresh_runtime().await;
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, size) in [("localhost/gc-old:1", 12 << 20), ("localhost/gc-new:1", 4 << 20)] {
+        import(&build_image(tmp.path(), name, size));
+    }
+    let before = tags(&rt).await;
+    assert!(before.contains(&"localhost/gc-old:1".to_string()) && before.contains(&"localhost/gc-new:1".to_string()));
+    let sizes: u64 = rt
+        .list_images(None)
+        .await
+        .unwrap()
+        .iter()
+        .filter(|i| i.repo_tags.iter().any(|t| t.starts_with("localhost/gc-")))
+        .map(|i| i.size)
+        .sum();
+
+    // imagefs.available above what is free: DiskPressure from the first pass.
+    let s = nix::sys::statvfs::statvfs(tmp.path()).unwrap();
+    let free_mi = (s.blocks_available() as u64 * s.fragment_size() as u64) >> 20;
+    let eviction = format!(
+        "evictionHard:\n  memory.available: 100Mi\n  nodefs.available: 1Gi\n  imagefs.available: {}Mi\n\
+         imageMinimumGCAge: 5s\n",
+        free_mi + 2048
+    );
+    let user = manifest("user", &[], &[("app", "trap 'exit 0' TERM; while true; do sleep 1; done")], "");
+    let mut node = Node::start_with(&[("user.yaml", &user)], |n| {
+        std::fs::read_to_string(&n.config).unwrap().replace(EVICTION_HARD, &eviction)
+    });
+    node.wait_running("user-e2e-node").await;
+    node.wait_for("the unused images collected", Duration::from_secs(60), || async {
+        let t = tags(&rt).await;
+        (!t.iter().any(|t| t.starts_with("localhost/gc-"))).then_some(())
+    })
+    .await;
+    let after = tags(&rt).await;
+    assert!(after.contains(&"localhost/busybox:1".to_string()), "the image a running pod uses stays: {after:?}");
+    assert!(after.contains(&"localhost/pause:1".to_string()), "the sandbox image stays: {after:?}");
+    let log = node.log();
+    let freed: u64 = log
+        .lines()
+        .filter(|l| l.contains("eviction manager: unused images deleted"))
+        .filter_map(|l| l.split("bytesFreed=").nth(1)?.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    assert_eq!(freed, sizes, "the bytes freed are the collected images' sizes");
+    assert!(log.contains("reason=\"DiskPressure\"") || log.contains("DiskPressure"), "the node was under DiskPressure");
+    let metrics = reqwest_metrics().await;
+    assert!(metrics.contains("kubelet_image_garbage_collected_total{reason=\"space\"} 2"), "{}", tail(&metrics, 20));
+    println!("one image GC run freed {freed} bytes ({:.1} MiB) in 2 images", freed as f64 / (1 << 20) as f64);
+    node.assert_alive();
+}
+
+/// The kubelet's `/metrics` on the read-only port.
+async fn reqwest_metrics() -> String {
+    http_get(READ_ONLY_PORT, "/metrics").await.map(|(_, b)| b).unwrap_or_default()
+}
