@@ -270,3 +270,56 @@ async fn disk_pressure_and_empty_dir_limits_evict_the_writer() {
     );
     node.assert_alive();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_refuses_what_does_not_fit_with_upstreams_reasons() {
+    let (_g, _rt) = fresh_runtime().await;
+    let env = TestEnv::new().await;
+    let mut node = env.start_node(&[]);
+    let n = env.wait_node_ready(&mut node).await;
+    let cores: i64 = n["status"]["allocatable"]["cpu"].as_str().unwrap().parse().unwrap();
+    let share = cores * 1000 * 3 / 4;
+    let cpu = |m: i64| format!("    resources:\n      requests: {{cpu: {m}m}}\n");
+    env.create(&pod(&env, "big", QUIET, &cpu(share), "")).await;
+    env.wait_pod_running(&mut node, "big").await;
+    // Does not fit beside it: refused with the figures, in millicores.
+    env.create(&pod(&env, "bigger", QUIET, &cpu(share), "")).await;
+    let p = wait_evicted(&env, &mut node, "bigger").await;
+    assert_eq!(p["status"]["reason"], "OutOfcpu", "{p}");
+    assert_eq!(
+        p["status"]["message"],
+        format!(
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: {share}, used: {share}, capacity: {}",
+            cores * 1000
+        )
+    );
+    let selector = "  nodeSelector:\n    disktype: nvme\n";
+    env.create(&pod(&env, "picky", QUIET, "", selector)).await;
+    let p = wait_evicted(&env, &mut node, "picky").await;
+    assert_eq!(p["status"]["reason"], "NodeAffinity", "{p}");
+    assert_eq!(
+        p["status"]["message"],
+        "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+    );
+    let big = env.pod("big").await.unwrap();
+    assert_eq!(big["status"]["phase"], "Running", "admitted pods are not touched: {big}");
+    // A NoExecute taint added with kubectl reaches admission with the next node status update. (The
+    // controller-manager's taint eviction deletes the pods that do not tolerate it, so rkubelet's own log tells.)
+    let (ok, out, err) = env.kubectl_output(&["taint", "node", &env.node, "maintenance=now:NoExecute"]).await;
+    assert!(ok, "{out}{err}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(40);
+    let mut n = 0;
+    while !node.log().contains("reason=TaintToleration") {
+        assert!(tokio::time::Instant::now() < deadline, "no pod refused for the taint:\n{}", tail(&node.log(), 40));
+        n += 1;
+        env.create(&pod(&env, &format!("late-{n}"), QUIET, "", "")).await;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let log = node.log();
+    let line = log.lines().find(|l| l.contains("reason=TaintToleration")).unwrap();
+    assert!(
+        line.contains("Predicate TaintToleration failed: node(s) had taints that the pod didn't tolerate"),
+        "{line}"
+    );
+    node.assert_alive();
+}

@@ -400,7 +400,8 @@ pub async fn run(opts: &ContainerdOpts) -> anyhow::Result<ContainerdResults> {
         binary: &opts.binary,
         endpoint: opts.endpoint.clone(),
         kubeconfig: Some(kubeconfig),
-        extra_config: String::new(),
+        // Past upstream's default of 110 pods, which admission enforces (OutOfpods).
+        extra_config: "maxPods: 5000\n".into(),
         log_filter: Some("info,kubelet_cri=debug,h2=info,tonic=info,tower=info,hyper=info".into()),
         node_name: None,
     })?;

@@ -166,7 +166,8 @@ pub async fn run(opts: &FakeOpts) -> anyhow::Result<FakeResults> {
         binary: &opts.binary,
         endpoint: format!("unix://{}", sock.display()),
         kubeconfig: Some(kubeconfig),
-        extra_config: "kubeAPIQPS: 1000\nkubeAPIBurst: 2000\neventRecordQPS: 0\n".into(),
+        // Past upstream's default of 110 pods, which admission enforces (OutOfpods).
+        extra_config: "kubeAPIQPS: 1000\nkubeAPIBurst: 2000\neventRecordQPS: 0\nmaxPods: 5000\n".into(),
         log_filter: None,
         node_name: None,
     };

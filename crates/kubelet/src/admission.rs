@@ -17,8 +17,8 @@ pub struct AdmitResult {
 
 /// One admission check (`PodAdmitHandler`).
 pub trait PodAdmitHandler: Send + Sync + 'static {
-    /// None admits the pod.
-    fn admit(&self, pod: &Pod) -> Option<AdmitResult>;
+    /// None admits the pod; `others` are the pods already admitted (`PodAdmitAttributes.OtherPods`).
+    fn admit(&self, pod: &Pod, others: &[std::sync::Arc<Pod>]) -> Option<AdmitResult>;
 }
 
 /// The sysctls every pod may set (`pkg/kubelet/sysctl/safe_sysctls.go`, kernels of 4.15 and later).
@@ -100,7 +100,7 @@ impl SysctlAllowlist {
 }
 
 impl PodAdmitHandler for SysctlAllowlist {
-    fn admit(&self, pod: &Pod) -> Option<AdmitResult> {
+    fn admit(&self, pod: &Pod, _others: &[std::sync::Arc<Pod>]) -> Option<AdmitResult> {
         let spec = pod.spec.as_ref()?;
         let sysctls = spec.security_context.as_ref()?.sysctls.as_ref()?;
         let (net, ipc) = (spec.host_network.unwrap_or(false), spec.host_ipc.unwrap_or(false));
@@ -118,7 +118,7 @@ impl PodAdmitHandler for SysctlAllowlist {
 pub struct SupportedVolumes;
 
 impl PodAdmitHandler for SupportedVolumes {
-    fn admit(&self, pod: &Pod) -> Option<AdmitResult> {
+    fn admit(&self, pod: &Pod, _others: &[std::sync::Arc<Pod>]) -> Option<AdmitResult> {
         let (name, kind) = kubelet_volume::unsupported_volume(pod)?;
         Some(AdmitResult {
             reason: "UnsupportedVolume".into(),
@@ -141,7 +141,7 @@ pub struct NodeOs;
 pub const NODE_OS: &str = "linux";
 
 impl PodAdmitHandler for NodeOs {
-    fn admit(&self, pod: &Pod) -> Option<AdmitResult> {
+    fn admit(&self, pod: &Pod, _others: &[std::sync::Arc<Pod>]) -> Option<AdmitResult> {
         // Upstream compares the pod's own label (not its node selector) with the node's label, which the kubelet
         // always sets to its OS.
         let label = pod.metadata.labels.as_ref().and_then(|l| l.get("kubernetes.io/os"));
@@ -170,16 +170,16 @@ mod tests {
     #[test]
     fn pods_for_another_os_are_refused_as_upstream() {
         let mut p = Pod::default();
-        assert_eq!(NodeOs.admit(&p), None);
+        assert_eq!(NodeOs.admit(&p, &[]), None);
         p.spec = Some(PodSpec { os: Some(PodOS { name: "linux".into() }), ..Default::default() });
-        assert_eq!(NodeOs.admit(&p), None);
+        assert_eq!(NodeOs.admit(&p, &[]), None);
         p.spec = Some(PodSpec { os: Some(PodOS { name: "windows".into() }), ..Default::default() });
-        let r = NodeOs.admit(&p).unwrap();
+        let r = NodeOs.admit(&p, &[]).unwrap();
         assert_eq!(r.reason, "PodOSNotSupported");
         assert_eq!(r.message, "Failed to admit pod as the OS field doesn't match node OS");
         p.spec = None;
         p.metadata.labels = Some([("kubernetes.io/os".to_string(), "windows".to_string())].into());
-        assert_eq!(NodeOs.admit(&p).unwrap().reason, "PodOSSelectorNodeLabelDoesNotMatch");
+        assert_eq!(NodeOs.admit(&p, &[]).unwrap().reason, "PodOSSelectorNodeLabelDoesNotMatch");
     }
 
     #[test]
@@ -191,7 +191,7 @@ mod tests {
         };
         let scratch =
             Volume { name: "scratch".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Default::default() };
-        assert_eq!(SupportedVolumes.admit(&with(vec![scratch.clone()])), None);
+        assert_eq!(SupportedVolumes.admit(&with(vec![scratch.clone()]), &[]), None);
         let pvc = Volume {
             name: "data".into(),
             persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
@@ -200,7 +200,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let r = SupportedVolumes.admit(&with(vec![scratch, pvc])).unwrap();
+        let r = SupportedVolumes.admit(&with(vec![scratch, pvc]), &[]).unwrap();
         assert_eq!(r.reason, "UnsupportedVolume");
         assert!(
             r.message.starts_with("volume \"data\" has type persistentVolumeClaim, which rkubelet does not support")
@@ -224,12 +224,15 @@ mod tests {
     #[test]
     fn safe_and_allowed_sysctls_are_admitted_others_refused_as_upstream() {
         let a = SysctlAllowlist::new(&["net.core.somaxconn".into(), "kernel.msg*".into()]).unwrap();
-        assert_eq!(a.admit(&pod(&["net.ipv4.tcp_syncookies", "net.core.somaxconn", "kernel.msgmax"], false)), None);
-        assert_eq!(a.admit(&pod(&["net/ipv4/ip_local_port_range"], false)), None, "slash form");
-        let r = a.admit(&pod(&["kernel.sched_latency_ns"], false)).unwrap();
+        assert_eq!(
+            a.admit(&pod(&["net.ipv4.tcp_syncookies", "net.core.somaxconn", "kernel.msgmax"], false), &[]),
+            None
+        );
+        assert_eq!(a.admit(&pod(&["net/ipv4/ip_local_port_range"], false), &[]), None, "slash form");
+        let r = a.admit(&pod(&["kernel.sched_latency_ns"], false), &[]).unwrap();
         assert_eq!(r.reason, "SysctlForbidden");
         assert_eq!(r.message, "forbidden sysctl: \"kernel.sched_latency_ns\" not allowlisted");
-        let r = a.admit(&pod(&["net.ipv4.tcp_syncookies"], true)).unwrap();
+        let r = a.admit(&pod(&["net.ipv4.tcp_syncookies"], true), &[]).unwrap();
         assert_eq!(r.message, "forbidden sysctl: \"net.ipv4.tcp_syncookies\" not allowed with host net enabled");
         assert!(SysctlAllowlist::new(&["vm.swappiness".into()]).is_err(), "node-wide sysctls cannot be allowed");
     }

@@ -19,6 +19,7 @@ pub mod nodestatus;
 pub mod object_cache;
 pub mod pod_manager;
 pub mod pod_workers;
+pub mod predicate;
 pub mod pressure;
 pub mod probes;
 pub mod runtime_state;

@@ -185,7 +185,7 @@ impl ActivePods for PodsView {
 pub struct PressureAdmit(pub Arc<PressureState>);
 
 impl PodAdmitHandler for PressureAdmit {
-    fn admit(&self, pod: &Pod) -> Option<AdmitResult> {
+    fn admit(&self, pod: &Pod, _others: &[Arc<Pod>]) -> Option<AdmitResult> {
         self.0.admit(pod).map(|(reason, message)| AdmitResult { reason, message })
     }
 }

@@ -231,8 +231,9 @@ impl SyncLoop {
         if is_terminal_phase(pod.status.as_ref().and_then(|s| s.phase.as_deref())) {
             return true;
         }
-        let Some(r) = self.deps.admit.iter().find_map(|h| h.admit(pod)) else { return true };
         let uid = kubelet_types::pod_update::pod_uid(pod);
+        let others = self.admitted_pods(&uid);
+        let Some(r) = self.deps.admit.iter().find_map(|h| h.admit(pod, &others)) else { return true };
         warn!(pod = %kubelet_types::pod_update::pod_ref(pod), podUID = %uid, reason = %r.reason, message = %r.message, "pod rejected at admission");
         self.deps.recorder.event(&pod_reference(pod), WARNING, &r.reason, r.message.clone());
         let status = k8s_openapi::api::core::v1::PodStatus {
@@ -245,6 +246,29 @@ impl SyncLoop {
         self.deps.status.set_pod_status(pod, status);
         self.rejected.insert(uid);
         false
+    }
+
+    /// The pods admitted and still active (`GetActivePods` as admission sees it): neither refused, nor finished,
+    /// nor terminal unless still stopping. Pods admitted earlier in the same batch count.
+    fn admitted_pods(&self, except: &PodUid) -> Vec<Arc<Pod>> {
+        self.pods
+            .pods()
+            .filter(|p| {
+                let uid = kubelet_types::pod_update::pod_uid(p);
+                if &uid == except || self.rejected.contains(&uid) {
+                    return false;
+                }
+                let worker = self.deps.workers.phase(&uid);
+                if worker == Some(WorkerPhase::Finished) {
+                    return false;
+                }
+                let status_phase = self.deps.status.get(&uid).and_then(|s| s.phase.clone());
+                let api_phase = p.status.as_ref().and_then(|s| s.phase.clone());
+                let terminal = is_terminal_phase(status_phase.as_deref()) || is_terminal_phase(api_phase.as_deref());
+                !terminal || worker == Some(WorkerPhase::Terminating)
+            })
+            .cloned()
+            .collect()
     }
 
     fn handle_pleg(&mut self, e: PodLifecycleEvent) {

@@ -181,6 +181,12 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         return Ok(());
     };
 
+    // The Node admission reads: the initial one until the apiserver's is known (`getNodeAnyWay`).
+    let inputs = node::node_inputs(&cfg, &node_name, &host_ips, &root_dir, runtime_version);
+    let initial_node =
+        kubelet::nodestatus::setters::initial_node_with_status(&inputs, &cli.node_labels, &cfg.register_with_taints);
+    let (node_tx, node_rx) = watch::channel(Some(initial_node));
+
     let cgroups: Arc<dyn PodCgroups> = if cfg.cgroups_per_qos.unwrap_or(true) {
         let root = PathBuf::from("/sys/fs/cgroup");
         let m = CgroupfsManager::new(root.join(cfg.cgroup_root.trim_start_matches('/')))
@@ -235,6 +241,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         Arc::new(kubelet::pressure::PressureAdmit(pressure.clone())),
         Arc::new(sysctls),
         Arc::new(kubelet::admission::NodeOs),
+        Arc::new(kubelet::predicate::PredicateAdmit { node: node_rx }),
         Arc::new(kubelet::admission::SupportedVolumes),
     ];
     let volumes = Arc::new(
@@ -298,10 +305,9 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
             cfg: &cfg,
             pressure: pressure.clone(),
             kubeconfig: kc,
-            root_dir: &root_dir,
             node_name: &node_name,
-            node_ips: &host_ips,
-            runtime_version,
+            inputs,
+            node_watch: node_tx,
             runtime_state: runtime_state.clone(),
             pleg: pleg_health.clone(),
             images: remote.clone(),

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use anyhow::Context;
 use async_trait::async_trait;
 use kubelet::events::{EventMsg, EventSink, EventWriter};
-use kubelet::nodestatus::machine::read_machine_info;
 use kubelet::nodestatus::manager::NodeStatusConfig;
 use kubelet::nodestatus::manager::node_reference;
 use kubelet::nodestatus::setters::{NodeHealth, NodeImage, NodeInputs};
@@ -73,14 +72,12 @@ pub struct ClusterDeps<'a> {
     pub pressure: Arc<kubelet_eviction::PressureState>,
     /// `--kubeconfig`.
     pub kubeconfig: &'a Path,
-    /// `--root-dir`.
-    pub root_dir: &'a Path,
     /// The node's name.
     pub node_name: &'a str,
-    /// The node's IPs.
-    pub node_ips: &'a [String],
-    /// `<runtime>://<version>`.
-    pub runtime_version: String,
+    /// What the node status is made of.
+    pub inputs: NodeInputs,
+    /// Where the Node is published for admission.
+    pub node_watch: tokio::sync::watch::Sender<Option<k8s_openapi::api::core::v1::Node>>,
     /// Runtime health.
     pub runtime_state: Arc<RuntimeState>,
     /// PLEG health.
@@ -107,20 +104,7 @@ pub async fn start(
     let api = KubeApi::from_kubeconfig(d.kubeconfig).await.context("connect to the apiserver")?;
     let api =
         Arc::new(api.with_rate_limit(f64::from(cfg.kube_api_qps.unwrap_or(50)), cfg.kube_api_burst.max(1) as u32));
-    let inputs = NodeInputs {
-        node_name: d.node_name.to_string(),
-        hostname: d.node_name.to_string(),
-        node_ips: d.node_ips.to_vec(),
-        machine: read_machine_info(d.root_dir),
-        max_pods: i64::from(cfg.max_pods),
-        kube_reserved: cfg.kube_reserved.clone(),
-        system_reserved: cfg.system_reserved.clone(),
-        eviction_hard: cfg.eviction_hard.clone().unwrap_or_default(),
-        runtime_version: d.runtime_version,
-        kubelet_version: crate::KUBERNETES_VERSION.into(),
-        port: cfg.port,
-        max_images: cfg.node_status_max_images.unwrap_or(50),
-    };
+    let inputs = d.inputs;
     let signals = Arc::new(Signals { runtime: d.runtime_state, pleg: d.pleg, images: d.images, pressure: d.pressure });
     if cfg.register_node.unwrap_or(true) {
         let ns_cfg = NodeStatusConfig {
@@ -131,7 +115,8 @@ pub async fn start(
             register_schedulable: true,
         };
         let m = NodeStatusManager::new(api.clone(), signals, inputs, ns_cfg, d.clock.clone())
-            .with_recorder(Arc::new(d.events.0.clone()));
+            .with_recorder(Arc::new(d.events.0.clone()))
+            .with_node_watch(d.node_watch);
         tracker.spawn(m.run(cancel.clone()));
     }
     let (sink, rx) = d.events;

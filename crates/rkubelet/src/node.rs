@@ -51,3 +51,27 @@ pub fn memory_capacity() -> u64 {
         m => m,
     }
 }
+
+/// What the node status is made of (`initialNode`'s inputs and the setters').
+pub fn node_inputs(
+    cfg: &kubelet_config::kubelet_config::KubeletConfiguration,
+    node_name: &str,
+    node_ips: &[String],
+    root_dir: &std::path::Path,
+    runtime_version: String,
+) -> kubelet::nodestatus::setters::NodeInputs {
+    kubelet::nodestatus::setters::NodeInputs {
+        node_name: node_name.to_string(),
+        hostname: node_name.to_string(),
+        node_ips: node_ips.to_vec(),
+        machine: kubelet::nodestatus::machine::read_machine_info(root_dir),
+        max_pods: i64::from(cfg.max_pods),
+        kube_reserved: cfg.kube_reserved.clone(),
+        system_reserved: cfg.system_reserved.clone(),
+        eviction_hard: cfg.eviction_hard.clone().unwrap_or_default(),
+        runtime_version,
+        kubelet_version: crate::KUBERNETES_VERSION.into(),
+        port: cfg.port,
+        max_images: cfg.node_status_max_images.unwrap_or(50),
+    }
+}

@@ -110,6 +110,13 @@ impl NodeStatusManager {
         self
     }
 
+    /// Publishes the Node into `tx` (registered, then as read and updated at every status update) instead of an
+    /// own channel: admission reads the Node's labels, taints and allocatable from it.
+    pub fn with_node_watch(mut self, tx: tokio::sync::watch::Sender<Option<Node>>) -> Self {
+        self.registered = tx;
+        self
+    }
+
     /// Receives the registered Node (None until registration succeeded).
     pub fn registered(&self) -> tokio::sync::watch::Receiver<Option<Node>> {
         self.registered.subscribe()
@@ -187,11 +194,13 @@ impl NodeStatusManager {
         let changed = old.map(without_heartbeats) != desired.status.as_ref().map(without_heartbeats);
         let due = last_report.is_none_or(|at| at.elapsed() >= self.cfg.report_frequency);
         if !changed && !due {
+            self.registered.send_replace(Some(current));
             return Ok(false);
         }
         let patch = node_status_patch(&current, &desired)
             .map_err(|e| ApiError::Other { code: 0, message: format!("node status patch: {e}") })?;
         self.api.patch_node_status(&self.inputs.node_name, &patch).await?;
+        self.registered.send_replace(Some(desired.clone()));
         if old.and_then(ready_of) != ready_of(&status) {
             info!(node = %self.inputs.node_name, ready = ?ready_of(&status), "node Ready condition changed");
             let (reason, word) = if ready_of(&status).as_deref() == Some("True") {

@@ -298,6 +298,15 @@ pub fn initial_node(
     }
 }
 
+/// The Node as admission sees it before (or without) an apiserver (`getNodeAnyWay` → `initialNode` with
+/// `setNodeStatus`): the initial Node with its capacity and allocatable.
+pub fn initial_node_with_status(i: &NodeInputs, node_labels: &BTreeMap<String, String>, taints: &[Taint]) -> Node {
+    let mut n = initial_node(i, node_labels, taints, true);
+    n.status =
+        Some(NodeStatus { capacity: Some(capacity(i)), allocatable: Some(allocatable(i)), ..Default::default() });
+    n
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
