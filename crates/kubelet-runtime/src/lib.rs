@@ -10,6 +10,7 @@ pub mod backoff;
 pub mod cache;
 pub mod config_gen;
 pub mod container;
+pub mod container_gc;
 pub mod env;
 pub mod hash;
 pub mod hosts;

@@ -653,7 +653,7 @@ impl RuntimeManager {
     }
 
     /// The `/var/log/containers` link of a container, from its labels.
-    fn log_link(
+    pub(crate) fn log_link(
         &self,
         id: &str,
         labels: &HashMap<String, String>,
@@ -711,29 +711,6 @@ impl RuntimeManager {
             self.stopped_sandboxes.lock().unwrap().remove(&id);
         }
         self.reasons.forget_pod(uid);
-        Ok(())
-    }
-
-    /// Removes exited containers of a pod beyond the newest `keep` exited ones per container name (container
-    /// GC, `maxPerPodContainer`), and sandboxes that are not ready and not the newest.
-    pub async fn gc_pod(&self, status: &PodStatus, keep: usize) -> CriResult<()> {
-        let mut count: HashMap<&str, usize> = HashMap::new();
-        for c in status.container_statuses.iter().filter(|c| c.state == ContainerState::Exited) {
-            let n = count.entry(c.name.as_str()).or_default();
-            *n += 1;
-            if *n > keep {
-                self.remove_container(&c.id).await?;
-            }
-        }
-        // A dead sandbox that still holds containers stays: its logs are still wanted (`evictSandboxes`).
-        for s in status.sandbox_statuses.iter().skip(1) {
-            let filter = api::ContainerFilter { pod_sandbox_id: s.id.clone(), ..Default::default() };
-            let holds_containers = !self.runtime.list_containers(Some(filter)).await?.is_empty();
-            if s.state == SandboxState::NotReady && !holds_containers {
-                self.runtime.remove_pod_sandbox(&s.id).await.or_else(ignore_not_found)?;
-                self.stopped_sandboxes.lock().unwrap().remove(&s.id);
-            }
-        }
         Ok(())
     }
 }

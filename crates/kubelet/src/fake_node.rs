@@ -116,6 +116,7 @@ impl FakeNode {
             admit: vec![],
             status: status.clone(),
             recorder: Arc::new(kubelet_types::events::LogRecorder),
+            node_name: "fake-node".into(),
         });
         tracker.spawn(sync_loop.run(cancel.clone()));
         Self { runtime, status, updates, cancel, tracker }

@@ -14,6 +14,7 @@ pub mod admission;
 pub mod cm;
 pub mod events;
 pub mod fake_node;
+pub mod gc;
 pub mod mirror;
 pub mod nodestatus;
 pub mod object_cache;

@@ -194,32 +194,29 @@ impl PodAdmitHandler for PressureAdmit {
 pub struct RuntimeReclaimer {
     /// The runtime manager.
     pub runtime: Arc<kubelet_runtime::RuntimeManager>,
-    /// The PLEG's cache.
-    pub cache: Arc<kubelet_runtime::PodCache>,
+    /// The sync loop's published pods.
+    pub pods: watch::Receiver<Arc<Vec<Arc<Pod>>>>,
     /// The workers (whose pods are finished).
     pub workers: PodWorkers,
+    /// The statuses (which pods were evicted).
+    pub status: Arc<StatusManager>,
+    /// Whether every pod source has been read.
+    pub sources_ready: Arc<kubelet_config::podconfig::SourcesReady>,
     /// The image collector.
     pub images: Arc<kubelet_runtime::image_gc::ImageGcManager>,
 }
 
 #[async_trait]
 impl kubelet_eviction::NodeReclaimer for RuntimeReclaimer {
-    /// Pods that finished lose every container and sandbox (evicted and terminated pods included, as upstream with
-    /// `evictNonDeletedPods`); running pods keep their newest exited instance per container.
+    /// The container garbage collection with `evictNonDeletedPods`: terminated pods lose their dead containers and
+    /// sandboxes too, running ones keep their newest dead instance per container.
     async fn delete_unused_containers(&self) -> Result<(), String> {
-        let mut errors = vec![];
-        for st in self.cache.statuses() {
-            let r = match self.workers.phase(&st.id) {
-                Some(WorkerPhase::Syncing | WorkerPhase::Terminating) => self.runtime.gc_pod(&st, 1).await,
-                Some(WorkerPhase::Finished) => self.runtime.remove_pod(&st.id, Some(&st)).await,
-                // Being cleaned up, or not (yet) known to a worker: left alone.
-                Some(WorkerPhase::Terminated) | None => Ok(()),
-            };
-            if let Err(e) = r {
-                errors.push(format!("pod {}/{}: {e}", st.namespace, st.name));
-            }
-        }
-        if errors.is_empty() { Ok(()) } else { Err(errors.join("; ")) }
+        let pods = self.pods.borrow().clone();
+        let lookup = |uid: &kubelet_types::PodUid| pods.iter().find(|p| &pod_uid(p) == uid).cloned();
+        let ready = self.sources_ready.all_ready();
+        let states = crate::gc::PodStates { pod: &lookup, workers: &self.workers, status: &self.status, synced: ready };
+        let policy = kubelet_runtime::container_gc::GcPolicy::default();
+        self.runtime.garbage_collect(policy, ready, true, &states).await.map_err(|e| e.join("; "))
     }
 
     async fn delete_unused_images(&self) -> Result<u64, String> {

@@ -37,8 +37,6 @@ use kubelet_types::events::{Recorder, WARNING, pod_reference};
 pub const HOUSEKEEPING_PERIOD: Duration = Duration::from_secs(2);
 /// Dead containers are collected every this many housekeeping ticks (one minute, `ContainerGCPeriod`).
 const CONTAINER_GC_TICKS: u32 = 30;
-/// Exited instances kept per container (`maxPerPodContainer`).
-const MAX_PER_POD_CONTAINER: usize = 1;
 
 /// Everything the sync loop talks to.
 pub struct SyncLoopDeps {
@@ -76,6 +74,8 @@ pub struct SyncLoopDeps {
     pub status: Arc<StatusManager>,
     /// Where rejections are recorded.
     pub recorder: Arc<dyn Recorder>,
+    /// The node's name (its events).
+    pub node_name: String,
 }
 
 /// The sync loop.
@@ -380,10 +380,20 @@ impl SyncLoop {
         self.reconcile_mirrors();
 
         if self.ticks.is_multiple_of(CONTAINER_GC_TICKS) {
-            for st in runtime_pods.iter().filter(|s| desired.contains(&s.id)) {
-                if let Err(e) = self.deps.runtime.gc_pod(st, MAX_PER_POD_CONTAINER).await {
-                    warn!(podUID = %st.id, error = %e, "container garbage collection failed");
-                }
+            let pods = &self.pods;
+            let lookup = |uid: &PodUid| pods.get(uid).cloned();
+            let states = crate::gc::PodStates {
+                pod: &lookup,
+                workers: &self.deps.workers,
+                status: &self.deps.status,
+                synced: true,
+            };
+            let policy = kubelet_runtime::container_gc::GcPolicy::default();
+            if let Err(errors) = self.deps.runtime.garbage_collect(policy, true, false, &states).await {
+                let message = errors.join("; ");
+                warn!(error = %message, "container garbage collection failed");
+                let node = crate::nodestatus::manager::node_reference(&self.deps.node_name);
+                self.deps.recorder.event(&node, WARNING, "ContainerGCFailed", message);
             }
         }
     }

@@ -392,15 +392,17 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         kubelet_eviction::EvictionDeps {
             stats: Arc::new(kubelet::pressure::SummaryStats(stats)),
             pods: Arc::new(kubelet::pressure::PodsView {
-                pods: pods_rx,
+                pods: pods_rx.clone(),
                 workers: workers.clone(),
                 status: status.clone(),
             }),
             killer: Arc::new(kubelet::pressure::WorkerKiller(workers.clone())),
             reclaimer: Arc::new(kubelet::pressure::RuntimeReclaimer {
                 runtime: runtime.clone(),
-                cache: cache.clone(),
+                pods: pods_rx.clone(),
                 workers: workers.clone(),
+                status: status.clone(),
+                sources_ready: sources_ready.clone(),
                 images: image_gc,
             }),
             recorder: recorder.clone(),
@@ -432,6 +434,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         admit,
         status: status.clone(),
         recorder,
+        node_name: node_name.clone(),
     });
     tracker.spawn(sync_loop.run(cancel.clone()));
     info!("started kubelet");
