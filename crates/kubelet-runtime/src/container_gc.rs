@@ -81,7 +81,7 @@ impl RuntimeManager {
 
     async fn remove_oldest(&self, mut list: Vec<Dead>, n: usize) -> Vec<Dead> {
         let keep = list.len().saturating_sub(n);
-        list.sort_by(|a, b| b.created_at.cmp(&a.created_at));
+        list.sort_by_key(|d| std::cmp::Reverse(d.created_at));
         for d in list.drain(keep..) {
             if let Err(e) = self.remove_container(&d.id).await {
                 warn!(containerID = %d.id, error = %e, "failed to remove container");
@@ -160,7 +160,7 @@ impl RuntimeManager {
         }
         for (uid, mut list) in by_pod {
             let all = pods.content_removable(&uid) || (evict_non_deleted && pods.runtime_removable(&uid));
-            list.sort_by(|a, b| b.0.created_at.cmp(&a.0.created_at));
+            list.sort_by_key(|(s, _)| std::cmp::Reverse(s.created_at));
             let keep = if all { 0 } else { 1 };
             for (s, active) in list.into_iter().skip(keep) {
                 if active {
