@@ -531,6 +531,29 @@ impl RuntimeService for FakeRuntime {
         Ok(())
     }
 
+    async fn reopen_container_log(&self, id: &str) -> CriResult<()> {
+        let st = self.enter("ReopenContainerLog")?;
+        let c = st.containers.get(id).ok_or_else(|| CriError::NotFound {
+            op: "ReopenContainerLog",
+            message: format!("container {id} not found"),
+        })?;
+        if c.state != RUNNING {
+            return Err(CriError::Other {
+                op: "ReopenContainerLog",
+                code: "FailedPrecondition".into(),
+                message: format!("container {id} is not running"),
+            });
+        }
+        if !c.config.log_path.is_empty() {
+            std::fs::File::create(&c.config.log_path).map_err(|e| CriError::Other {
+                op: "ReopenContainerLog",
+                code: "Internal".into(),
+                message: e.to_string(),
+            })?;
+        }
+        Ok(())
+    }
+
     async fn list_containers(&self, filter: Option<api::ContainerFilter>) -> CriResult<Vec<api::Container>> {
         let st = self.enter("ListContainers")?;
         let f = filter.unwrap_or_default();

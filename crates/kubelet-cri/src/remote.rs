@@ -238,6 +238,13 @@ impl RuntimeService for RemoteRuntime {
         Ok(crate::ExecOutput { stdout: resp.stdout, stderr: resp.stderr, exit_code: resp.exit_code })
     }
 
+    async fn reopen_container_log(&self, id: &str) -> CriResult<()> {
+        let mut c = self.runtime.clone();
+        let r = self.req(api::ReopenContainerLogRequest { container_id: id.to_string() }, Some(self.timeout));
+        self.call("ReopenContainerLog", Some(self.timeout), c.reopen_container_log(r)).await?;
+        Ok(())
+    }
+
     async fn remove_container(&self, id: &str) -> CriResult<()> {
         let mut c = self.runtime.clone();
         let r = self.req(api::RemoveContainerRequest { container_id: id.to_string() }, Some(self.timeout));

@@ -41,6 +41,11 @@ pub trait RuntimeService: Send + Sync + 'static {
     async fn stop_container(&self, id: &str, timeout: i64) -> CriResult<()>;
     /// Removes a container; idempotent.
     async fn remove_container(&self, id: &str) -> CriResult<()>;
+    /// Asks the runtime to reopen the container's log file at its path (`ReopenContainerLog`, after a rotation).
+    async fn reopen_container_log(&self, id: &str) -> CriResult<()> {
+        let _ = id;
+        Err(crate::CriError::Unimplemented { op: "ReopenContainerLog" })
+    }
     /// Containers matching the filter.
     async fn list_containers(&self, filter: Option<api::ContainerFilter>) -> CriResult<Vec<api::Container>>;
     /// Status of a container.

@@ -18,6 +18,7 @@ pub mod image_gc;
 pub mod kill;
 pub mod labels;
 pub mod lifecycle;
+pub mod log_rotation;
 pub mod logs;
 pub mod manager;
 pub mod pleg;

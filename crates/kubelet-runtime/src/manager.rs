@@ -644,11 +644,15 @@ impl RuntimeManager {
 
     /// Removes a container and its `/var/log/containers` link (`removeContainer`, `removeContainerLog`).
     pub async fn remove_container(&self, id: &str) -> CriResult<()> {
-        let link = match self.runtime.container_status(id).await {
-            Ok(st) => Some(self.log_link(id, &st.labels, &st.annotations)),
-            Err(e) if e.is_not_found() => None,
+        let (link, log) = match self.runtime.container_status(id).await {
+            Ok(st) => (Some(self.log_link(id, &st.labels, &st.annotations)), Some(st.log_path)),
+            Err(e) if e.is_not_found() => (None, None),
             Err(e) => return Err(e),
         };
+        // Its log and rotated logs go with it (`ContainerLogManager.Clean`).
+        if let Some(log) = log.filter(|l| !l.is_empty()) {
+            crate::log_rotation::remove_logs(std::path::Path::new(&log));
+        }
         self.remove_container_and_link(id, link).await
     }
 

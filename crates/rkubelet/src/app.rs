@@ -117,6 +117,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     info!(nodeName = %node_name, nodeIPs = ?host_ips, version = crate::KUBERNETES_VERSION, "starting rkubelet");
 
     let eviction_cfg = crate::pressure::eviction_config(&cfg)?;
+    let log_rotation = crate::pressure::log_rotation(&cfg)?;
     let pressure = Arc::new(kubelet_eviction::PressureState::default());
     let root_dir = cli.root_dir.clone();
     let pods_dir = root_dir.join("pods");
@@ -265,6 +266,10 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         .with_node_facts(node_facts);
     let runtime = Arc::new(runtime);
 
+    if let Some(rot) = log_rotation {
+        let m = kubelet_runtime::log_rotation::ContainerLogManager::new(remote.clone(), rot, clock.clone());
+        tracker.spawn(m.run(cancel.clone()));
+    }
     let runtime_state = Arc::new(RuntimeState::default());
     tracker.spawn(runtime_state.clone().run(remote.clone() as Arc<dyn RuntimeService>, cancel.clone()));
 

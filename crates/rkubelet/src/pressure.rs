@@ -41,3 +41,21 @@ pub fn image_gc_policy(cfg: &KubeletConfiguration) -> ImageGcPolicy {
         max_age: cfg.image_maximum_gc_age.0,
     }
 }
+
+/// Container log rotation's settings; None when `containerLogMaxSize` is negative (rotation off, as upstream's
+/// stub manager).
+pub fn log_rotation(
+    cfg: &KubeletConfiguration,
+) -> anyhow::Result<Option<kubelet_runtime::log_rotation::LogRotationConfig>> {
+    let size = kubelet_types::quantity::parse_quantity(&cfg.container_log_max_size)
+        .ok_or_else(|| anyhow::anyhow!("containerLogMaxSize: invalid quantity {:?}", cfg.container_log_max_size))?;
+    if size < 0.0 {
+        return Ok(None);
+    }
+    Ok(Some(kubelet_runtime::log_rotation::LogRotationConfig {
+        max_size: size as u64,
+        max_files: cfg.container_log_max_files.unwrap_or(5).max(2) as usize,
+        workers: cfg.container_log_max_workers.unwrap_or(1).max(1) as usize,
+        interval: cfg.container_log_monitor_interval.map(|d| d.0).unwrap_or(std::time::Duration::from_secs(10)),
+    }))
+}

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use common::kubelet_api::KubeletApi;
 use common::*;
 use kubelet_cri::ImageService;
 use sha2::{Digest, Sha256};
@@ -139,4 +140,85 @@ async fn disk_pressure_collects_unused_images_but_not_used_or_sandbox_ones() {
 /// The kubelet's `/metrics` on the read-only port.
 async fn reqwest_metrics() -> String {
     http_get(READ_ONLY_PORT, "/metrics").await.map(|(_, b)| b).unwrap_or_default()
+}
+
+/// A container that writes about 200 KiB a second in numbered lines and exits after `lines` (0: never).
+fn chatty(lines: u32) -> String {
+    let pad = "x".repeat(100);
+    format!(
+        "trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); echo \"line-$i {pad}\"; \
+         [ $((i % 200)) = 0 ] && sleep 0.1; [ {lines} -gt 0 ] && [ $i -ge {lines} ] && exit 3; done"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_logs_rotate_at_their_size_and_logs_keep_working() {
+    let (_g, _rt) = fresh_runtime().await;
+    let pod_yaml = manifest("chatty", &[], &[("app", &chatty(0)), ("restarter", &chatty(3000))], "");
+    let mut node = Node::start_with(&[("chatty.yaml", &pod_yaml)], |n| {
+        std::fs::read_to_string(&n.config)
+            .unwrap()
+            .replace("anonymous:\n    enabled: false", "anonymous:\n    enabled: true")
+            + "containerLogMaxSize: 200Ki\ncontainerLogMaxFiles: 3\ncontainerLogMonitorInterval: 3s\n"
+    });
+    let p = node.wait_running("chatty-e2e-node").await;
+    let m = &p["metadata"];
+    let dir = node.logs.join(format!(
+        "{}_{}_{}/app",
+        m["namespace"].as_str().unwrap(),
+        m["name"].as_str().unwrap(),
+        m["uid"].as_str().unwrap()
+    ));
+    let files = |d: &Path| -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(d)
+            .map(|rd| rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default();
+        v.sort();
+        v
+    };
+    // Rotated, then rotated again: one compressed, the newest plain, never more than 3 files.
+    let seen = node
+        .wait_for("a compressed rotated log", Duration::from_secs(60), || async {
+            let f = files(&dir);
+            assert!(f.len() <= 3, "containerLogMaxFiles is 3: {f:?}");
+            f.iter().any(|n| n.ends_with(".gz")).then_some(f)
+        })
+        .await;
+    let stamped = |n: &str| {
+        n.strip_prefix("0.log.")
+            .map(|s| s.trim_end_matches(".gz"))
+            .is_some_and(|ts| ts.len() == 15 && ts.as_bytes()[8] == b'-')
+    };
+    assert!(seen.iter().filter(|n| *n != "0.log").all(|n| stamped(n)), "0.log.<YYYYMMDD-hhmmss>[.gz]: {seen:?}");
+    let gz = seen.iter().find(|n| n.ends_with(".gz")).unwrap();
+    let mut text = String::new();
+    std::io::Read::read_to_string(
+        &mut flate2::read::GzDecoder::new(std::fs::File::open(dir.join(gz)).unwrap()),
+        &mut text,
+    )
+    .unwrap();
+    assert!(text.lines().all(|l| l.contains(" stdout F line-")), "CRI log lines in the compressed file");
+
+    // The kubelet API still serves the log (the current file), with lines later than the rotated ones.
+    let api = KubeletApi::new(SECURE_PORT);
+    let path = "/containerLogs/default/chatty-e2e-node/app?tailLines=1";
+    let (code, last) = api.get(path).await;
+    assert_eq!(code, 200);
+    let n: u64 = last.split_whitespace().next().and_then(|w| w.strip_prefix("line-")?.parse().ok()).unwrap();
+    let rotated_last: u64 =
+        text.lines().last().and_then(|l| l.split_whitespace().nth(3)?.strip_prefix("line-")?.parse().ok()).unwrap();
+    assert!(n > rotated_last, "current log line {n} after the rotated {rotated_last}");
+
+    // --previous across rotations: the restarter's first instance ended at line-3000.
+    node.wait_for("the restarter restarted", Duration::from_secs(90), || async {
+        pod("chatty-e2e-node")
+            .await
+            .and_then(|p| container_status(&p, "restarter").map(|s| s["restartCount"].as_u64() >= Some(1)))
+            .filter(|r| *r)
+    })
+    .await;
+    let (code, prev) = api.get("/containerLogs/default/chatty-e2e-node/restarter?previous=true&tailLines=1").await;
+    assert_eq!(code, 200, "{prev}");
+    assert!(prev.starts_with("line-3000 "), "{prev}");
+    node.assert_alive();
 }
