@@ -323,3 +323,70 @@ async fn admission_refuses_what_does_not_fit_with_upstreams_reasons() {
     );
     node.assert_alive();
 }
+
+/// Writes one record to the kernel log, as the kernel would print it.
+fn kmsg(line: &str) {
+    use std::io::Write;
+    let mut f = std::fs::OpenOptions::new().write(true).open("/dev/kmsg").unwrap();
+    f.write_all(line.as_bytes()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oom_kills_keep_their_reason_and_system_ooms_become_node_events() {
+    let (_g, _rt) = fresh_runtime().await;
+    let env = TestEnv::new().await;
+    let mut node = env.start_node(&[]);
+    env.wait_node_ready(&mut node).await;
+    // A container over its 16Mi limit: killed by the kernel inside its memcg, OOMKilled in its status.
+    let limited = "    resources:\n      limits: {memory: 16Mi}\n";
+    env.create(&pod(&env, "greedy", "sleep 1; exec dd if=/dev/zero of=/dev/null bs=64M count=1", limited, "")).await;
+    let p = node
+        .wait_for("the container OOM-killed", Duration::from_secs(60), || async {
+            env.pod("greedy").await.filter(|p| {
+                container_status(p, "greedy").is_some_and(|s| {
+                    s["lastState"]["terminated"]["reason"] == "OOMKilled"
+                        || s["state"]["terminated"]["reason"] == "OOMKilled"
+                })
+            })
+        })
+        .await;
+    let s = container_status(&p, "greedy").unwrap();
+    let t = if s["lastState"]["terminated"].is_object() {
+        &s["lastState"]["terminated"]
+    } else {
+        &s["state"]["terminated"]
+    };
+    assert_eq!(t["exitCode"], 137, "{s}");
+    // The kernel logged it as a memcg OOM: no node event for it.
+    let events = || async {
+        env.kubectl(&[
+            "get",
+            "events",
+            "-A",
+            "--field-selector",
+            &format!("involvedObject.name={},reason=SystemOOM", env.node),
+            "-o",
+            "json",
+        ])
+        .await
+    };
+    assert!(!events().await.contains("victim process"), "a container's own OOM is no system OOM");
+
+    // A machine-wide OOM, as a kernel of 5.0 or later prints it.
+    let pid = 40000 + (std::process::id() % 20000);
+    kmsg(
+        "<4>e2e-hog invoked oom-killer: gfp_mask=0x140cca(GFP_HIGHUSER_MOVABLE|__GFP_COMP), order=0, oom_score_adj=0\n",
+    );
+    kmsg(&format!(
+        "<6>oom-kill:constraint=CONSTRAINT_NONE,nodemask=(null),cpuset=/,mems_allowed=0,global_oom,task_memcg=/,task=e2e-hog,pid={pid},uid=0\n"
+    ));
+    kmsg(&format!(
+        "<3>Out of memory: Killed process {pid} (e2e-hog) total-vm:2000000kB, anon-rss:1900000kB, file-rss:0kB\n"
+    ));
+    let want = format!("System OOM encountered, victim process: e2e-hog, pid: {pid}");
+    node.wait_for("the SystemOOM event on the Node", Duration::from_secs(30), || async {
+        events().await.contains(&want).then_some(())
+    })
+    .await;
+    node.assert_alive();
+}

@@ -18,6 +18,7 @@ pub mod gc;
 pub mod mirror;
 pub mod nodestatus;
 pub mod object_cache;
+pub mod oom;
 pub mod pod_manager;
 pub mod pod_workers;
 pub mod predicate;

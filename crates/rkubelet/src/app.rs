@@ -379,6 +379,9 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         node_ref.clone(),
         cancel.clone(),
     ));
+    let oom =
+        kubelet::oom::OomWatcher { kmsg: "/dev/kmsg".into(), recorder: recorder.clone(), node_ref: node_ref.clone() };
+    tracker.spawn(oom.run(cancel.clone()));
     let wakeups = kubelet_eviction::notifier::spawn(
         kubelet_eviction::notifier::NotifierConfig {
             cgroup_root: "/sys/fs/cgroup".into(),
