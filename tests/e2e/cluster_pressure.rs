@@ -171,6 +171,12 @@ async fn memory_scenario(notifier: bool) -> Duration {
         .await;
     let c = n["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "MemoryPressure").unwrap();
     assert_eq!(c["reason"], "KubeletHasInsufficientMemory", "{c}");
+    let selector = format!("involvedObject.name={},reason=NodeHasInsufficientMemory", env.node);
+    node.wait_for("the NodeHasInsufficientMemory event", Duration::from_secs(30), || async {
+        let out = env.kubectl(&["get", "events", "-A", "--field-selector", &selector, "-o", "name"]).await;
+        (!out.trim().is_empty()).then_some(())
+    })
+    .await;
     env.create(&pod(&env, "late", QUIET, "", "")).await;
     let late = wait_evicted(&env, &mut node, "late").await;
     assert_eq!(late["status"]["message"], "Pod was rejected: The node had condition: [MemoryPressure]. ", "{late}");

@@ -201,6 +201,23 @@ impl NodeStatusManager {
             .map_err(|e| ApiError::Other { code: 0, message: format!("node status patch: {e}") })?;
         self.api.patch_node_status(&self.inputs.node_name, &patch).await?;
         self.registered.send_replace(Some(desired.clone()));
+        // Pressure transitions, as upstream's condition setters record them (also when first set).
+        for (kind, yes, no) in [
+            ("MemoryPressure", "NodeHasInsufficientMemory", "NodeHasSufficientMemory"),
+            ("DiskPressure", "NodeHasDiskPressure", "NodeHasNoDiskPressure"),
+            ("PIDPressure", "NodeHasInsufficientPID", "NodeHasSufficientPID"),
+        ] {
+            let new = condition_of(&status, kind);
+            if old.and_then(|o| condition_of(o, kind)) != new {
+                let word = if new.as_deref() == Some("True") { yes } else { no };
+                self.recorder.event(
+                    &node_reference(&self.inputs.node_name),
+                    kubelet_types::events::NORMAL,
+                    word,
+                    format!("Node {} status is now: {word}", self.inputs.node_name),
+                );
+            }
+        }
         if old.and_then(ready_of) != ready_of(&status) {
             info!(node = %self.inputs.node_name, ready = ?ready_of(&status), "node Ready condition changed");
             let (reason, word) = if ready_of(&status).as_deref() == Some("True") {
@@ -272,7 +289,11 @@ pub fn with_kubelet_status(current: &Node, ours: &NodeStatus) -> Node {
 }
 
 fn ready_of(s: &NodeStatus) -> Option<String> {
-    s.conditions.as_ref()?.iter().find(|c| c.type_ == "Ready").map(|c| c.status.clone())
+    condition_of(s, "Ready")
+}
+
+fn condition_of(s: &NodeStatus, kind: &str) -> Option<String> {
+    s.conditions.as_ref()?.iter().find(|c| c.type_ == kind).map(|c| c.status.clone())
 }
 
 #[cfg(test)]
