@@ -2,6 +2,8 @@
 //!
 //! [`ContainerLogManager::run`] lists the containers every `containerLogMonitorInterval` (first pass at once) and
 //! checks each running one, `containerLogMaxWorkers` at a time: a log at `containerLogMaxSize` or more is rotated.
+//! The log of a container the kubelet created is found from its labels (`podLogsDir` layout), without upstream's
+//! `ContainerStatus` call per running container per pass; other containers are asked for theirs.
 //! A rotation removes leftovers of an interrupted one (`.tmp` files, uncompressed files whose `.gz` exists), keeps
 //! the newest `containerLogMaxFiles - 2` rotated files, compresses the older uncompressed ones to `<file>.gz`,
 //! renames the log to `<log>.<YYYYMMDD-hhmmss>` and asks the runtime to reopen it (`ReopenContainerLog`); if the
@@ -22,7 +24,7 @@ use tracing::{debug, info, warn};
 
 /// Settings (`containerLogMaxSize`, `containerLogMaxFiles`, `containerLogMaxWorkers`,
 /// `containerLogMonitorInterval`).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct LogRotationConfig {
     /// Rotate at this many bytes.
     pub max_size: u64,
@@ -32,6 +34,8 @@ pub struct LogRotationConfig {
     pub workers: usize,
     /// Between passes.
     pub interval: Duration,
+    /// `podLogsDir`: where the kubelet's containers log (`<dir>/<ns>_<pod>_<uid>/<container>/<restart>.log`).
+    pub pod_logs_dir: PathBuf,
 }
 
 /// The rotated files' timestamp (`timestampFormat`).
@@ -119,32 +123,50 @@ impl ContainerLogManager {
 
     /// One pass over the running containers (`rotateLogs`).
     pub async fn rotate_logs(&self) -> Result<(), kubelet_cri::CriError> {
-        let running: Vec<String> = self
+        let running: Vec<(String, Option<PathBuf>)> = self
             .runtime
             .list_containers(None)
             .await?
             .into_iter()
             .filter(|c| c.state == api::ContainerState::ContainerRunning as i32)
-            .map(|c| c.id)
+            .map(|c| {
+                let path = self.log_path(&c.labels, &c.annotations);
+                (c.id, path)
+            })
             .collect();
         futures::stream::iter(running)
-            .for_each_concurrent(self.cfg.workers.max(1), |id| async move { self.process(&id).await })
+            .for_each_concurrent(self.cfg.workers.max(1), |(id, path)| async move { self.process(&id, path).await })
             .await;
         Ok(())
     }
 
-    async fn process(&self, id: &str) {
-        let status = match self.runtime.container_status(id).await {
-            Ok(s) => s,
-            Err(e) => {
-                debug!(containerID = %id, error = %e, "failed to get container status");
-                return;
-            }
-        };
-        if status.log_path.is_empty() {
-            return;
+    /// The log of a container the kubelet created, from its labels: upstream asks the runtime for each running
+    /// container's status every pass (one call per container every 10 s); the path is known without asking.
+    fn log_path(
+        &self,
+        labels: &std::collections::HashMap<String, String>,
+        annotations: &std::collections::HashMap<String, String>,
+    ) -> Option<PathBuf> {
+        let info = crate::labels::container_info(labels, annotations);
+        if info.pod_uid.is_empty() || info.name.is_empty() {
+            return None;
         }
-        let log = PathBuf::from(&status.log_path);
+        let pod = format!("{}_{}_{}", info.pod_namespace, info.pod_name, info.pod_uid);
+        Some(self.cfg.pod_logs_dir.join(pod).join(&info.name).join(format!("{}.log", info.restart_count)))
+    }
+
+    async fn process(&self, id: &str, known: Option<PathBuf>) {
+        let log = match known {
+            Some(p) => p,
+            None => match self.runtime.container_status(id).await {
+                Ok(s) if !s.log_path.is_empty() => PathBuf::from(&s.log_path),
+                Ok(_) => return,
+                Err(e) => {
+                    debug!(containerID = %id, error = %e, "failed to get container status");
+                    return;
+                }
+            },
+        };
         let size = match std::fs::metadata(&log) {
             Ok(m) => m.len(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -242,7 +264,13 @@ mod tests {
         let fake = Arc::new(FakeRuntime::new(&["busybox"]));
         let id = running(&fake, &log).await;
         let clock = Arc::new(TestClock::fixed());
-        let cfg = LogRotationConfig { max_size: 100, max_files: 3, workers: 1, interval: Duration::from_secs(10) };
+        let cfg = LogRotationConfig {
+            max_size: 100,
+            max_files: 3,
+            workers: 1,
+            interval: Duration::from_secs(10),
+            pod_logs_dir: tmp.path().into(),
+        };
         let m = ContainerLogManager::new(fake.clone(), cfg, clock.clone());
         std::fs::write(&log, vec![b'a'; 99]).unwrap();
         m.rotate_logs().await.unwrap();

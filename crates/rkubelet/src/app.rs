@@ -117,7 +117,6 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     info!(nodeName = %node_name, nodeIPs = ?host_ips, version = crate::KUBERNETES_VERSION, "starting rkubelet");
 
     let eviction_cfg = crate::pressure::eviction_config(&cfg)?;
-    let log_rotation = crate::pressure::log_rotation(&cfg)?;
     let pressure = Arc::new(kubelet_eviction::PressureState::default());
     let root_dir = cli.root_dir.clone();
     let pods_dir = root_dir.join("pods");
@@ -125,6 +124,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     let pod_logs_dir =
         PathBuf::from(if cfg.pod_logs_dir.is_empty() { "/var/log/pods" } else { cfg.pod_logs_dir.as_str() });
     std::fs::create_dir_all(&pod_logs_dir).with_context(|| format!("create {}", pod_logs_dir.display()))?;
+    let log_rotation = crate::pressure::log_rotation(&cfg, &pod_logs_dir)?;
 
     // Health endpoints come up first, so a runtime that is not there yet is visible.
     kubelet_metrics::kubelet::register_all();

@@ -46,6 +46,7 @@ pub fn image_gc_policy(cfg: &KubeletConfiguration) -> ImageGcPolicy {
 /// stub manager).
 pub fn log_rotation(
     cfg: &KubeletConfiguration,
+    pod_logs_dir: &std::path::Path,
 ) -> anyhow::Result<Option<kubelet_runtime::log_rotation::LogRotationConfig>> {
     let size = kubelet_types::quantity::parse_quantity(&cfg.container_log_max_size)
         .ok_or_else(|| anyhow::anyhow!("containerLogMaxSize: invalid quantity {:?}", cfg.container_log_max_size))?;
@@ -57,5 +58,6 @@ pub fn log_rotation(
         max_files: cfg.container_log_max_files.unwrap_or(5).max(2) as usize,
         workers: cfg.container_log_max_workers.unwrap_or(1).max(1) as usize,
         interval: cfg.container_log_monitor_interval.map(|d| d.0).unwrap_or(std::time::Duration::from_secs(10)),
+        pod_logs_dir: pod_logs_dir.to_path_buf(),
     }))
 }
