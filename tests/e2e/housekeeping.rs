@@ -120,6 +120,14 @@ async fn disk_pressure_collects_unused_images_but_not_used_or_sandbox_ones() {
         (!t.iter().any(|t| t.starts_with("localhost/gc-"))).then_some(())
     })
     .await;
+    // The run's log line follows the removals.
+    let log_path = node.log_path();
+    node.wait_for("the reclaim's log line", Duration::from_secs(10), || async {
+        let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+        let freed = |l: &str| l.contains("unused images deleted") && !l.trim_end().ends_with("bytesFreed=0");
+        log.lines().any(freed).then_some(())
+    })
+    .await;
     let after = tags(&rt).await;
     assert!(after.contains(&"localhost/busybox:1".to_string()), "the image a running pod uses stays: {after:?}");
     assert!(after.contains(&"localhost/pause:1".to_string()), "the sandbox image stays: {after:?}");
@@ -202,9 +210,14 @@ async fn container_logs_rotate_at_their_size_and_logs_keep_working() {
     // The kubelet API still serves the log (the current file), with lines later than the rotated ones.
     let api = KubeletApi::new(SECURE_PORT);
     let path = "/containerLogs/default/chatty-e2e-node/app?tailLines=1";
-    let (code, last) = api.get(path).await;
-    assert_eq!(code, 200);
-    let n: u64 = last.split_whitespace().next().and_then(|w| w.strip_prefix("line-")?.parse().ok()).unwrap();
+    // (Right after a rotation the current file may still be empty.)
+    let n: u64 = node
+        .wait_for("a line in the current log", Duration::from_secs(10), || async {
+            let (code, last) = api.get(path).await;
+            assert_eq!(code, 200);
+            last.split_whitespace().next().and_then(|w| w.strip_prefix("line-")?.parse().ok())
+        })
+        .await;
     let rotated_last: u64 =
         text.lines().last().and_then(|l| l.split_whitespace().nth(3)?.strip_prefix("line-")?.parse().ok()).unwrap();
     assert!(n > rotated_last, "current log line {n} after the rotated {rotated_last}");

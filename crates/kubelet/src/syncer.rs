@@ -182,7 +182,7 @@ impl KubeletSyncer {
 
     /// A pod never leaves a terminal phase (`generateAPIPodStatus`'s three-way merge): when the status manager's
     /// or the apiserver's phase is terminal and the new one is not, the old one stays; a phase that stays keeps
-    /// its reason and message.
+    /// its reason and message. The runtime reports IPs only for a ready sandbox; without one the old IPs stay.
     fn keep_terminal_phase(&self, pod: &Pod, status: &mut ApiPodStatus) {
         let api = pod.status.clone().unwrap_or_default();
         let old = self
@@ -200,6 +200,11 @@ impl KubeletSyncer {
         if status.phase == old.phase {
             status.reason = old.reason.clone().filter(|r| !r.is_empty()).or(api.reason);
             status.message = old.message.clone().filter(|m| !m.is_empty()).or(api.message);
+        }
+        // A pod without a ready sandbox (an exited pod) keeps the IPs it had (`GenericPLEG.getPodIPs`).
+        if status.pod_ips.is_none() && old.pod_ips.is_some() {
+            status.pod_ip = old.pod_ip.clone();
+            status.pod_ips = old.pod_ips.clone();
         }
     }
 
