@@ -288,8 +288,11 @@ async fn logs_exec_and_port_forward_through_the_kubelet_api() {
     assert!(cpu_before <= cpu && cpu <= cpu_after, "{cpu_before} <= {cpu} <= {cpu_after}");
     let ws = hog_stats["memory"]["workingSetBytes"].as_u64().unwrap();
     assert!(ws.abs_diff(file_ws) < 2 << 20, "summary {ws} against the cgroup's {file_ws}");
+    // The pod's shells start a short-lived `sleep` every 200 ms, so the count may differ by the ones coming and
+    // going between the reading and the request.
     let pids = read_num(cg("pids", "pids.current"));
-    assert_eq!(pod_stats["process_stats"]["process_count"].as_u64(), Some(pids), "{pod_stats}");
+    let count = pod_stats["process_stats"]["process_count"].as_u64().unwrap();
+    assert!(count.abs_diff(pids) <= 2, "process_count {count} against pids.current {pids}: {pod_stats}");
 
     let (_, text) = api.get("/metrics/resource").await;
     let fams = parse_prometheus(&text);
