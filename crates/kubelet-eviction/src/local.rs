@@ -18,6 +18,13 @@ const EMPTY_DIR_SIGNAL: &str = "emptydirfs.limit";
 const POD_SIGNAL: &str = "ephemeralpodfs.limit";
 const CONTAINER_SIGNAL: &str = "ephemeralcontainerfs.limit";
 
+/// Whether `pod` has a local storage limit to watch: an emptyDir `sizeLimit` or an `ephemeral-storage` limit.
+pub fn has_limits(pod: &Pod) -> bool {
+    let Some(spec) = pod.spec.as_ref() else { return false };
+    spec.volumes.iter().flatten().any(|v| v.empty_dir.as_ref().is_some_and(|e| e.size_limit.is_some()))
+        || spec.containers.iter().any(|c| container_limit(c, "ephemeral-storage").is_some())
+}
+
 /// The first limit `pod` exceeds: (metric signal, message).
 pub fn exceeded_limit(pod: &Pod, usage: &PodUsage, dedicated_image_fs: bool) -> Option<(&'static str, String)> {
     let spec = pod.spec.as_ref()?;

@@ -193,7 +193,9 @@ impl EvictionManager {
     /// One pass (`synchronize`); returns the pods evicted.
     pub async fn synchronize(&mut self) -> Vec<Arc<Pod>> {
         let active = self.d.pods.active_pods();
-        let stats = match self.d.stats.node_stats().await {
+        // The pods' figures only when a pod has a local storage limit to check; fetched later if pods must be ranked.
+        let with_pods = self.cfg.local_storage_capacity_isolation && active.iter().any(|p| crate::local::has_limits(p));
+        let mut stats = match self.d.stats.node_stats(with_pods).await {
             Ok(s) => s,
             Err(e) => {
                 error!(error = %e, "eviction manager: failed to get summary stats");
@@ -281,6 +283,15 @@ impl EvictionManager {
             return vec![];
         }
         info!(resourceName = %resource, "eviction manager: must evict pod(s) to reclaim");
+        if !with_pods {
+            match self.d.stats.node_stats(true).await {
+                Ok(s) => stats.pods = s.pods,
+                Err(e) => {
+                    error!(error = %e, "eviction manager: failed to get the pods' stats");
+                    return vec![];
+                }
+            }
+        }
         let mut ranked = active;
         let usage = usage_of(&stats);
         rank(&mut ranked, to_reclaim.signal, &usage, stats.dedicated_image_fs);
@@ -335,7 +346,7 @@ impl EvictionManager {
                 }
             }
         }
-        match self.d.stats.node_stats().await {
+        match self.d.stats.node_stats(false).await {
             Ok(after) => thresholds_met(&self.cfg.thresholds, &after.observations, true).is_empty(),
             Err(e) => {
                 error!(error = %e, "eviction manager: failed to get summary stats after resource reclaim");

@@ -63,8 +63,9 @@ pub struct NodeStats {
 /// Where the figures come from.
 #[async_trait]
 pub trait StatsSource: Send + Sync + 'static {
-    /// Current figures; an error skips the pass (it is logged).
-    async fn node_stats(&self) -> Result<NodeStats, String>;
+    /// Current figures, the pods' only when `pods` (they cost a listing of the runtime and a walk of every pod's
+    /// cgroups; a pass needs them only to rank pods or to check local storage limits). An error skips the pass.
+    async fn node_stats(&self, pods: bool) -> Result<NodeStats, String>;
 }
 
 /// The pods eviction may act on.

@@ -26,12 +26,19 @@ struct Fake {
     /// Memory freed by the image GC (applied to nodefs).
     image_gc_frees: Mutex<i64>,
     reclaims: Mutex<u32>,
+    /// Passes that asked for the pods' figures.
+    pod_fetches: Mutex<usize>,
 }
 
 #[async_trait]
 impl StatsSource for Fake {
-    async fn node_stats(&self) -> Result<NodeStats, String> {
-        Ok(self.stats.lock().unwrap().clone())
+    async fn node_stats(&self, pods: bool) -> Result<NodeStats, String> {
+        let mut s = self.stats.lock().unwrap().clone();
+        *self.pod_fetches.lock().unwrap() += usize::from(pods);
+        if !pods {
+            s.pods.clear();
+        }
+        Ok(s)
     }
 }
 
@@ -201,6 +208,7 @@ async fn memory_pressure_evicts_the_pod_most_over_its_request_one_per_pass() {
     );
     assert!(m.synchronize().await.is_empty());
     assert!(state.conditions().is_empty());
+    assert_eq!(*fake.pod_fetches.lock().unwrap(), 0, "without pressure nor limits, the pods' figures are not read");
 
     set_obs(&fake, Signal::MemoryAvailable, obs(80 * MI, 1000 * MI));
     let evicted = m.synchronize().await;

@@ -110,12 +110,13 @@ pub fn node_stats(s: &Summary) -> NodeStats {
 }
 
 /// Figures from the Summary provider.
-pub struct SummaryStats(pub Arc<dyn StatsProvider>);
+pub struct SummaryStats(pub Arc<crate::stats::SummaryProvider>);
 
 #[async_trait]
 impl StatsSource for SummaryStats {
-    async fn node_stats(&self) -> Result<NodeStats, String> {
-        let s = self.0.summary(false).await.map_err(|e| e.to_string())?;
+    async fn node_stats(&self, pods: bool) -> Result<NodeStats, String> {
+        let s =
+            if pods { self.0.summary(false).await.map_err(|e| e.to_string())? } else { self.0.node_summary().await };
         Ok(node_stats(&s))
     }
 }

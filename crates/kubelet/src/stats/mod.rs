@@ -526,6 +526,14 @@ fn is_tmpfs(p: &Path) -> bool {
     nix::sys::statfs::statfs(p).is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
 }
 
+impl SummaryProvider {
+    /// The node's part of the Summary alone (no pods: no runtime listing, no walk of the pods' cgroups), for the
+    /// eviction manager's passes without pressure.
+    pub async fn node_summary(&self) -> Summary {
+        Summary { node: self.node(false).await, pods: None }
+    }
+}
+
 #[async_trait]
 impl StatsProvider for SummaryProvider {
     async fn summary(&self, only_cpu_and_memory: bool) -> Result<Summary, HostError> {
