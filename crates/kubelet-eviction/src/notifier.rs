@@ -10,7 +10,8 @@
 //!   inactive file pages change.
 //! - **PSI** (`/proc/pressure/memory`, kernels with pressure stall information): a trigger on 100 ms of stall in a
 //!   2 s window, so memory that is short for reclaim reasons wakes the manager too.
-//! - **polling** when neither memcg notification is possible: the working set read every second.
+//! - **polling**, always, as the safety net: the root's working set read every 500 ms (cgroup v1 or v2), since a
+//!   memcg level set from the page cache of up to 10 s before can fire before the real crossing or after it.
 //!
 //! Each source runs until cancelled; a source that fails to set up logs why and leaves the others (and the
 //! manager's own 10 s period) in place.
@@ -34,8 +35,8 @@ use crate::threshold::{Signal, Threshold};
 pub const DISABLE_ENV: &str = "RKUBELET_EVICTION_NOTIFIER_OFF";
 /// How often a memcg threshold is recomputed (`notifierRefreshInterval`).
 pub const REFRESH: Duration = Duration::from_secs(10);
-/// The polling fallback's period.
-pub const POLL: Duration = Duration::from_secs(1);
+/// The polling safety net's period.
+pub const POLL: Duration = Duration::from_millis(500);
 /// The PSI trigger: 100 ms of stall of some task within 2 s (a window of a multiple of 2 s is what the kernel
 /// allows without `CAP_SYS_RESOURCE`).
 pub const PSI_TRIGGER: &str = "some 100000 2000000";
@@ -132,21 +133,20 @@ async fn memcg(cfg: NotifierConfig, t: Threshold, tx: mpsc::Sender<()>, cancel: 
             }
         };
         debug!(signal = %t.signal, usageThreshold = at, "eviction notifier: memcg threshold registered");
-        let refresh = tokio::time::sleep(REFRESH);
-        tokio::pin!(refresh);
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = &mut refresh => break,
-                r = efd.readable() => {
-                    let Ok(mut guard) = r else { return };
-                    let mut buf = [0u8; 8];
-                    // SAFETY: reads 8 bytes into a local buffer from an eventfd we own.
-                    let _ = unsafe { libc::read(efd.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
-                    guard.clear_ready();
-                    debug!(signal = %t.signal, "eviction notifier: memcg threshold crossed");
-                    wake(&tx);
-                }
+        // Until the refresh, or an event: then registered again at once with the inactive file pages of now (the
+        // crossing the event saw may have come before the working set's, as the page cache moved since, and the
+        // kernel signals a level once per crossing).
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(REFRESH) => {}
+            r = efd.readable() => {
+                let Ok(mut guard) = r else { return };
+                let mut buf = [0u8; 8];
+                // SAFETY: reads 8 bytes into a local buffer from an eventfd we own.
+                let _ = unsafe { libc::read(efd.as_raw_fd(), buf.as_mut_ptr().cast(), 8) };
+                guard.clear_ready();
+                debug!(signal = %t.signal, "eviction notifier: memcg threshold crossed");
+                wake(&tx);
             }
         }
     }
@@ -188,7 +188,9 @@ async fn psi(proc: PathBuf, tx: mpsc::Sender<()>, cancel: CancellationToken) {
     }
 }
 
-/// The polling fallback: the working set of the root (v2: `memory.stat` anon + file − inactive_file) every second.
+/// The polling safety net: the root's working set (v1: `memory.usage_in_bytes` − `total_inactive_file`; v2:
+/// `memory.stat` anon + file − inactive_file) every [`POLL`]; wakes the manager when a `memory.available`
+/// threshold is crossed or left.
 async fn poll(cfg: NotifierConfig, tx: mpsc::Sender<()>, cancel: CancellationToken) {
     let thresholds: Vec<Threshold> =
         cfg.thresholds.iter().filter(|t| t.signal == Signal::MemoryAvailable).cloned().collect();
@@ -204,9 +206,19 @@ async fn poll(cfg: NotifierConfig, tx: mpsc::Sender<()>, cancel: CancellationTok
             _ = tick.tick() => {}
         }
         let Some(total) = mem_total(&cfg.proc) else { continue };
-        let Ok(stat) = std::fs::read_to_string(cfg.cgroup_root.join("memory.stat")) else { continue };
-        let ws = (stat_key(&stat, "anon").unwrap_or(0) + stat_key(&stat, "file").unwrap_or(0))
-            .saturating_sub(stat_key(&stat, "inactive_file").unwrap_or(0));
+        let v1 = cfg.cgroup_root.join("memory");
+        let ws = if v1.join("memory.usage_in_bytes").exists() {
+            let (Some(usage), Ok(stat)) =
+                (read_u64(&v1.join("memory.usage_in_bytes")), std::fs::read_to_string(v1.join("memory.stat")))
+            else {
+                continue;
+            };
+            usage.saturating_sub(stat_key(&stat, "total_inactive_file").unwrap_or(0))
+        } else {
+            let Ok(stat) = std::fs::read_to_string(cfg.cgroup_root.join("memory.stat")) else { continue };
+            (stat_key(&stat, "anon").unwrap_or(0) + stat_key(&stat, "file").unwrap_or(0))
+                .saturating_sub(stat_key(&stat, "inactive_file").unwrap_or(0))
+        };
         let available = total.saturating_sub(ws) as i64;
         let now = thresholds.iter().any(|t| t.value.quantity(total as i64) > available);
         if now != crossed {
@@ -235,9 +247,11 @@ pub fn spawn(cfg: NotifierConfig, tracker: &TaskTracker, cancel: &CancellationTo
             tracker.spawn(memcg(cfg.clone(), t, tx.clone(), cancel.clone()));
         }
     } else {
-        info!("eviction notifier: no memcg threshold notifications (cgroup v2); polling memory every second");
-        tracker.spawn(poll(cfg.clone(), tx.clone(), cancel.clone()));
+        info!("eviction notifier: no memcg threshold notifications (cgroup v2)");
     }
+    // The safety net of both: the working set read twice a second (two small files), so a crossing the memcg
+    // level missed (it is set from the page cache of up to 10 s before) is still seen within half a second.
+    tracker.spawn(poll(cfg.clone(), tx.clone(), cancel.clone()));
     tracker.spawn(psi(cfg.proc.clone(), tx, cancel.clone()));
     Some(rx)
 }
