@@ -138,7 +138,10 @@ async fn disk_pressure_collects_unused_images_but_not_used_or_sandbox_ones() {
         .filter_map(|l| l.split("bytesFreed=").nth(1)?.split_whitespace().next()?.parse::<u64>().ok())
         .sum();
     assert_eq!(freed, sizes, "the bytes freed are the collected images' sizes");
-    assert!(log.contains("reason=\"DiskPressure\"") || log.contains("DiskPressure"), "the node was under DiskPressure");
+    assert!(
+        log.contains("node pressure conditions changed conditions=[\"DiskPressure\"]"),
+        "the node was under DiskPressure"
+    );
     let metrics = reqwest_metrics().await;
     assert!(metrics.contains("kubelet_image_garbage_collected_total{reason=\"space\"} 2"), "{}", tail(&metrics, 20));
     println!("one image GC run freed {freed} bytes ({:.1} MiB) in 2 images", freed as f64 / (1 << 20) as f64);

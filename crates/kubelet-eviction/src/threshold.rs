@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::time::Duration;
 
+pub use kubelet_types::quantity::binary_si;
 use kubelet_types::quantity::parse_quantity;
 
 /// An eviction signal (`evictionapi.Signal`).
@@ -391,21 +392,6 @@ pub fn thresholds_met(
         })
         .cloned()
         .collect()
-}
-
-/// A byte count as a binary-SI quantity prints (`resource.NewQuantity(n, BinarySI).String()`): the largest
-/// power-of-1024 suffix that divides it exactly; amounts under 1024 as plain numbers.
-pub fn binary_si(bytes: i64) -> String {
-    if bytes.unsigned_abs() < 1024 {
-        return bytes.to_string();
-    }
-    let suffixes = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
-    let (mut v, mut i) = (bytes, 0);
-    while i + 1 < suffixes.len() && v % 1024 == 0 {
-        v /= 1024;
-        i += 1;
-    }
-    format!("{v}{}", suffixes[i])
 }
 
 /// A count as a decimal-SI quantity prints (`resource.NewQuantity(n, DecimalSI).String()`).

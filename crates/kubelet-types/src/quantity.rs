@@ -390,6 +390,21 @@ impl std::fmt::Display for ParsedQuantity {
     }
 }
 
+/// A byte count as a binary-SI quantity prints (`resource.NewQuantity(n, BinarySI).String()`): the largest
+/// power-of-1024 suffix that divides it exactly (`1536Ki`, `100Mi`); amounts that no suffix divides as plain numbers.
+pub fn binary_si(bytes: i64) -> String {
+    if bytes == 0 {
+        return "0".into();
+    }
+    let suffixes = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+    let (mut v, mut i) = (bytes, 0);
+    while i + 1 < suffixes.len() && v % 1024 == 0 {
+        v /= 1024;
+        i += 1;
+    }
+    format!("{v}{}", suffixes[i])
+}
+
 #[cfg(test)]
 mod exact_tests {
     use super::*;

@@ -2,21 +2,7 @@
 //! canonical form for byte counts (`16393232Ki`), decimal for counts, and parsing of the forms the kubelet reads
 //! from its configuration (`100Mi`, `500m`, `10%` of a capacity).
 
-/// Canonical binary-SI text of a byte count: the largest of Ki, Mi, Gi, Ti, Pi, Ei that divides it exactly,
-/// else the plain number.
-pub fn binary_si(bytes: i64) -> String {
-    if bytes == 0 {
-        return "0".into();
-    }
-    let suffixes = ["", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
-    let mut v = bytes;
-    let mut i = 0;
-    while i + 1 < suffixes.len() && v % 1024 == 0 {
-        v /= 1024;
-        i += 1;
-    }
-    format!("{v}{}", suffixes[i])
-}
+pub use kubelet_types::quantity::binary_si;
 
 /// Canonical text of CPU in millicores: whole cores as a plain number, else `<n>m`.
 pub fn cpu(milli: i64) -> String {
