@@ -1,0 +1,3 @@
+//! Fault drills: placeholder, filled in by this work.
+
+mod common;
