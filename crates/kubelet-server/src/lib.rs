@@ -8,9 +8,11 @@
 //! - [`handlers`] — the routes of the three ports (`server.go` NewServer and its handlers).
 //! - [`logs`] — `/containerLogs` (`kubelet_pods.go` GetKubeletContainerLogs, `cri-client/pkg/logs`).
 //! - [`stats`] — the Summary API schema, `/stats/summary` and `/metrics/resource` (`pkg/kubelet/server/stats`).
+//! - [`confined`] — opening what `/logs/` and `/containerLogs/` serve only within their folders.
 //! - [`host`] — what the handlers read of the kubelet (`HostInterface`), implemented by the core.
 
 pub mod auth;
+pub mod confined;
 pub mod handlers;
 pub mod host;
 pub mod listen;

@@ -76,8 +76,24 @@ fn init_tracing(v: u8) {
         .init();
 }
 
+/// Raises the soft limit on open files to the hard one, as Go's runtime does at start-up for every Go program
+/// (the kubelet included): a node's kubelet holds a connection per client of its API, a watch per volume, a log
+/// file per follower, and the usual soft default of 1024 is not enough. rkubelet starts no program that would
+/// mind (containers are the runtime's children).
+fn raise_open_files_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to a local struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
 fn main() -> ExitCode {
     residency::map_code_on_demand();
+    raise_open_files_limit();
     let cli = Cli::parse();
     if cli.version {
         println!("Kubernetes {KUBERNETES_VERSION} (rkubelet {})", env!("CARGO_PKG_VERSION"));

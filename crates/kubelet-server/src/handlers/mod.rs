@@ -41,6 +41,8 @@ pub struct Options {
     pub enable_system_log_handler: bool,
     /// The folder `/logs/` serves (`/var/log`).
     pub system_log_dir: std::path::PathBuf,
+    /// `podLogsDir`: the folder container logs must lie in.
+    pub pod_logs_dir: std::path::PathBuf,
     /// `streamingConnectionIdleTimeout`: an exec, attach or port-forward stream with no traffic either way for
     /// this long is closed.
     pub streaming_idle_timeout: Duration,
@@ -119,11 +121,12 @@ fn disabled_routes(mut r: Router<Handlers>) -> Router<Handlers> {
     r
 }
 
-/// Go's `ServeMux`: a path that is not clean (`..`, `.`, doubled slashes) is redirected to its clean form before
-/// anything else sees it, so authorization and routing always judge the same path.
+/// Go's `ServeMux`: a path that is not clean once decoded (`..`, `.`, doubled slashes, also when written `%2e%2e`
+/// or `%2f`) is redirected to its clean form before anything else sees it, so authorization and routing always
+/// judge the same path, and no handler sees a `..` however it was written.
 async fn clean_redirect(req: Request, next: Next) -> Response {
-    let path = req.uri().path();
-    let mut clean = crate::auth::clean_path(path);
+    let path = percent_decode(req.uri().path());
+    let mut clean = crate::auth::clean_path(&path);
     if path.ends_with('/') && clean != "/" {
         clean.push('/');
     }
@@ -131,10 +134,43 @@ async fn clean_redirect(req: Request, next: Next) -> Response {
         return next.run(req).await;
     }
     let location = match req.uri().query() {
-        Some(q) => format!("{clean}?{q}"),
-        None => clean,
+        Some(q) => format!("{}?{q}", escape_path(&clean)),
+        None => escape_path(&clean),
     };
     (StatusCode::MOVED_PERMANENTLY, [(header::LOCATION, location)]).into_response()
+}
+
+/// A URL path with its `%XX` escapes decoded (others left as they are), as Go's `URL.Path`.
+pub(crate) fn percent_decode(p: &str) -> String {
+    let b = p.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && let (Some(h), Some(l)) = (b.get(i + 1).and_then(|c| hex(*c)), b.get(i + 2).and_then(|c| hex(*c)))
+        {
+            out.push(h << 4 | l);
+            i += 3;
+            continue;
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A path escaped for a `Location` header as Go's `URL.EscapedPath` writes it.
+fn escape_path(p: &str) -> String {
+    let mut out = String::with_capacity(p.len());
+    for b in p.bytes() {
+        if b.is_ascii_alphanumeric() || b"-_.~$&+,/:;=@".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 fn outer(r: Router, kind: &'static str) -> Router {

@@ -105,6 +105,7 @@ pub(crate) fn handlers(host: Arc<FakeHost>, debugging: bool) -> Handlers {
             enable_debugging_handlers: debugging,
             enable_system_log_handler: true,
             system_log_dir: PathBuf::from("/nonexistent"),
+            pod_logs_dir: PathBuf::from("/"),
             streaming_idle_timeout: Duration::from_secs(3600),
             max_streams: 2,
         }),
@@ -473,6 +474,57 @@ async fn node_logs_are_served_from_the_log_folder_and_cannot_leave_it() {
         call(&r, "GET", "/logs/syslog", PeerCert::None, &[]).await,
         (405, "logs endpoint is disabled.\n".into())
     );
+}
+
+#[tokio::test]
+async fn encoded_dots_slashes_and_links_cannot_leave_the_log_folder() {
+    use std::os::unix::fs::symlink;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("log");
+    std::fs::create_dir_all(root.join("pods")).unwrap();
+    std::fs::create_dir(tmp.path().join("private")).unwrap();
+    std::fs::write(tmp.path().join("private/MARKER.log"), "MARKER\n").unwrap();
+    std::fs::write(root.join("pods/ok.log"), "inside\n").unwrap();
+    symlink(root.join("pods/ok.log"), root.join("inside.log")).unwrap();
+    symlink(tmp.path().join("private/MARKER.log"), root.join("escape.log")).unwrap();
+    symlink(tmp.path().join("private"), root.join("escape-dir")).unwrap();
+    let mut h = handlers(Arc::new(FakeHost::default()), true);
+    let mut o = (*h.options).clone();
+    o.system_log_dir = root.clone();
+    h.options = Arc::new(o);
+    let r = secure_router(h, allow_all());
+    let get = |p: &'static str| {
+        let r = r.clone();
+        async move {
+            let mut req = HttpRequest::builder().uri(p).body(Body::empty()).unwrap();
+            req.extensions_mut().insert(ConnInfo::default());
+            let resp = r.oneshot(req).await.unwrap();
+            let code = resp.status().as_u16();
+            let location = resp.headers().get("location").map(|l| l.to_str().unwrap().to_string());
+            let body = resp.into_body().collect().await.unwrap().to_bytes();
+            (code, location, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    assert_eq!(get("/logs/inside.log").await.2, "inside\n", "a link within the folder is followed");
+    // Go's ServeMux cleans the decoded path: encoded dots and slashes are redirected as plain ones.
+    for (p, to) in [
+        ("/logs/%2e%2e/%2e%2e/etc/passwd", "/etc/passwd"),
+        ("/logs/%2E%2E%2F%2E%2E%2Fetc%2Fpasswd", "/etc/passwd"),
+        ("/logs/..%2f..%2fetc%2fpasswd?x=1", "/etc/passwd?x=1"),
+        ("/logs/pods/%2e%2e/%2e%2e/%2e%2e/private/MARKER.log", "/private/MARKER.log"),
+        ("/logs/%2fetc%2fpasswd", "/logs/etc/passwd"),
+        ("/logs//escape.log", "/logs/escape.log"),
+        ("/logs/./pods/ok.log", "/logs/pods/ok.log"),
+    ] {
+        let (code, location, _) = get(p).await;
+        assert_eq!((code, location.as_deref()), (301, Some(to)), "{p}");
+    }
+    // Links that lead out are not followed.
+    for p in ["/logs/escape.log", "/logs/escape-dir/MARKER.log", "/logs/escape-dir/", "/logs/escape-dir"] {
+        let (code, _, body) = get(p).await;
+        assert_eq!((code, body.as_str()), (404, "404 page not found\n"), "{p}");
+    }
+    assert_eq!(get("/logs/pods%2fok.log").await.2, "inside\n", "an encoded slash inside the folder is a slash");
 }
 
 #[tokio::test]

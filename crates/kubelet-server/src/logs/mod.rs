@@ -9,7 +9,11 @@
 //!
 //! With `follow`, the reader waits at the end of the file for the runtime to write (inotify on the log's folder,
 //! and a check at least every second), follows a rotation to the new file, and ends once the container is no
-//! longer running and the file is drained. A client that goes away ends the reader at once.
+//! longer running and the file is drained. A client that goes away ends the reader at once; one that stops reading
+//! holds the reader back (at most a few chunks wait for it), so a log is never gathered in memory.
+//!
+//! Unlike upstream, the file is read only when it really lies within `podLogsDir` ([`crate::confined`]): a pod that
+//! can write to its log folder cannot make the kubelet serve another file of the host through a link.
 
 pub mod cri;
 
@@ -299,10 +303,16 @@ impl Reader {
         let real = tokio::fs::canonicalize(path)
             .await
             .map_err(|e| format!("failed to try resolving symlinks in path {:?}: {e}", path.display().to_string()))?;
-        let open = |p: PathBuf| async move {
-            tokio::fs::File::open(&p)
-                .await
-                .map_err(|e| format!("failed to open log file {:?}: {e}", p.display().to_string()))
+        // Only within the pod log folder (see `crate::confined`).
+        let root = self.h.options.pod_logs_dir.clone();
+        let open = |p: PathBuf| {
+            let root = root.clone();
+            async move {
+                crate::confined::open_async(&p, &root)
+                    .await
+                    .map(|o| tokio::fs::File::from_std(o.file))
+                    .map_err(|e| format!("failed to open log file {:?}: {e}", p.display().to_string()))
+            }
         };
         let mut file = open(real.clone()).await?;
         let len = file.metadata().await.map_err(|e| e.to_string())?.len();

@@ -223,3 +223,36 @@ async fn an_ephemeral_containers_log_is_served_as_any_other() {
     assert_eq!(got, (200, "one\ntwo\nthree\n".into()));
     assert_eq!(host.calls.lock().unwrap().last().unwrap(), "log c7");
 }
+
+#[tokio::test]
+async fn a_log_file_linked_out_of_the_pod_log_folder_is_not_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("pods");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(tmp.path().join("shadow"), "2024-01-02T03:04:05Z stdout F MARKER\n").unwrap();
+    std::fs::write(root.join("0.log"), LOG).unwrap();
+    let host = Arc::new(FakeHost::default());
+    let mut h = handlers(host.clone(), true);
+    let mut o = (*h.options).clone();
+    o.pod_logs_dir = root.clone();
+    h.options = Arc::new(o);
+    let auth = Arc::new(Auth {
+        authenticator: crate::auth::Authenticator { anonymous: true, webhook: None },
+        authorizer: crate::auth::Authorizer::AlwaysAllow,
+        node_name: "node-a".into(),
+    });
+    let r = secure_router(h, auth);
+    *host.log_path.lock().unwrap() = root.join("0.log");
+    let got = call(&r, "GET", "/containerLogs/default/web/app", PeerCert::None, &[]).await;
+    assert_eq!(got, (200, "one\ntwo\nthree\n".into()));
+    // The pod replaced its log file with a link to a file of the host.
+    std::fs::remove_file(root.join("0.log")).unwrap();
+    std::os::unix::fs::symlink(tmp.path().join("shadow"), root.join("0.log")).unwrap();
+    for follow in ["", "?follow=true"] {
+        let (code, body) =
+            call(&r, "GET", &format!("/containerLogs/default/web/app{follow}"), PeerCert::None, &[]).await;
+        assert_eq!(code, 200, "upstream has answered 200 when the file is opened");
+        assert!(!body.contains("MARKER"), "{body}");
+        assert!(body.starts_with("failed to open log file ") && body.contains("outside"), "{body}");
+    }
+}
