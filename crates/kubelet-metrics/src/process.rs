@@ -56,7 +56,8 @@ fn limit(limits: &str, name: &str) -> Option<f64> {
 
 /// Parses `/proc/self/stat` (fields after the command name) into CPU, sizes and start time.
 pub fn parse_stat(stat: &str, ticks: f64, page: f64, btime: f64) -> Option<(f64, f64, f64, f64)> {
-    let rest = &stat[stat.rfind(')')? + 2..];
+    // `.get`: the name may end the text, or a multibyte character may follow it (a torn or foreign file).
+    let rest = stat.get(stat.rfind(')')? + 1..)?.trim_start();
     let f: Vec<&str> = rest.split_whitespace().collect();
     // After the name: state(0) ... utime(11) stime(12) ... starttime(19) vsize(20) rss(21).
     let num = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok());
@@ -125,6 +126,13 @@ mod tests {
         assert_eq!(rss, 2560.0 * 4096.0);
         assert_eq!(vsize, 104857600.0);
         assert_eq!(start, 1_700_000_010.0);
+    }
+
+    #[test]
+    fn a_truncated_or_odd_stat_is_refused_without_panicking() {
+        // Found by the fuzz target proc-files (crates/kubelet-fuzz): slicing two bytes past the `)` panicked.
+        assert_eq!(parse_stat("1 (x)", 100.0, 4096.0, 0.0), None);
+        assert_eq!(parse_stat("  )\u{a1}: ", 100.0, 4096.0, 0.0), None);
     }
 
     #[test]

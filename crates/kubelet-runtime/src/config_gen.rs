@@ -85,16 +85,15 @@ pub fn parse_resolv_conf(text: &str) -> (Vec<String>, Vec<String>, Vec<String>) 
             Some("search") => {
                 search = f.map(|d| d.trim_end_matches('.').to_string()).filter(|d| !d.is_empty()).collect();
             }
-            Some("options") => {
-                for o in f {
-                    let name = o.split(':').next().unwrap_or(o);
-                    opts.retain(|x| x.split(':').next() != Some(name));
-                    opts.push(o.to_string());
-                }
-            }
+            Some("options") => opts.extend(f.map(str::to_string)),
             _ => {}
         }
     }
+    // The last value of each option wins, in the order of the last values (linear: a resolv.conf of many
+    // options took quadratic time when each one was merged as it came).
+    let name = |o: &str| o.split(':').next().unwrap_or("").to_string();
+    let last: std::collections::HashMap<String, usize> = opts.iter().enumerate().map(|(i, o)| (name(o), i)).collect();
+    let opts = opts.into_iter().enumerate().filter(|(i, o)| last.get(&name(o)) == Some(i)).map(|(_, o)| o).collect();
     (ns, search, opts)
 }
 

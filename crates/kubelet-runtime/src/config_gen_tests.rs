@@ -12,6 +12,17 @@ fn resolv_conf_parsing() {
 }
 
 #[test]
+fn many_options_parse_in_linear_time() {
+    // Found by the fuzz target resolv-conf (crates/kubelet-fuzz): 3000 distinct options took 1.5 s (debug build),
+    // each merged by scanning all before it; 400 000 options would have taken hours.
+    let text: String = (0..200_000).map(|i| format!("options o{i}:1 o{}:2\n", i % 7)).collect();
+    let (_, _, o) = parse_resolv_conf(&text);
+    assert_eq!(o.len(), 200_000);
+    assert_eq!(o.last().map(String::as_str), Some("o2:2"));
+    assert!(o.contains(&"o6:2".to_string()) && !o.contains(&"o6:1".to_string()));
+}
+
+#[test]
 fn resource_arithmetic_as_upstream() {
     assert_eq!(milli_cpu_to_shares(150), 153);
     assert_eq!(milli_cpu_to_shares(0), 2);

@@ -34,7 +34,7 @@ pub(crate) fn check_taint(taint: &Taint) -> Result<(), String> {
 }
 
 /// `cpuset.Parse`: a comma-separated list of CPU numbers and inclusive ranges (`0-3,8`).
-pub(crate) fn parse_cpu_set(s: &str) -> Result<Vec<(u64, u64)>, String> {
+pub fn parse_cpu_set(s: &str) -> Result<Vec<(u64, u64)>, String> {
     if s.is_empty() {
         return Ok(Vec::new());
     }

@@ -44,6 +44,9 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
+/// `cpuset.Parse` of `reservedSystemCPUs`, for the fuzz targets (crates/kubelet-fuzz).
+#[doc(hidden)]
+pub use checks::parse_cpu_set;
 pub use defaults::{
     DEFAULT_CONTAINER_RUNTIME_ENDPOINT, DEFAULT_EVICTION_HARD, DEFAULT_HEALTHZ_PORT, DEFAULT_IPTABLES_DROP_BIT,
     DEFAULT_IPTABLES_MASQUERADE_BIT, DEFAULT_LOG_FLUSH_FREQUENCY, DEFAULT_MEMORY_THROTTLING_FACTOR,

@@ -84,9 +84,15 @@ pub fn is_dns1123_subdomain(s: &str) -> Vec<String> {
     errs
 }
 
-/// `maskTrailingDash` of the generic name checks, for names used as prefixes (upstream drops two characters).
+/// `maskTrailingDash` of the generic name checks, for names used as prefixes (upstream drops two bytes). A cut
+/// inside a character leaves Go invalid UTF-8 that the subdomain check refuses; here the replacement character
+/// is refused the same way.
 fn mask_trailing_dash(name: &str) -> String {
-    if name.len() > 1 && name.ends_with('-') { format!("{}a", &name[..name.len() - 2]) } else { name.to_string() }
+    if name.len() > 1 && name.ends_with('-') {
+        format!("{}a", String::from_utf8_lossy(&name.as_bytes()[..name.len() - 2]))
+    } else {
+        name.to_string()
+    }
 }
 
 /// `NameIsDNSSubdomain`.
@@ -324,6 +330,14 @@ mod tests {
         );
         assert_eq!(is_valid_port_num(0), vec!["must be between 1 and 65535, inclusive"]);
         assert!(parse_ip_sloppy("010.1.2.3") && parse_ip_sloppy("::1") && !parse_ip_sloppy("1.2.3"));
+    }
+
+    #[test]
+    fn a_prefix_ending_in_a_dash_after_a_multibyte_character_is_refused() {
+        // Found by the fuzz target label-syntax (crates/kubelet-fuzz): a byte slice inside `é` panicked, so a
+        // static pod with `generateName: é-` crashed the manifest source.
+        assert_eq!(name_is_dns_subdomain("é-", true).len(), 1);
+        assert_eq!(name_is_dns_subdomain("ab-", true), Vec::<String>::new());
     }
 
     #[test]

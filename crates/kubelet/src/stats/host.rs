@@ -110,7 +110,7 @@ fn v1_dir(paths: &HostPaths, controller: &str, cgroup: &str) -> Option<PathBuf> 
 pub fn cgroup_cpu(paths: &HostPaths, cgroup: &str) -> Option<Cpu> {
     if unified(paths) {
         let s = read(&paths.cgroup.join(cgroup.trim_start_matches('/')).join("cpu.stat"))?;
-        return Some(Cpu { usage_ns: keyed(&s, "usage_usec")? * 1000 });
+        return Some(Cpu { usage_ns: keyed(&s, "usage_usec")?.saturating_mul(1000) });
     }
     let d = v1_dir(paths, "cpuacct", cgroup)?;
     Some(Cpu { usage_ns: num(&read(&d.join("cpuacct.usage"))?)? })
@@ -185,7 +185,8 @@ pub fn node_cpu(paths: &HostPaths) -> Option<Cpu> {
     }
     let s = read(&paths.proc.join("stat"))?;
     let f: Vec<u64> = s.lines().next()?.split_whitespace().skip(1).filter_map(num).collect();
-    let jiffies: u64 = [0usize, 1, 2, 5, 6, 7].iter().filter_map(|i| f.get(*i)).sum();
+    // Saturating: a number out of range is a broken file, not a reason to panic (a debug build checks overflow).
+    let jiffies = [0usize, 1, 2, 5, 6, 7].iter().filter_map(|i| f.get(*i)).fold(0u64, |a, b| a.saturating_add(*b));
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     Some(Cpu { usage_ns: (u128::from(jiffies) * 1_000_000_000 / u128::from(hz)) as u64 })
@@ -196,7 +197,7 @@ pub fn meminfo(paths: &HostPaths, key: &str) -> Option<u64> {
     let s = read(&paths.proc.join("meminfo"))?;
     s.lines()
         .find_map(|l| l.strip_prefix(key)?.strip_prefix(':')?.trim().strip_suffix("kB").and_then(num))
-        .map(|k| k * 1024)
+        .map(|k| k.saturating_mul(1024))
 }
 
 /// Memory of `cgroup`; for the root, limited by the machine's memory.
@@ -207,7 +208,7 @@ pub fn cgroup_memory(paths: &HostPaths, cgroup: &str) -> Option<Memory> {
         let d = paths.cgroup.join(cgroup.trim_start_matches('/'));
         let stat = read(&d.join("memory.stat"))?;
         let (anon, file) = (keyed(&stat, "anon").unwrap_or(0), keyed(&stat, "file").unwrap_or(0));
-        m.usage = if root { anon + file } else { num(&read(&d.join("memory.current"))?)? };
+        m.usage = if root { anon.saturating_add(file) } else { num(&read(&d.join("memory.current"))?)? };
         m.working_set = m.usage.saturating_sub(keyed(&stat, "inactive_file").unwrap_or(0));
         m.rss = anon;
         m.pgfault = keyed(&stat, "pgfault").unwrap_or(0);
@@ -382,6 +383,26 @@ mod tests {
         let k = cgroup_memory(&p, "/kubepods").unwrap();
         assert_eq!((k.usage, k.working_set, k.limit), (4096, 4000, None));
         assert_eq!(cgroup_cpu(&p, "/kubepods"), Some(Cpu { usage_ns: 1_000_000 }));
+    }
+
+    #[test]
+    fn numbers_out_of_range_saturate_instead_of_panicking() {
+        // Found by the fuzz target proc-files (crates/kubelet-fuzz): the sum of /proc/stat's jiffies overflowed.
+        let d = tempfile::tempdir().unwrap();
+        let p = HostPaths { proc: d.path().join("proc"), cgroup: d.path().join("none") };
+        let v2 = HostPaths { proc: d.path().join("proc"), cgroup: d.path().join("cg") };
+        std::fs::create_dir_all(&p.proc).unwrap();
+        std::fs::create_dir_all(&v2.cgroup).unwrap();
+        let big = u64::MAX;
+        std::fs::write(p.proc.join("stat"), format!("cpu  {big} {big} 1 0 0 0 0 0\n")).unwrap();
+        std::fs::write(p.proc.join("meminfo"), format!("MemTotal: {big} kB\n")).unwrap();
+        std::fs::write(v2.cgroup.join("cgroup.controllers"), "cpu memory\n").unwrap();
+        std::fs::write(v2.cgroup.join("cpu.stat"), format!("usage_usec {big}\n")).unwrap();
+        std::fs::write(v2.cgroup.join("memory.stat"), format!("anon {big}\nfile {big}\n")).unwrap();
+        assert!(node_cpu(&p).is_some());
+        assert_eq!(meminfo(&p, "MemTotal"), Some(u64::MAX));
+        assert_eq!(cgroup_cpu(&v2, "/"), Some(Cpu { usage_ns: u64::MAX }));
+        assert_eq!(cgroup_memory(&v2, "/").map(|m| m.usage), Some(u64::MAX));
     }
 
     #[test]
