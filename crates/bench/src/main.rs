@@ -6,6 +6,9 @@
 //!   time and in a batch, what rkubelet adds over containerd's calls, teardown, idle and steady CPU and RSS, and the
 //!   kubelet API's response times and CPU per request with the batch running).
 //!
+//! - `fuzz`: every parser of outside input under `kubelet-fuzz`'s targets, round-robin for `--fuzz-seconds`
+//!   (no panic, no hang, bounded allocation); any failure makes the program exit non-zero.
+//!
 //! - `node`: the whole node's cost, rkubelet on the real containerd with the real control plane: the CPU of
 //!   rkubelet, containerd, the shims and the machine at steady pods against the same with no kubelet, CRI calls
 //!   per minute by method, the relist time, a batch and a teardown against the raw CRI floor, SIGTERM to exit and
@@ -20,6 +23,7 @@ mod binnode;
 mod containerd;
 mod core;
 mod fakescale;
+mod fuzz;
 mod procstat;
 mod report;
 mod report_node;
@@ -30,6 +34,10 @@ use std::time::Duration;
 
 use clap::Parser;
 
+/// Counts each fuzz case's allocation (`fuzz`); elsewhere it only forwards to the system allocator.
+#[global_allocator]
+static ALLOC: kubelet_fuzz::CountingAlloc = kubelet_fuzz::CountingAlloc;
+
 /// Command line.
 #[derive(Debug, Parser)]
 #[command(name = "rkubelet-bench")]
@@ -38,7 +46,7 @@ struct Args {
     #[arg(long)]
     smoke: bool,
     /// Scenario groups to run.
-    #[arg(long, value_delimiter = ',', default_value = "core,fake,containerd,node")]
+    #[arg(long, value_delimiter = ',', default_value = "core,fake,containerd,node,fuzz")]
     scenarios: Vec<String>,
     /// Pod counts to converge.
     #[arg(long, value_delimiter = ',', default_value = "110,1000,5000")]
@@ -67,6 +75,9 @@ struct Args {
     /// Seconds of the whole node's windows (`node`).
     #[arg(long, default_value_t = 60)]
     node_seconds: u64,
+    /// Seconds of the fuzz targets, all of them round-robin (`fuzz`).
+    #[arg(long, default_value_t = 600)]
+    fuzz_seconds: u64,
     /// A JSON result of an earlier run (e.g. with an older binary) whose whole-node figures the report compares
     /// with this run's, and what it ran (`--node-before FILE=LABEL`).
     #[arg(long)]
@@ -101,6 +112,7 @@ fn main() -> anyhow::Result<()> {
         args.scrapes = 5;
         args.node_pods = 8;
         args.node_seconds = 3;
+        args.fuzz_seconds = 5;
         settle = Duration::from_secs(1);
         startup_wait = Duration::from_secs(1);
     }
@@ -151,6 +163,7 @@ fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let fuzz = run("fuzz").then(|| fuzz::run(Duration::from_secs(args.fuzz_seconds)));
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let node_before = match &args.node_before {
         Some(spec) => {
@@ -162,7 +175,7 @@ fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
-    let report = report::Report { core, fake, containerd, node, node_before, smoke: args.smoke, command };
+    let report = report::Report { core, fake, containerd, node, fuzz, node_before, smoke: args.smoke, command };
     if let Some(dir) = args.json.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -172,11 +185,18 @@ fn main() -> anyhow::Result<()> {
         std::fs::write(p, &md)?;
     }
     println!("{md}");
+    let fuzz_failures = report.fuzz.as_ref().map(fuzz::FuzzResults::failures).unwrap_or_default();
+    for f in &fuzz_failures {
+        eprintln!("{f}");
+    }
     let missed = report.missed_budgets();
     if args.check && !missed.is_empty() {
         for m in &missed {
             eprintln!("budget missed: {m}");
         }
+        std::process::exit(1);
+    }
+    if !fuzz_failures.is_empty() {
         std::process::exit(1);
     }
     Ok(())

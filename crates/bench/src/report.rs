@@ -25,6 +25,8 @@ pub struct Report {
     pub containerd: Option<ContainerdResults>,
     /// The whole node on containerd with the real control plane.
     pub node: Option<crate::wholenode::WholeNodeResults>,
+    /// The fuzz targets.
+    pub fuzz: Option<crate::fuzz::FuzzResults>,
     /// The whole node's figures of an earlier run (its `whole_node` JSON) and what ran then, to compare with.
     pub node_before: Option<(Value, String)>,
     /// A smoke run (small counts; budgets are reported but do not apply).
@@ -254,6 +256,7 @@ impl Report {
             "binary_fake_runtime": fake,
             "binary_containerd": ctr,
             "whole_node": self.node.as_ref().map(crate::report_node::json),
+            "fuzz": self.fuzz.as_ref().map(crate::fuzz::json),
             "budgets": self.budgets().iter().map(|b| json!({
                 "figure": b.figure, "value": b.value, "budget": b.budget, "met": b.met,
             })).collect::<Vec<_>>(),
@@ -411,6 +414,9 @@ impl Report {
             if let Some((before, label)) = &self.node_before {
                 s.push_str(&crate::report_node::markdown_compare(before, label, n));
             }
+        }
+        if let Some(f) = &self.fuzz {
+            s.push_str(&crate::fuzz::markdown(f));
         }
         let missed = self.missed_budgets();
         if missed.is_empty() {

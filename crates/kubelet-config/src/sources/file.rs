@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use super::manifest::static_pod_from_file;
+use super::manifest::{MAX_MANIFEST_BYTES, READ_LIMIT_REACHED, static_pod_from_file};
 use super::{RefusedManifest, SourceUpdate, drop_duplicates, fresh_refusals};
 
 /// File-system events that arrive together are coalesced for this long before a re-read (an atomic rename comes as
@@ -69,7 +69,7 @@ pub fn read_manifests(path: &Path, node_name: &str) -> ReadResult {
     let mut decoded = vec![];
     for f in files {
         let origin = f.to_string_lossy().into_owned();
-        let text = match std::fs::read_to_string(&f) {
+        let text = match read_at_most(&f) {
             Ok(t) => t,
             Err(e) => {
                 res.refused.push(RefusedManifest::new(origin.clone(), format!("{origin}: unable to read: {e}"), None));
@@ -88,6 +88,17 @@ pub fn read_manifests(path: &Path, node_name: &str) -> ReadResult {
     res.pods = pods;
     res.refused.extend(duplicates);
     res
+}
+
+/// A manifest's text, read up to [`MAX_MANIFEST_BYTES`] (`utilio.ReadAtMost`: reaching the limit is an error).
+fn read_at_most(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut buf = Vec::new();
+    std::fs::File::open(path)?.take(MAX_MANIFEST_BYTES as u64).read_to_end(&mut buf)?;
+    if buf.len() >= MAX_MANIFEST_BYTES {
+        return Err(std::io::Error::other(READ_LIMIT_REACHED));
+    }
+    String::from_utf8(buf).map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
 /// Whether a file-system event can change the manifests (`file_linux.go` watches create, delete, modify, move
@@ -205,6 +216,22 @@ mod tests {
         // The next read refuses it again but does not report it again.
         let (pods, new) = src.read_and_log(&mut last);
         assert_eq!((pods.len(), new.len()), (2, 0));
+    }
+
+    #[test]
+    fn a_manifest_of_10_mib_or_more_is_refused_unread() {
+        // As upstream's maxConfigLength; /dev/zero behind a link would otherwise be read until memory runs out.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.yaml"), POD.replace("NAME", "a")).unwrap();
+        let big = POD.replace("NAME", "big") + &format!("# {}\n", "x".repeat(MAX_MANIFEST_BYTES));
+        std::fs::write(dir.path().join("big.yaml"), big).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("zero.yaml")).unwrap();
+        let r = read_manifests(dir.path(), "n1");
+        assert_eq!(r.pods.len(), 1);
+        assert_eq!(r.refused.len(), 2);
+        for refused in &r.refused {
+            assert!(refused.reason.ends_with("unable to read: the read limit is reached"), "{}", refused.reason);
+        }
     }
 
     #[tokio::test]

@@ -20,7 +20,9 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use super::manifest::{ManifestError, StaticOrigin, accept_static_pod, decode_pods};
+use super::manifest::{
+    MAX_MANIFEST_BYTES, ManifestError, READ_LIMIT_REACHED, StaticOrigin, accept_static_pod, decode_pods,
+};
 use super::{RefusedManifest, SourceUpdate, drop_duplicates, fresh_refusals};
 
 /// Fetches taking longer than this fail (upstream's client timeout).
@@ -67,7 +69,15 @@ impl HttpSource {
             .map_err(|_| format!("timed out after {FETCH_TIMEOUT:?}"))?
             .map_err(|e| e.to_string())?;
         let status = resp.status();
-        let body = resp.into_body().collect().await.map_err(|e| e.to_string())?.to_bytes();
+        // At most MAX_MANIFEST_BYTES - 1 bytes, as upstream's ReadAtMost (reaching the limit is an error).
+        let limited = http_body_util::Limited::new(resp.into_body(), MAX_MANIFEST_BYTES - 1);
+        let body = limited
+            .collect()
+            .await
+            .map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() { READ_LIMIT_REACHED.to_string() } else { e.to_string() }
+            })?
+            .to_bytes();
         if !status.is_success() {
             return Err(format!("{}: {}", status, String::from_utf8_lossy(&body)));
         }
@@ -156,5 +166,36 @@ mod tests {
         assert!(server.await.unwrap(), "header was not sent");
         cancel.cancel();
         task.await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_body_of_10_mib_or_more_is_refused() {
+        // As upstream's maxConfigLength: an endless response must not take the kubelet's memory.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(async move {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let _ = s.read(&mut buf).await.unwrap();
+            let head = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n";
+            s.write_all(head.as_bytes()).await.unwrap();
+            let chunk = format!("100000\r\n{}\r\n", "#".repeat(0x100000));
+            // 64 MiB unless the client hangs up first.
+            for _ in 0..64 {
+                if s.write_all(chunk.as_bytes()).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let (tx, _rx) = mpsc::channel(2);
+        let src = HttpSource::new(
+            format!("http://{addr}/pods"),
+            Default::default(),
+            "n1".into(),
+            Duration::from_secs(20),
+            tx,
+        );
+        assert_eq!(src.fetch().await, Err(READ_LIMIT_REACHED.to_string()));
+        server.await.unwrap();
     }
 }

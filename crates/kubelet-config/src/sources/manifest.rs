@@ -12,6 +12,13 @@ use thiserror::Error;
 
 use crate::validation::{ErrorList, validate_static_pod};
 
+/// Upstream's `maxConfigLength`: a manifest file or a static pod URL's body is read up to this many bytes, and
+/// one that reaches it is refused (`utilio.ReadAtMost`), so a huge file, `/dev/zero` or an endless response
+/// cannot take the kubelet's memory.
+pub const MAX_MANIFEST_BYTES: usize = 10 << 20;
+/// Upstream's `utilio.ErrLimitReached` text.
+pub const READ_LIMIT_REACHED: &str = "the read limit is reached";
+
 /// Why a manifest was refused.
 #[derive(Debug, Clone, Error, PartialEq)]
 pub enum ManifestError {
