@@ -118,7 +118,12 @@ struct Registry {
     conns: HashMap<u64, Arc<ConnState>>,
     per_ip: HashMap<IpAddr, usize>,
     next_id: u64,
+    /// The most connections served at once since memory was last given back.
+    high_water: usize,
 }
+
+/// Connections that, once gone, are worth giving their memory back to the system for.
+const TRIM_AFTER: usize = 256;
 
 impl Registry {
     fn remove(&mut self, c: &ConnState) -> bool {
@@ -131,6 +136,10 @@ impl Registry {
                 self.per_ip.remove(&c.ip);
             }
         }
+        if self.high_water >= TRIM_AFTER && self.conns.len() <= self.high_water / 4 {
+            self.high_water = self.conns.len();
+            give_memory_back();
+        }
         true
     }
 
@@ -141,6 +150,19 @@ impl Registry {
             .filter(|c| c.idle() && pick(c))
             .min_by_key(|c| (c.idle_since.load(Ordering::Relaxed), c.id))
             .cloned()
+    }
+}
+
+/// After a burst of connections (thousands of slow clients, say) has gone, gives the memory the allocator keeps
+/// for reuse back to the system: glibc's malloc keeps freed memory of its per-thread arenas mapped, so without this
+/// the kubelet's resident memory would stay at the burst's peak.
+fn give_memory_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if let Ok(rt) = tokio::runtime::Handle::try_current() {
+        rt.spawn_blocking(|| {
+            // SAFETY: malloc_trim only returns free memory of the allocator's arenas to the system.
+            unsafe { libc::malloc_trim(0) };
+        });
     }
 }
 
@@ -257,6 +279,7 @@ impl Admission {
             gone: AtomicBool::new(false),
         });
         r.conns.insert(state.id, state.clone());
+        r.high_water = r.high_water.max(r.conns.len());
         *r.per_ip.entry(ip).or_insert(0) += 1;
         drop(r);
         if evicted {
