@@ -165,4 +165,42 @@ mod tests {
         let twice = Cli::try_parse_from(["rkubelet", "--cert-dir=/a", "--cert-dir=/b"]).unwrap();
         assert_eq!(twice.cert_dir, PathBuf::from("/b"), "the last value wins, as with Go's flags");
     }
+
+    #[test]
+    fn node_labels_survive_hostile_input() {
+        // Property-based (crates/kubelet-fuzz): no panic, and whatever is accepted is a valid label.
+        use kubelet_config::validation::names::{is_label_value, is_qualified_name};
+        let tokens = &[
+            "a",
+            "=",
+            ",",
+            "/",
+            ".",
+            "-",
+            " ",
+            "kubernetes.io",
+            "k8s.io",
+            "node.kubernetes.io/",
+            "kubelet.",
+            "é",
+            "x",
+            "node-role.kubernetes.io/",
+            "==",
+            "\t",
+        ];
+        let opts = kubelet_fuzz::Options {
+            budget: kubelet_fuzz::Budget::Cases(2000),
+            timeout: std::time::Duration::from_secs(30),
+            ..Default::default()
+        };
+        let r = kubelet_fuzz::fuzz("node-labels", &opts, kubelet_fuzz::strategies::text_from(tokens), |s: &String| {
+            let Ok(m) = parse_labels(s) else { return Ok(()) };
+            match m.iter().find(|(k, v)| !is_qualified_name(k).is_empty() || !is_label_value(v).is_empty()) {
+                Some(bad) => Err(format!("{s:?} gave the invalid label {bad:?}")),
+                None => Ok(()),
+            }
+        });
+        assert!(r.failure.is_none(), "seed {}: {}", opts.seed, r.failure.unwrap());
+        assert!(r.cases >= 2000);
+    }
 }

@@ -49,7 +49,7 @@ pub(crate) static ALL: &[Target] = &[
     },
     Target {
         name: "cri-log-line",
-        parser: "kubelet_server::logs::cri::parse, LineWriter::push, tail_offset",
+        parser: "kubelet_server::logs::cri::parse, LineWriter::push, tail_offset; kubelet_runtime::logs::tail_of_cri_log",
         test_cases: 2000,
         run: values::cri_log_line,
     },

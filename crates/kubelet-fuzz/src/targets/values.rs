@@ -426,7 +426,7 @@ fn ready<F: std::future::Future>(f: F) -> F::Output {
 }
 
 /// CRI log lines: a well-formed line parses to its parts and its time prints back; a writer stays within
-/// `limitBytes`; the tail offset stays within the file.
+/// `limitBytes`; the tail offset stays within the file; the termination message's log tail within its bytes.
 pub(crate) fn cri_log_line(o: &Options) -> Report {
     let read = (proptest::collection::vec(log_line(), 1..6), any::<bool>(), option::of(0u64..200), 0u8..3, 0usize..8)
         .prop_map(|(lines, timestamps, limit, streams, tail)| LogRead { lines, timestamps, limit, streams, tail });
@@ -460,6 +460,11 @@ pub(crate) fn cri_log_line(o: &Options) -> Report {
                 && out.len() as u64 > limit
             {
                 return Err(format!("{} bytes written with limitBytes {limit}", out.len()));
+            }
+            let bytes = r.limit.unwrap_or(2048) as usize;
+            let tail = kubelet_runtime::logs::tail_of_cri_log(&String::from_utf8_lossy(&file), r.tail, bytes);
+            if tail.len() > bytes {
+                return Err(format!("the termination message tail has {} bytes, over {bytes}", tail.len()));
             }
             let len = file.len() as u64;
             let at =
