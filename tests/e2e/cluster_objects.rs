@@ -24,7 +24,7 @@ async fn sh(rt: &kubelet_cri::RemoteRuntime, pod: &str, cmd: &str) -> String {
 async fn configmap_and_secret_references_and_service_links_reach_the_environment() {
     let (_g, rt) = fresh_runtime().await;
     let env = TestEnv::new().await;
-    let mut node = env.start_node(&[]);
+    let mut node = env.start_node_env(|n| std::fs::read_to_string(&n.config).unwrap(), loudest_log());
     env.create(
         "apiVersion: v1\nkind: Secret\nmetadata:\n  name: creds\nstringData:\n  password: s3cr3t\n---\n\
          apiVersion: v1\nkind: Service\nmetadata:\n  name: my-db\nspec:\n  ports:\n  - name: pg\n    port: 5432\n",
@@ -103,6 +103,7 @@ spec:
         assert!(log.contains(&format!(" {want}\n")), "missing {want} in\n{log}");
     }
     assert!(!log.contains("MAYBE="), "an optional reference to a missing ConfigMap is skipped");
+    assert_secrets_not_logged(&node.log(), &["s3cr3t"]);
     node.stop_and_clean(&rt).await;
 }
 
@@ -111,7 +112,7 @@ async fn configmap_secret_and_projected_volumes_are_mounted_and_configmap_update
     let (_g, rt) = fresh_runtime().await;
     let env = TestEnv::new().await;
     let mut node =
-        env.start_node_with(&[], |n| std::fs::read_to_string(&n.config).unwrap() + "syncFrequency: 5s\n", vec![]);
+        env.start_node_env(|n| std::fs::read_to_string(&n.config).unwrap() + "syncFrequency: 5s\n", loudest_log());
     env.kubectl(&["create", "configmap", "app-config", "--from-literal=mode=fast", "--from-literal=level=3"]).await;
     env.kubectl(&["create", "secret", "generic", "app-secret", "--from-literal=password=s3cr3t"]).await;
     let pod = format!(
@@ -207,6 +208,7 @@ spec:
         (sh(&rt, "mounted", "cat /all/labels").await == "tier=\"cache\"").then_some(())
     })
     .await;
+    assert_secrets_not_logged(&node.log(), &["s3cr3t"]);
     node.stop_and_clean(&rt).await;
 }
 
@@ -233,7 +235,7 @@ async fn review(env: &TestEnv, token: &str, audiences: &[&str]) -> Value {
 async fn service_account_tokens_come_from_the_token_request_api_and_are_bound_to_the_pod() {
     let (_g, rt) = fresh_runtime().await;
     let env = TestEnv::new().await;
-    let mut node = env.start_node(&[]);
+    let mut node = env.start_node_env(|n| std::fs::read_to_string(&n.config).unwrap(), loudest_log());
     // An ordinary pod: the ServiceAccount admission plugin adds the kube-api-access volume. A second volume asks
     // for a token for another audience, read by a non-root user.
     let pod = format!(
@@ -316,5 +318,6 @@ spec:
     let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     assert!(!mounts.contains(&uid), "no mount of the pod remains");
     assert!(!mounts.contains(&vol));
+    assert_secrets_not_logged(&node.log(), &[&token, &vault]);
     node.stop_and_clean(&rt).await;
 }

@@ -332,7 +332,13 @@ spec:
       limits:
         memory: 64Mi
 "#;
-    let mut node = Node::start(&[("envy.yaml", m)]);
+    let mut node = Node::start_named_env(
+        NODE,
+        &[("envy.yaml", m)],
+        |n| std::fs::read_to_string(&n.config).unwrap(),
+        vec![],
+        loudest_log(),
+    );
     let p = node.wait_phase("envy-e2e-node", "Succeeded").await;
     let ip = p["status"]["podIP"].as_str().unwrap().to_string();
     let lines = texts(&node.container_log(&p, "app"));
@@ -350,6 +356,9 @@ spec:
     ] {
         assert!(lines.contains(&want), "missing {want:?} in {lines:?}");
     }
+    // The environment as resolved for the runtime (where a secret's value would be) is never logged: this expanded
+    // value exists nowhere else.
+    assert_secrets_not_logged(&node.log(), &["hello-world-$(NAME)"]);
     node.stop_and_clean(&rt).await;
 }
 

@@ -200,11 +200,11 @@ impl Node {
             .arg(format!("--hostname-override={}", self.name))
             .arg("--v=3")
             .args(&self.extra_args)
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .env(
                 "RKUBELET_LOG",
                 "debug,h2=info,hyper=info,hyper_util=info,tower=info,tonic=info,kube_client=info,rustls=info",
             )
+            .envs(self.env.iter().map(|(k, v)| (k, v))) // a test's own RKUBELET_LOG wins
             .stdout(Stdio::from(log.try_clone().unwrap()))
             .stderr(Stdio::from(log))
             .spawn()
@@ -471,4 +471,23 @@ pub async fn get_json(kc: &Path, args: &[&str]) -> Option<Value> {
         .await
         .ok()?;
     out.status.success().then(|| serde_json::from_slice(&out.stdout).ok()).flatten()
+}
+
+/// rkubelet's environment for its highest verbosity: every target of rkubelet and of its libraries at trace.
+pub fn loudest_log() -> Vec<(String, String)> {
+    vec![("RKUBELET_LOG".into(), "trace".into())]
+}
+
+/// Fails when rkubelet's log holds any of `secrets`, plainly or base64-encoded (as a Secret's `data` carries them),
+/// naming the line; the log must have been written at trace level.
+pub fn assert_secrets_not_logged(log: &str, secrets: &[&str]) {
+    use base64::Engine;
+    assert!(log.contains(" TRACE "), "rkubelet ran at its highest verbosity");
+    for s in secrets {
+        for form in [s.to_string(), base64::engine::general_purpose::STANDARD.encode(s)] {
+            if let Some(line) = log.lines().find(|l| l.contains(&form)) {
+                panic!("rkubelet logged the secret value {s:?} (as {form:?}): {line}");
+            }
+        }
+    }
 }
