@@ -275,3 +275,17 @@ async fn header_memory_past_the_budget_closes_the_idle_connection_holding_the_mo
     assert!(a.charge(&c3.state, 10));
     assert_eq!(a.held.load(Ordering::Acquire), 40);
 }
+
+#[tokio::test]
+async fn memory_is_given_back_once_a_burst_of_connections_is_gone() {
+    let a = Admission::new(&limits(4096, 4096, 1 << 20));
+    let here = from(1, 10250);
+    let mut conns: Vec<_> = (0..400).map(|i| a.admit(&here, &from(2, i)).unwrap()).collect();
+    assert_eq!(a.registry().high_water, 400);
+    conns.truncate(101);
+    assert_eq!(a.registry().high_water, 400, "not yet: more than a quarter remain");
+    conns.truncate(100);
+    assert_eq!(a.registry().high_water, 100, "given back at a quarter; the next time at a quarter of that");
+    conns.clear();
+    assert_eq!(a.registry().high_water, 100, "bursts under 256 connections are not worth it");
+}
