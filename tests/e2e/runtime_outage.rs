@@ -3,36 +3,10 @@
 
 mod common;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
+use common::drill::{start_containerd, stop_containerd};
 use common::*;
-
-fn workdir() -> PathBuf {
-    std::env::var("RKUBELET_WORKDIR").unwrap_or_else(|_| "/var/lib/rkubelet-dev".into()).into()
-}
-
-fn setup_script() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../scripts/node-setup.sh")
-}
-
-/// Stops the test containerd with SIGTERM (as `systemctl restart containerd` does) and waits for its exit.
-fn stop_containerd() {
-    let pid: i32 = std::fs::read_to_string(workdir().join("containerd.pid")).unwrap().trim().parse().unwrap();
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
-    for _ in 0..300 {
-        if nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("containerd {pid} did not stop within 30s");
-}
-
-fn start_containerd() {
-    let out = std::process::Command::new("bash").arg(setup_script()).arg(workdir()).output().unwrap();
-    assert!(out.status.success(), "node-setup.sh failed: {}", String::from_utf8_lossy(&out.stderr));
-}
 
 #[tokio::test]
 async fn containerd_restart_under_running_pods_is_survived() {
@@ -41,7 +15,7 @@ async fn containerd_restart_under_running_pods_is_survived() {
     let mut node = Node::start(&[("survivor.yaml", &m)]);
     let before = node.wait_running("survivor-e2e-node").await;
 
-    stop_containerd();
+    stop_containerd(nix::sys::signal::Signal::SIGTERM);
     let log = node.log_path();
     node.wait_for("the outage noticed", Duration::from_secs(30), || async {
         std::fs::read_to_string(&log).unwrap_or_default().contains("container runtime is down").then_some(())

@@ -377,62 +377,22 @@ impl RuntimeManager {
         let err = |reason: &str, message: String| start_error(c, reason, message);
         let image_user = self.ensure_image(pod, c, sandbox_config).await?;
         let log_dir = PathBuf::from(&sandbox_config.log_directory).join(&c.name);
-        // Without a previous instance, the count continues from the log files left behind
-        // (`calcRestartCountByLogDir`), so an earlier instance's log is never appended to.
-        let restart_count = match status.find_container(&c.name) {
-            Some(s) => s.restart_count + 1,
-            None => restart_count_from_log_dir(&log_dir),
-        };
-        let target_id = spec.target_id(status).map_err(|m| err("CreateContainerConfigError", m))?;
-        crate::logs::ensure_dir(&log_dir)
-            .map_err(|e| err("CreateContainerConfigError", format!("create {}: {e}", log_dir.display())))?;
-        let env = crate::env::make_environment(crate::env::EnvInputs {
-            pod,
-            container: c,
-            pod_ips,
-            node: &self.node,
-            objects: self.objects.as_ref(),
-        })
-        .await
-        .map_err(|m| err("CreateContainerConfigError", m))?;
-        for (source, keys) in &env.invalid {
-            self.recorder.event(
-                &container_reference(pod, &c.name),
-                WARNING,
-                "InvalidEnvironmentVariableNames",
-                format!(
-                    "Keys [{}] from the EnvFrom {source} were skipped since they are considered invalid environment variable names.",
-                    keys.join(", ")
-                ),
-            );
-        }
-        let mounts = self.managed_mounts(pod, c, pod_ips, &env.vars).map_err(|e| match e.kind() {
-            // The pod's own mistakes (a missing volume, a bad subPath) are reported as they are.
-            std::io::ErrorKind::Other => err("CreateContainerConfigError", e.to_string()),
-            _ => err("CreateContainerConfigError", format!("prepare kubelet-managed files: {e}")),
-        })?;
-        let config = config_gen::container_config(
-            &self.cfg,
-            pod,
-            c,
-            restart_count,
-            &env.vars,
-            mounts,
-            &image_user,
-            target_id.as_deref(),
-        )
-        .map_err(|m| err("CreateContainerConfigError", m))?;
         let kind = container_type(pod, &c.name);
-        kubelet_metrics::kubelet::STARTED_CONTAINERS.inc(&[kind]);
+        let cref = container_reference(pod, &c.name);
         let started_error = |e: &kubelet_cri::CriError| {
             kubelet_metrics::kubelet::STARTED_CONTAINERS_ERRORS.inc(&[e.code(), kind]);
         };
-        let id = self.runtime.create_container(sandbox_id, config, sandbox_config.clone()).await.map_err(|e| {
-            started_error(&e);
-            err("CreateContainerError", e.message())
-        })?;
-        let cref = container_reference(pod, &c.name);
-        self.recorder.event(&cref, NORMAL, reason::CREATED, format!("Created container: {}", c.name));
+        let (id, restart_count) = match self.unstarted_instance(pod, c, status).await {
+            Unstarted::Resume(id, count) => (id, count),
+            Unstarted::Replace(count) => {
+                self.create_instance(pod, spec, status, (sandbox_id, sandbox_config), pod_ips, &image_user, Some(count))
+                    .await?
+            }
+            Unstarted::None => {
+                self.create_instance(pod, spec, status, (sandbox_id, sandbox_config), pod_ips, &image_user, None)
+                    .await?
+            }
+        };
         self.runtime.start_container(&id).await.map_err(|e| {
             started_error(&e);
             err("RunContainerError", e.message())
@@ -456,6 +416,118 @@ impl RuntimeManager {
         Ok(())
     }
 
+    /// Creates a new instance of the container (`CreateContainer`); its restart count is `count`, or one more than
+    /// the latest instance's.
+    #[allow(clippy::too_many_arguments)]
+    async fn create_instance(
+        &self,
+        pod: &Pod,
+        spec: StartSpec<'_>,
+        status: &PodStatus,
+        (sandbox_id, sandbox_config): (&str, &api::PodSandboxConfig),
+        pod_ips: &[String],
+        image_user: &config_gen::ImageUser,
+        count: Option<i32>,
+    ) -> Result<(String, i32), SyncError> {
+        let c = spec.container;
+        let err = |reason: &str, message: String| start_error(c, reason, message);
+        let log_dir = PathBuf::from(&sandbox_config.log_directory).join(&c.name);
+        let kind = container_type(pod, &c.name);
+        // Without a previous instance, the count continues from the log files left behind
+        // (`calcRestartCountByLogDir`), so an earlier instance's log is never appended to.
+        let restart_count = match (count, status.find_container(&c.name)) {
+            (Some(n), _) => n,
+            (None, Some(s)) => s.restart_count + 1,
+            (None, None) => restart_count_from_log_dir(&log_dir),
+        };
+        let target_id = spec.target_id(status).map_err(|m| err("CreateContainerConfigError", m))?;
+        crate::logs::ensure_dir(&log_dir)
+            .map_err(|e| err("CreateContainerConfigError", format!("create {}: {e}", log_dir.display())))?;
+        let env = crate::env::make_environment(crate::env::EnvInputs {
+            pod,
+            container: c,
+            pod_ips,
+            node: &self.node,
+            objects: self.objects.as_ref(),
+        })
+        .await
+        .map_err(|m| err("CreateContainerConfigError", m))?;
+        for (source, keys) in &env.invalid {
+            self.recorder.event(
+        &container_reference(pod, &c.name),
+        WARNING,
+        "InvalidEnvironmentVariableNames",
+        format!(
+            "Keys [{}] from the EnvFrom {source} were skipped since they are considered invalid environment variable names.",
+            keys.join(", ")
+        ),
+    );
+        }
+        let mounts = self.managed_mounts(pod, c, pod_ips, &env.vars).map_err(|e| match e.kind() {
+            // The pod's own mistakes (a missing volume, a bad subPath) are reported as they are.
+            std::io::ErrorKind::Other => err("CreateContainerConfigError", e.to_string()),
+            _ => err("CreateContainerConfigError", format!("prepare kubelet-managed files: {e}")),
+        })?;
+        let config = config_gen::container_config(
+            &self.cfg,
+            pod,
+            c,
+            restart_count,
+            &env.vars,
+            mounts,
+            image_user,
+            target_id.as_deref(),
+        )
+        .map_err(|m| err("CreateContainerConfigError", m))?;
+        kubelet_metrics::kubelet::STARTED_CONTAINERS.inc(&[kind]);
+        let id = self.runtime.create_container(sandbox_id, config, sandbox_config.clone()).await.map_err(|e| {
+            kubelet_metrics::kubelet::STARTED_CONTAINERS_ERRORS.inc(&[e.code(), kind]);
+            err("CreateContainerError", e.message())
+        })?;
+        self.recorder.event(
+            &container_reference(pod, &c.name),
+            NORMAL,
+            reason::CREATED,
+            format!("Created container: {}", c.name),
+        );
+        Ok((id, restart_count))
+    }
+
+    /// An instance of `c` that a stopped rkubelet left unstarted, in the pod's newest sandbox and made from the same
+    /// definition:
+    /// - created but never started (rkubelet stopped between CreateContainer and StartContainer): it is started, so
+    ///   the container runs once, with its own restart count;
+    /// - exited without ever running because its start was cancelled by rkubelet's exit (`StartError`, `context
+    ///   canceled`): it is removed and made again with the same restart count, since it never ran.
+    ///
+    /// Upstream creates another container in both cases, counts a restart and leaves the first one to the garbage
+    /// collector. A created instance that does not fit (another definition, an older sandbox) never ran either: it
+    /// is removed before its successor is made.
+    async fn unstarted_instance(&self, pod: &Pod, c: &Container, status: &PodStatus) -> Unstarted {
+        let Some(s) = status.find_container(&c.name) else { return Unstarted::None };
+        let newest_sandbox = status.sandbox_statuses.first().map(|sb| sb.created_at).unwrap_or(i64::MAX);
+        let fits = s.hash == crate::hash::hash_container(c) && s.created_at >= newest_sandbox;
+        let cancelled = s.state == ContainerState::Exited
+            && s.started_at == 0
+            && s.reason == "StartError"
+            && s.message.contains("context canceled");
+        match s.state {
+            ContainerState::Created if fits => {
+                info!(pod = %pod_ref(pod), containerName = %c.name, containerID = %s.id, "starting the container created before rkubelet stopped");
+                return Unstarted::Resume(s.id.clone(), s.restart_count);
+            }
+            ContainerState::Created => {}
+            ContainerState::Exited if cancelled && fits => {}
+            _ => return Unstarted::None,
+        }
+        if let Err(e) = self.runtime.remove_container(&s.id).await {
+            warn!(pod = %pod_ref(pod), containerName = %c.name, containerID = %s.id, error = %e, "failed to remove a container that never started");
+            return Unstarted::None;
+        }
+        info!(pod = %pod_ref(pod), containerName = %c.name, containerID = %s.id, "removed a container that never started");
+        if cancelled { Unstarted::Replace(s.restart_count) } else { Unstarted::None }
+    }
+
     /// The /var/log/containers link, as upstream: `<pod>_<ns>_<container>-<id>.log` -> the CRI log file.
     fn link_log(&self, pod: &Pod, c: &Container, id: &str, log_dir: &std::path::Path, restart_count: i32) {
         let link = config_gen::container_log_link(&self.cfg.container_logs_dir, pod, &c.name, id);
@@ -467,6 +539,16 @@ impl RuntimeManager {
             }
         }
     }
+}
+
+/// What [`RuntimeManager::unstarted_instance`] found.
+enum Unstarted {
+    /// Start this created container, with this restart count.
+    Resume(String, i32),
+    /// Make a new container with this restart count (the removed one never ran).
+    Replace(i32),
+    /// Make a new container as usual.
+    None,
 }
 
 /// The user an image runs as (`getImageUser`): its numeric UID, else its user name; root when the runtime does not

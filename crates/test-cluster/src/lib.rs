@@ -344,12 +344,20 @@ impl ControlPlane {
     pub fn outage(&self) -> Result<Outage, Error> {
         let lock = Lock::take(&self.dir)?;
         self.proc("kube-apiserver").stop();
-        Ok(Outage { cp: self.clone(), ended: false, _lock: lock })
+        Ok(Outage { cp: self.clone(), what: Stopped::Apiserver, ended: false, _lock: lock })
+    }
+
+    /// Stops etcd under the running apiserver (which then answers errors or times out) until [`Outage::end`],
+    /// which starts etcd again on the same data. The lock is held as for [`ControlPlane::outage`].
+    pub fn etcd_outage(&self) -> Result<Outage, Error> {
+        let lock = Lock::take(&self.dir)?;
+        self.proc("etcd").stop();
+        Ok(Outage { cp: self.clone(), what: Stopped::Etcd, ended: false, _lock: lock })
     }
 
     fn start_all(&self) -> Result<(), Error> {
-        let etcd = etcd_binary()?;
         // Fail early, before anything starts, when a binary is missing.
+        etcd_binary()?;
         apiserver_binary()?;
         let kcm = controller_manager_binary()?;
         for name in ["etcd", "kube-apiserver", "kube-controller-manager"] {
@@ -361,20 +369,7 @@ impl ControlPlane {
         if data.exists() {
             std::fs::remove_dir_all(&data).map_err(|e| Error::io(&data, e))?;
         }
-        let url = |p: u16| format!("http://127.0.0.1:{p}");
-        let args = vec![
-            format!("--data-dir={}", data.display()),
-            format!("--listen-client-urls={}", url(ETCD_CLIENT_PORT)),
-            format!("--advertise-client-urls={}", url(ETCD_CLIENT_PORT)),
-            format!("--listen-peer-urls={}", url(ETCD_PEER_PORT)),
-            format!("--initial-advertise-peer-urls={}", url(ETCD_PEER_PORT)),
-            format!("--initial-cluster=default={}", url(ETCD_PEER_PORT)),
-            "--name=default".into(),
-            "--log-level=warn".into(),
-        ];
-        let p = self.proc("etcd");
-        p.start(&etcd, &args, None)?;
-        wait_until(&p, "healthy", Duration::from_secs(30), || http_status(ETCD_CLIENT_PORT, "/health") == Some(200))?;
+        self.start_etcd_locked()?;
 
         self.write_support_files()?;
         self.start_apiserver_locked()?;
@@ -428,6 +423,27 @@ impl ControlPlane {
         std::fs::write(&h, hosts).map_err(|e| Error::io(&h, e))
     }
 
+    fn etcd_args(&self) -> Vec<String> {
+        let data = self.dir.join("etcd-data");
+        let url = |p: u16| format!("http://127.0.0.1:{p}");
+        vec![
+            format!("--data-dir={}", data.display()),
+            format!("--listen-client-urls={}", url(ETCD_CLIENT_PORT)),
+            format!("--advertise-client-urls={}", url(ETCD_CLIENT_PORT)),
+            format!("--listen-peer-urls={}", url(ETCD_PEER_PORT)),
+            format!("--initial-advertise-peer-urls={}", url(ETCD_PEER_PORT)),
+            format!("--initial-cluster=default={}", url(ETCD_PEER_PORT)),
+            "--name=default".into(),
+            "--log-level=warn".into(),
+        ]
+    }
+
+    fn start_etcd_locked(&self) -> Result<(), Error> {
+        let p = self.proc("etcd");
+        p.start(&etcd_binary()?, &self.etcd_args(), None)?;
+        wait_until(&p, "healthy", Duration::from_secs(30), || http_status(ETCD_CLIENT_PORT, "/health") == Some(200))
+    }
+
     fn apiserver_args(&self) -> Vec<String> {
         let pki = |f: &str| self.pki.path(f).display().to_string();
         vec![
@@ -469,22 +485,42 @@ impl ControlPlane {
 /// meanwhile), it starts the apiserver again, so the tests after it still have one.
 pub struct Outage {
     cp: ControlPlane,
+    what: Stopped,
     ended: bool,
     _lock: Lock,
 }
 
 impl Outage {
-    /// Starts the apiserver again with the same flags and waits until it is ready.
+    /// Starts what was stopped again with the same flags and waits until the apiserver is ready.
     pub fn end(mut self) -> Result<(), Error> {
         self.ended = true;
-        self.cp.start_apiserver_locked()
+        self.restart()
     }
+
+    fn restart(&self) -> Result<(), Error> {
+        match self.what {
+            Stopped::Apiserver => self.cp.start_apiserver_locked(),
+            Stopped::Etcd => {
+                self.cp.start_etcd_locked()?;
+                wait_until(&self.cp.proc("kube-apiserver"), "ready again", Duration::from_secs(90), || {
+                    self.cp.apiserver_ready()
+                })
+            }
+        }
+    }
+}
+
+/// What an [`Outage`] stopped.
+#[derive(Clone, Copy, Debug)]
+enum Stopped {
+    Apiserver,
+    Etcd,
 }
 
 impl Drop for Outage {
     fn drop(&mut self) {
         if !self.ended {
-            let _ = self.cp.start_apiserver_locked();
+            let _ = self.restart();
         }
     }
 }

@@ -7,6 +7,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod drill;
 pub mod kubelet_api;
 pub mod prometheus;
 
@@ -107,6 +108,8 @@ pub struct Node {
     pub extra_args: Vec<String>,
     /// Extra environment variables.
     pub env: Vec<(String, String)>,
+    /// The binary to run instead of the one built with the tests (an upgrade drill's copy).
+    pub binary: Option<PathBuf>,
     child: Option<Child>,
     _tmp: Option<tempfile::TempDir>,
 }
@@ -174,6 +177,7 @@ impl Node {
             log: dir.join("rkubelet.log"),
             extra_args: vec![],
             env,
+            binary: None,
             dir,
             child: None,
             _tmp: Some(tmp),
@@ -193,7 +197,8 @@ impl Node {
     /// Starts the binary (again).
     pub fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_rkubelet"))
+        let bin = self.binary.clone().unwrap_or_else(|| env!("CARGO_BIN_EXE_rkubelet").into());
+        let child = Command::new(bin)
             .arg(format!("--config={}", self.config.display()))
             .arg(format!("--root-dir={}", self.root.display()))
             .arg(format!("--cert-dir={}", self.dir.join("pki").display()))
