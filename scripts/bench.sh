@@ -4,7 +4,7 @@
 # docs/benchmarks.md and exits non-zero, naming the figure, when a budget is missed. Extra arguments go to
 # rkubelet-bench (e.g. `--scenarios core,fake` or `--pods 110,1000`; `--help` lists them). The whole-node scenario
 # (`node`) needs the real control plane: it is started here (crates/test-cluster) and stopped at the end.
-# Takes about 16 minutes.
+# Takes about 26 minutes (10 of them the fuzz targets).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
