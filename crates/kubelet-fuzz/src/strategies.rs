@@ -136,6 +136,15 @@ pub const HOSTILE_STRINGS: &[&str] = &[
     "::1",
     "999.1.1.1",
     "10.0.0.0/8",
+    "localhost/",
+    "localhost/../x",
+    "localhost//a",
+    "runtime/default",
+    "hugepages-",
+    "1Gi1",
+    "$(A)",
+    "$$(A)",
+    "$(",
 ];
 
 /// A scalar or small container of hostile values, and now and then a raw splice ([`raw`]).

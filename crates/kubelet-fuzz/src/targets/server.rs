@@ -386,8 +386,10 @@ pub(crate) fn container_logs(o: &Options) -> Report {
             let target = format!("/containerLogs/default/web/{}?{}", r.container, q.join("&"));
             let req = ApiRequest { secure: true, method: "GET".into(), target, headers: vec![] };
             let Some((code, body)) = api.call(&req)? else { return Ok(()) };
+            // Only the log's own bytes count: an error found after the 200 (the previous instance's log is gone)
+            // is written whole, as upstream writes it.
             let limit = kubelet_server::logs::decode(&r.query)
-                .filter(|d| kubelet_server::logs::validate(d).is_ok())
+                .filter(|d| kubelet_server::logs::validate(d).is_ok() && !d.previous && r.container == "app")
                 .and_then(|d| d.limit_bytes);
             if code == 200
                 && let Some(l) = limit
