@@ -191,8 +191,8 @@ async fn readiness_drives_ready_and_startup_gates_it() {
 
 #[tokio::test(start_paused = true)]
 async fn a_container_seen_waiting_then_running_is_not_killed_for_having_waited() {
-    // A container created before rkubelet restarted is seen waiting (Failure, as upstream), then started under the
-    // same ID: its liveness is Success again before any probe, so it is not restarted for the wait.
+    // A container created before rkubelet restarted is seen waiting, then started under the same ID: its liveness
+    // stays Success while it waits (upstream records Failure), so the sync after its start does not kill it.
     let mut s = setup();
     let id = running_container(&s.rt).await;
     let mut waiting = status_with(&id);
@@ -203,13 +203,14 @@ async fn a_container_seen_waiting_then_running_is_not_killed_for_having_waited()
     let c = Container { name: "app".into(), liveness_probe: Some(exec_probe(1, 3)), ..Default::default() };
     s.manager.add_pod(&pod(c));
     assert_eq!(s.updates.recv().await.unwrap().result, ProbeResult::Success);
-    assert_eq!(s.updates.recv().await.unwrap().result, ProbeResult::Failure);
-    // It runs now and its probe fails: the Failure of the wait is gone at once, a verdict needs three failures.
+    // While it waits, nothing is recorded against it.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(s.manager.result(ProbeType::Liveness, &id), Some(ProbeResult::Success));
+    assert!(s.updates.try_recv().is_err());
+    // It runs now and its probe fails: a verdict needs three failed probes.
     s.exit_code.store(1, Ordering::SeqCst);
     s.statuses.0.lock().unwrap().insert("u1".into(), Arc::new(status_with(&id)));
-    let u = tokio::time::timeout(Duration::from_millis(1500), s.updates.recv()).await.expect("an update").unwrap();
-    assert_eq!((u.probe, u.result, u.container_id.as_str()), (ProbeType::Liveness, ProbeResult::Success, id.as_str()));
     let u = s.updates.recv().await.unwrap();
-    assert_eq!(u.result, ProbeResult::Failure);
+    assert_eq!((u.probe, u.result, u.container_id.as_str()), (ProbeType::Liveness, ProbeResult::Failure, id.as_str()));
     assert_eq!(s.rt.count("ExecSync"), 3, "the verdict comes from three failed probes");
 }

@@ -45,8 +45,6 @@ pub(crate) struct Worker {
     last_result: Option<ProbeResult>,
     result_run: i32,
     on_hold: bool,
-    /// The Failure recorded while the container was not running (upstream's "Non-running container probed").
-    failed_while_not_running: bool,
 }
 
 impl Worker {
@@ -76,7 +74,6 @@ impl Worker {
             last_result: None,
             result_run: 0,
             on_hold: false,
-            failed_while_not_running: false,
         }
     }
 
@@ -164,17 +161,16 @@ impl Worker {
         let pod = self.pod.lock().unwrap().clone();
         let state = c.state.clone().unwrap_or_default();
         let Some(running) = state.running else {
-            self.results.set(&id, ProbeResult::Failure, &self.uid).await;
-            self.failed_while_not_running = true;
+            // A container that waits to start (one created before rkubelet restarted) has not failed a liveness
+            // or startup probe: recording Failure for it, as upstream does, would have it killed by the first sync
+            // after its start, before the worker probes it. Those results only matter for running containers.
+            if self.probe_type == ProbeType::Readiness || state.terminated.is_some() {
+                self.results.set(&id, ProbeResult::Failure, &self.uid).await;
+            }
             // Stop for good only if the container will not run again.
             let never = pod.spec.as_ref().and_then(|s| s.restart_policy.as_deref()) == Some("Never");
             return state.terminated.is_none() || !never;
         };
-        if std::mem::take(&mut self.failed_while_not_running) {
-            // The same container runs now (one created before rkubelet restarted, started since): what was set
-            // while it waited is no verdict on it, so a liveness probe does not kill it before probing it.
-            self.results.set(&id, self.initial_value(), &self.uid).await;
-        }
         if pod.metadata.deletion_timestamp.is_some()
             && matches!(self.probe_type, ProbeType::Liveness | ProbeType::Startup)
         {

@@ -388,6 +388,7 @@ impl RuntimeManager {
                 self.create_instance(pod, spec, status, (sandbox_id, sandbox_config), pod_ips, &image_user, Some(count))
                     .await?
             }
+            Unstarted::Retry(message) => return Err(err("RunContainerError", message)),
             Unstarted::None => {
                 self.create_instance(pod, spec, status, (sandbox_id, sandbox_config), pod_ips, &image_user, None)
                     .await?
@@ -521,7 +522,16 @@ impl RuntimeManager {
             _ => return Unstarted::None,
         }
         if let Err(e) = self.runtime.remove_container(&s.id).await {
-            warn!(pod = %pod_ref(pod), containerName = %c.name, containerID = %s.id, error = %e, "failed to remove a container that never started");
+            if !e.message().contains("cannot delete running task") {
+                warn!(pod = %pod_ref(pod), containerName = %c.name, containerID = %s.id, error = %e, "failed to remove a container that never started; retrying");
+                return Unstarted::Retry(format!("removing container {} that never started: {}", s.id, e.message()));
+            }
+            // containerd 1.6 keeps the task of a start cancelled mid-way, and no CRI call removes it ("cannot delete
+            // running task"): its never-started process (`runc init`) is killed so it holds nothing, and a new
+            // instance is made under the next attempt, as upstream would. The container stays in the runtime until
+            // its task is deleted (`ctr -n k8s.io tasks delete -f <id>`) or containerd is replaced by a fixed one.
+            let killed = kill_container_processes(pod.metadata.uid.as_deref().unwrap_or(""), &s.id);
+            warn!(pod = %pod_ref(pod), containerName = %c.name, containerID = %s.id, error = %e, killed, "the runtime cannot remove a container whose start was cancelled; making a new one");
             return Unstarted::None;
         }
         info!(pod = %pod_ref(pod), containerName = %c.name, containerID = %s.id, "removed a container that never started");
@@ -549,6 +559,29 @@ enum Unstarted {
     Replace(i32),
     /// Make a new container as usual.
     None,
+    /// Not now: the unstarted instance could not be removed yet.
+    Retry(String),
+}
+
+/// Kills the processes left in a container's cgroup (any hierarchy, cgroupfs layout `kubepods[/<qos>]/pod<uid>/<id>`);
+/// returns how many were signalled.
+fn kill_container_processes(pod_uid: &str, container_id: &str) -> usize {
+    let mut killed = 0;
+    let roots = std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten().map(|h| h.path());
+    for root in roots.chain(std::iter::once(PathBuf::from("/sys/fs/cgroup"))) {
+        for qos in ["kubepods", "kubepods/burstable", "kubepods/besteffort"] {
+            let procs = root.join(qos).join(format!("pod{pod_uid}")).join(container_id).join("cgroup.procs");
+            for pid in std::fs::read_to_string(&procs).unwrap_or_default().lines() {
+                if let Ok(pid) = pid.trim().parse::<i32>() {
+                    let pid = nix::unistd::Pid::from_raw(pid);
+                    if pid.as_raw() > 1 && nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL).is_ok() {
+                        killed += 1;
+                    }
+                }
+            }
+        }
+    }
+    killed
 }
 
 /// The user an image runs as (`getImageUser`): its numeric UID, else its user name; root when the runtime does not
