@@ -139,6 +139,7 @@ impl ProbeManager {
                     *h.pod.lock().unwrap() = pod.clone();
                     continue;
                 }
+                self.seed_from_status(pod, &c.name, t);
                 let stop = self.cancel.child_token();
                 let trigger = Arc::new(Notify::new());
                 let pod_cell = Arc::new(Mutex::new(pod.clone()));
@@ -157,6 +158,25 @@ impl ProbeManager {
                 debug!(podUID = %uid, containerName = %c.name, probeType = %t, "starting probe worker");
                 let span = info_span!("probe", podUID = %uid, containerName = %c.name, probeType = %t);
                 self.tracker.spawn(w.run().instrument(span));
+            }
+        }
+    }
+
+    /// A restarted kubelet keeps what the pod's status (as it last wrote it) says of a running container: ready
+    /// stays ready and started stays started until the new worker's own probes decide, so a restart changes no
+    /// status. Upstream starts readiness at Failure, which turns every probed pod NotReady (and takes it out of its
+    /// Services' endpoints) until the first probe.
+    fn seed_from_status(&self, pod: &Pod, container: &str, t: ProbeType) {
+        let Some(status) = pod.status.as_ref() else { return };
+        let all = status.container_statuses.iter().flatten().chain(status.init_container_statuses.iter().flatten());
+        for s in all.filter(|s| s.name == container && is_running(s) && s.container_id.is_some()) {
+            let known = match t {
+                ProbeType::Readiness => s.ready && s.started == Some(true),
+                ProbeType::Startup => s.started == Some(true),
+                ProbeType::Liveness => false,
+            };
+            if known {
+                self.cache(t).seed(runtime_id(s), ProbeResult::Success);
             }
         }
     }

@@ -43,6 +43,12 @@ impl ResultsCache {
         }
     }
 
+    /// Caches a result known from before this kubelet started (the status it last wrote), without a change being
+    /// sent: nothing changed. A result already cached wins.
+    pub fn seed(&self, container_id: &str, result: ProbeResult) {
+        self.map.lock().unwrap().entry(container_id.to_string()).or_insert(result);
+    }
+
     /// Forgets a container.
     pub fn remove(&self, container_id: &str) {
         self.map.lock().unwrap().remove(container_id);

@@ -214,3 +214,27 @@ async fn a_container_seen_waiting_then_running_is_not_killed_for_having_waited()
     assert_eq!((u.probe, u.result, u.container_id.as_str()), (ProbeType::Liveness, ProbeResult::Failure, id.as_str()));
     assert_eq!(s.rt.count("ExecSync"), 3, "the verdict comes from three failed probes");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_restarted_kubelet_keeps_a_ready_container_ready_until_its_probe_decides() {
+    let mut s = setup();
+    let id = running_container(&s.rt).await;
+    let mut last = status_with(&id);
+    last.container_statuses.as_mut().unwrap()[0].ready = true;
+    s.statuses.0.lock().unwrap().insert("u1".into(), Arc::new(status_with(&id)));
+    let c = Container { name: "app".into(), readiness_probe: Some(exec_probe(5, 3)), ..Default::default() };
+    let mut p = (*pod(c)).clone();
+    p.status = Some(last);
+    let p = Arc::new(p);
+    s.manager.add_pod(&p);
+    // Before any probe: ready, as the status the previous kubelet wrote says.
+    assert_eq!(s.manager.result(ProbeType::Readiness, &id), Some(ProbeResult::Success));
+    let mut apps = status_with(&id).container_statuses.unwrap();
+    s.manager.update_pod_status(&p, &mut [], &mut apps);
+    assert!(apps[0].ready, "ready before the first probe");
+    // The probe fails: the verdict comes after the threshold, as for any ready container.
+    s.exit_code.store(1, Ordering::SeqCst);
+    let u = s.updates.recv().await.unwrap();
+    assert_eq!((u.probe, u.result), (ProbeType::Readiness, ProbeResult::Failure));
+    assert_eq!(s.rt.count("ExecSync"), 3);
+}

@@ -150,7 +150,11 @@ impl Worker {
             if let Some(old) = &self.container_id {
                 self.results.remove(old);
             }
-            self.results.set(&id, self.initial_value(), &self.uid).await;
+            // The first container a new worker sees may have a result seeded from the pod's last status (a
+            // restarted kubelet); it stands until this worker's probes decide.
+            if self.container_id.is_some() || self.results.get(&id).is_none() {
+                self.results.set(&id, self.initial_value(), &self.uid).await;
+            }
             self.container_id = Some(id.clone());
             // A new container: probing resumes.
             self.on_hold = false;

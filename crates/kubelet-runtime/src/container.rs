@@ -498,8 +498,9 @@ impl RuntimeManager {
     /// definition:
     /// - created but never started (rkubelet stopped between CreateContainer and StartContainer): it is started, so
     ///   the container runs once, with its own restart count;
-    /// - exited without ever running because its start was cancelled by rkubelet's exit (`StartError`, `context
-    ///   canceled`): it is removed and made again with the same restart count, since it never ran.
+    /// - exited without ever running because its start was lost (`StartError`: `context canceled` when rkubelet
+    ///   was killed mid-call, `already exists` when containerd was): it is removed and made again with the same
+    ///   restart count, since it never ran.
     ///
     /// Upstream creates another container in both cases, counts a restart and leaves the first one to the garbage
     /// collector. A created instance that does not fit (another definition, an older sandbox) never ran either: it
@@ -508,10 +509,12 @@ impl RuntimeManager {
         let Some(s) = status.find_container(&c.name) else { return Unstarted::None };
         let newest_sandbox = status.sandbox_statuses.first().map(|sb| sb.created_at).unwrap_or(i64::MAX);
         let fits = s.hash == crate::hash::hash_container(c) && s.created_at >= newest_sandbox;
+        // A start lost between rkubelet and containerd: cancelled by a killed rkubelet, or left half-made by a killed
+        // containerd (its task exists, so the start again fails with "already exists").
         let cancelled = s.state == ContainerState::Exited
             && s.started_at == 0
             && s.reason == "StartError"
-            && s.message.contains("context canceled");
+            && (s.message.contains("context canceled") || s.message.contains("already exists"));
         match s.state {
             ContainerState::Created if fits => {
                 info!(pod = %pod_ref(pod), containerName = %c.name, containerID = %s.id, "starting the container created before rkubelet stopped");
