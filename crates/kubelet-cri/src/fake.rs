@@ -2,8 +2,9 @@
 //! `k8s.io/cri-api/pkg/apis/testing`).
 //!
 //! It keeps real state (sandboxes, containers, images), records every call by method name, fails a method on
-//! demand ([`FakeRuntime::inject_error`]) and makes containers exit ([`FakeRuntime::exit_container`]) so PLEG
-//! and restart logic can be tested. Times come from a counter so they are ordered and deterministic.
+//! demand ([`FakeRuntime::inject_error`]), holds back the status calls of chosen objects as a runtime stuck on one
+//! pod does ([`FakeRuntime::hang`]) and makes containers exit ([`FakeRuntime::exit_container`]) so PLEG and
+//! restart logic can be tested. Times come from a counter so they are ordered and deterministic.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -71,6 +72,10 @@ pub struct FakeRuntime {
     time: Option<TimeSource>,
     /// What `ExecSync` answers (default: exit code 0, no output).
     exec: Mutex<Option<ExecHandler>>,
+    /// Sandboxes and containers whose status calls do not answer until released ([`FakeRuntime::hang`]).
+    hung: Mutex<std::collections::HashSet<String>>,
+    /// Woken when an object is released.
+    released: tokio::sync::Notify,
 }
 
 impl std::fmt::Debug for FakeRuntime {
@@ -171,6 +176,31 @@ impl FakeRuntime {
             return Err(e);
         }
         Ok(st)
+    }
+
+    /// Makes `PodSandboxStatus` and `ContainerStatus` of the sandbox or container `id` hang (not answer) until
+    /// [`FakeRuntime::release`]: a runtime stuck on one pod. Calls already waiting answer once released.
+    pub fn hang(&self, id: &str) {
+        self.hung.lock().unwrap().insert(id.to_string());
+    }
+
+    /// Ends the hang of `id`.
+    pub fn release(&self, id: &str) {
+        self.hung.lock().unwrap().remove(id);
+        self.released.notify_waiters();
+    }
+
+    /// Waits while `id` hangs.
+    async fn wait_while_hung(&self, id: &str) {
+        loop {
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            if !self.hung.lock().unwrap().contains(id) {
+                return;
+            }
+            released.await;
+        }
     }
 
     /// Makes the next call of `op` (a CRI method name such as `"StartContainer"`) fail with `err`.
@@ -334,6 +364,7 @@ impl RuntimeService for FakeRuntime {
     }
 
     async fn pod_sandbox_status(&self, id: &str) -> CriResult<api::PodSandboxStatus> {
+        self.wait_while_hung(id).await;
         let st = self.enter("PodSandboxStatus")?;
         let s = st
             .sandboxes
@@ -613,6 +644,7 @@ impl RuntimeService for FakeRuntime {
     }
 
     async fn container_status(&self, id: &str) -> CriResult<api::ContainerStatus> {
+        self.wait_while_hung(id).await;
         let st = self.enter("ContainerStatus")?;
         let c = st
             .containers
@@ -702,5 +734,24 @@ mod tests {
         f.remove_pod_sandbox(&sid).await.unwrap();
         assert!(f.container_status(&cid).await.unwrap_err().is_not_found());
         assert_eq!(f.count("StartContainer"), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hung_object_answers_nothing_until_released_and_holds_back_nothing_else() {
+        let f = std::sync::Arc::new(FakeRuntime::new(&["busybox"]));
+        let a = f.run_pod_sandbox(api::PodSandboxConfig::default(), "").await.unwrap();
+        let b = f.run_pod_sandbox(api::PodSandboxConfig::default(), "").await.unwrap();
+        f.hang(&a);
+        let waiting = tokio::spawn({
+            let (f, a) = (f.clone(), a.clone());
+            async move { f.pod_sandbox_status(&a).await }
+        });
+        let late = tokio::time::timeout(std::time::Duration::from_secs(600), f.pod_sandbox_status(&a)).await;
+        assert!(late.is_err(), "no answer for the hung sandbox");
+        assert_eq!(f.pod_sandbox_status(&b).await.unwrap().id, b, "another sandbox answers");
+        assert_eq!(f.list_pod_sandbox(None).await.unwrap().len(), 2, "lists answer");
+        assert!(!waiting.is_finished());
+        f.release(&a);
+        assert_eq!(waiting.await.unwrap().unwrap().id, a, "a waiting call answers once released");
     }
 }

@@ -274,4 +274,29 @@ mod tests {
         }
         assert!(ok, "the client reconnects to the restarted runtime");
     }
+
+    #[tokio::test]
+    async fn a_call_the_runtime_never_answers_ends_at_its_deadline_and_holds_back_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("cri.sock");
+        let fake = Arc::new(FakeRuntime::new(&["busybox"]));
+        let _served = ServedFake::start(fake.clone(), &sock).unwrap();
+        let client = RemoteRuntime::new(&format!("unix://{}", sock.display()), Duration::from_millis(500)).unwrap();
+        let hung = client.run_pod_sandbox(api::PodSandboxConfig::default(), "").await.unwrap();
+        let other = client.run_pod_sandbox(api::PodSandboxConfig::default(), "").await.unwrap();
+        fake.hang(&hung);
+        let start = tokio::time::Instant::now();
+        let (stuck, answered) = tokio::join!(client.pod_sandbox_status(&hung), async {
+            // On the same connection, while the other call waits.
+            let st = client.pod_sandbox_status(&other).await;
+            (st, start.elapsed())
+        });
+        let e = stuck.unwrap_err();
+        assert!(matches!(e, CriError::DeadlineExceeded { op: "PodSandboxStatus", .. }), "{e:?}");
+        assert!(start.elapsed() < Duration::from_secs(2), "ended at its deadline: {:?}", start.elapsed());
+        assert_eq!(answered.0.unwrap().id, other);
+        assert!(answered.1 < Duration::from_millis(400), "not held back: {:?}", answered.1);
+        fake.release(&hung);
+        assert_eq!(client.pod_sandbox_status(&hung).await.unwrap().id, hung);
+    }
 }

@@ -10,6 +10,14 @@
 //! has. A relist that fails (runtime down) is logged and retried at the next period; nothing is lost because the
 //! next successful relist compares against the last good one. [`PlegHealth`] reports unhealthy when no relist has
 //! completed for 3 minutes, as upstream. The task ends when its cancellation token fires.
+//!
+//! Unlike upstream, which inspects the changed pods one after the other inside the relist (so one pod whose runtime
+//! calls hang holds every relist for `runtimeRequestTimeout` and ends in "PLEG is not healthy"), the relist never
+//! waits on one pod: the changed pods are inspected concurrently and the relist waits for them at most
+//! [`INSPECTION_WAIT`]. An inspection still running then goes on in the background (bounded by the CRI call
+//! deadlines) while the pod's entry is marked stale and its events are held; no second inspection of the pod starts
+//! meanwhile, and the relist after it finished uses its result (or inspects again) and sends the events. The other
+//! pods' events, the relist period and the PLEG's health are unaffected.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -27,6 +35,15 @@ use crate::{PodCache, RuntimeManager};
 pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
 /// A relist older than this makes the PLEG unhealthy (`genericPlegRelistThreshold`).
 pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
+/// How long a relist waits for the inspections it started; one still running goes on without holding the relist.
+pub const INSPECTION_WAIT: Duration = Duration::from_secs(1);
+
+/// A pod inspection (`GetPodStatus`) running on its own task.
+struct Inspection {
+    /// When it began (the status it returns is the runtime's as of then).
+    observed: Instant,
+    task: tokio::task::JoinHandle<kubelet_cri::CriResult<kubelet_types::PodStatus>>,
+}
 
 /// PLEG's view of one container or sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,8 +93,18 @@ pub struct GenericPleg {
     /// Pods whose inspection failed: inspected again at the next relist (`podsToReinspect`).
     reinspect: std::collections::HashSet<PodUid>,
     /// Events of pods whose worker was changing them, held until the next relist looked at them again, with how
-    /// many relists they have waited.
+    /// many relists they have waited; and events of pods whose inspection is still running.
     held: HashMap<PodUid, (Vec<PodLifecycleEvent>, u32)>,
+    /// Inspections that outlasted their relist's [`INSPECTION_WAIT`], by pod.
+    inflight: HashMap<PodUid, Inspection>,
+}
+
+impl Drop for GenericPleg {
+    fn drop(&mut self) {
+        for i in self.inflight.values() {
+            i.task.abort();
+        }
+    }
 }
 
 /// Relists a change seen while the pod's worker changes the pod may wait for that worker's own inspection.
@@ -104,6 +131,44 @@ impl GenericPleg {
             last_relist: None,
             reinspect: Default::default(),
             held: HashMap::new(),
+            inflight: HashMap::new(),
+        }
+    }
+
+    /// Stores the outcome of an inspection begun at `observed`: the status, or (failed) a stale entry and another
+    /// inspection at the next relist.
+    fn inspected(
+        &mut self,
+        uid: &PodUid,
+        observed: Instant,
+        res: Result<kubelet_cri::CriResult<kubelet_types::PodStatus>, tokio::task::JoinError>,
+    ) {
+        match res {
+            Ok(Ok(st)) => {
+                self.cache.set(st, observed);
+            }
+            Ok(Err(e)) => {
+                warn!(podUID = %uid, error = %e, "PLEG: failed to inspect pod; will retry at the next relist");
+                self.cache.mark_stale(uid, observed);
+                self.reinspect.insert(uid.clone());
+            }
+            Err(e) => {
+                warn!(podUID = %uid, error = %e, "PLEG: pod inspection did not complete; will retry at the next relist");
+                self.cache.mark_stale(uid, observed);
+                self.reinspect.insert(uid.clone());
+            }
+        }
+    }
+
+    /// Takes in the inspections of earlier relists that have finished since; their pods are looked at again now.
+    async fn finished_inspections(&mut self) {
+        let done: Vec<PodUid> =
+            self.inflight.iter().filter(|(_, i)| i.task.is_finished()).map(|(u, _)| u.clone()).collect();
+        for uid in done {
+            let Some(i) = self.inflight.remove(&uid) else { continue };
+            let res = i.task.await;
+            self.inspected(&uid, i.observed, res);
+            self.reinspect.insert(uid);
         }
     }
 
@@ -146,8 +211,10 @@ impl GenericPleg {
             self.names.insert(p.id.clone(), (p.name.clone(), p.namespace.clone()));
             new.insert(p.id.clone(), m);
         }
+        self.finished_inspections().await;
         let empty = HashMap::new();
         let mut all_events = vec![];
+        let mut inspections = vec![];
         let uids: Vec<PodUid> =
             new.keys().chain(self.old.keys()).cloned().collect::<std::collections::HashSet<_>>().into_iter().collect();
         for uid in uids {
@@ -178,25 +245,56 @@ impl GenericPleg {
                 continue;
             }
             if !cur.is_empty() {
+                // Still being inspected since an earlier relist: its events wait for that inspection, nothing here
+                // waits for it.
+                if self.inflight.contains_key(&uid) {
+                    self.held.insert(uid.clone(), (events, waited));
+                    self.reinspect.insert(uid.clone());
+                    continue;
+                }
                 let (name, ns) = self.names.get(&uid).cloned().unwrap_or_default();
                 let observed = tokio::time::Instant::now();
-                match self.manager.get_pod_status(&uid, &name, &ns).await {
-                    Ok(st) => {
-                        self.cache.set(st, observed);
-                    }
-                    Err(e) => {
-                        warn!(podUID = %uid, error = %e, "PLEG: failed to inspect pod; will retry at the next relist");
-                        self.cache.mark_stale(&uid, observed);
-                        self.reinspect.insert(uid.clone());
-                    }
-                }
+                let (manager, u) = (self.manager.clone(), uid.clone());
+                let task = tokio::spawn(async move { manager.get_pod_status(&u, &name, &ns).await });
+                inspections.push((uid, events, Inspection { observed, task }));
+                continue;
             }
             all_events.extend(events);
+        }
+        // The relist waits for its inspections together, up to INSPECTION_WAIT; one still running goes on alone.
+        let deadline = tokio::time::Instant::now() + INSPECTION_WAIT;
+        for (uid, events, mut i) in inspections {
+            match tokio::time::timeout_at(deadline, &mut i.task).await {
+                Ok(res) => {
+                    self.inspected(&uid, i.observed, res);
+                    all_events.extend(events);
+                }
+                Err(_) => {
+                    let (name, ns) = self.names.get(&uid).cloned().unwrap_or_default();
+                    warn!(
+                        pod = %format!("{ns}/{name}"),
+                        podUID = %uid,
+                        wait = ?INSPECTION_WAIT,
+                        "PLEG: pod inspection is taking long; the relist goes on without it and uses it when done"
+                    );
+                    self.cache.mark_stale(&uid, i.observed);
+                    self.reinspect.insert(uid.clone());
+                    self.held.insert(uid.clone(), (events, 0));
+                    self.inflight.insert(uid, i);
+                }
+            }
         }
         // Pods the runtime no longer has are forgotten (their entries observed before this relist's lists).
         self.cache.reconcile(&new, start);
         self.reinspect.retain(|u| new.contains_key(u));
         self.held.retain(|u, _| new.contains_key(u));
+        self.inflight.retain(|u, i| {
+            let keep = new.contains_key(u);
+            if !keep {
+                i.task.abort();
+            }
+            keep
+        });
         self.cache.mark_primed();
         self.names.retain(|u, _| new.contains_key(u));
         self.old = new;
@@ -386,5 +484,102 @@ mod tests {
         assert_eq!(ev.iter().map(|e| e.kind).collect::<Vec<_>>(), [PodLifecycleEventType::ContainerDied]);
         assert_eq!(fake.count("PodSandboxStatus"), 1, "inspected once");
         assert_eq!(cache.get(&uid).unwrap().sandbox_statuses[0].state, SandboxState::NotReady);
+    }
+
+    /// A pod with a sandbox and a running container `app` in the fake; returns (sandbox, container).
+    async fn running_pod(fake: &FakeRuntime, uid: &str) -> (String, String) {
+        let labels: std::collections::HashMap<String, String> = [
+            ("io.kubernetes.pod.uid".to_string(), uid.to_string()),
+            ("io.kubernetes.container.name".to_string(), "app".to_string()),
+        ]
+        .into();
+        let meta = api::PodSandboxMetadata { uid: uid.into(), name: format!("pod-{uid}"), ..Default::default() };
+        let config = api::PodSandboxConfig { metadata: Some(meta), labels: labels.clone(), ..Default::default() };
+        let sb = fake.run_pod_sandbox(config, "").await.unwrap();
+        let cfg = api::ContainerConfig {
+            metadata: Some(api::ContainerMetadata { name: "app".into(), attempt: 0 }),
+            image: Some(api::ImageSpec { image: "busybox".into(), ..Default::default() }),
+            labels,
+            ..Default::default()
+        };
+        let cid = fake.create_container(&sb, cfg, Default::default()).await.unwrap();
+        fake.start_container(&cid).await.unwrap();
+        (sb, cid)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pod_whose_inspection_hangs_holds_back_neither_the_relist_nor_the_other_pods() {
+        let fake = Arc::new(FakeRuntime::new(&["busybox"]));
+        let mgr =
+            Arc::new(RuntimeManager::new(fake.clone(), fake.clone(), Default::default(), Arc::new(TestClock::fixed())));
+        let cache = Arc::new(PodCache::default());
+        let (tx, mut rx) = mpsc::channel(1000);
+        let health = Arc::new(PlegHealth::new(RELIST_THRESHOLD));
+        let mut pleg = GenericPleg::new(mgr, cache.clone(), tx, health.clone(), RELIST_PERIOD);
+        let (_, stuck) = running_pod(&fake, "stuck").await;
+        let (_, other) = running_pod(&fake, "other").await;
+        pleg.relist().await.unwrap();
+        while rx.try_recv().is_ok() {}
+        let (stuck_uid, other_uid) = (PodUid::from("stuck"), PodUid::from("other"));
+
+        // The stuck pod's container dies and cannot be inspected; the other one dies too.
+        fake.hang(&stuck);
+        fake.exit_container(&stuck, 137);
+        fake.exit_container(&other, 1);
+        let start = Instant::now();
+        let ev = pleg.relist().await.unwrap();
+        assert_eq!(start.elapsed(), INSPECTION_WAIT, "the relist waited for the stuck inspection no longer");
+        assert_eq!(
+            ev,
+            vec![PodLifecycleEvent {
+                id: other_uid.clone(),
+                kind: PodLifecycleEventType::ContainerDied,
+                data: other.clone()
+            }]
+        );
+        assert_eq!(cache.get(&other_uid).unwrap().container_statuses[0].state, ContainerState::Exited);
+        assert!(cache.get_fresh(&stuck_uid).is_none(), "the stuck pod's entry no longer holds");
+        assert!(matches!(cache.lookup(&stuck_uid, "", ""), crate::Cached::Unknown));
+
+        // More than the PLEG threshold of relists: each takes no time, none starts another inspection of the stuck
+        // pod, a change of the other pod is inspected and sent at once, the PLEG stays healthy.
+        let (_, again) = running_pod(&fake, "again").await;
+        fake.clear_calls();
+        let start = Instant::now();
+        let mut relists = 0;
+        while start.elapsed() < RELIST_THRESHOLD + Duration::from_secs(20) {
+            let t = Instant::now();
+            let ev = pleg.relist().await.unwrap();
+            assert_eq!(t.elapsed(), Duration::ZERO, "relist {relists} waited");
+            assert!(ev.iter().all(|e| e.id != stuck_uid), "the stuck pod's events wait for its inspection");
+            if relists == 0 {
+                assert_eq!(ev.iter().filter(|e| e.id == PodUid::from("again")).count(), 2, "{ev:?}");
+                assert_eq!(cache.get(&PodUid::from("again")).unwrap().container_statuses[0].id, again);
+            }
+            assert!(health.healthy().is_ok());
+            relists += 1;
+            tokio::time::sleep(RELIST_PERIOD).await;
+        }
+        assert!(relists >= 200, "{relists} relists");
+        // Each relist listed once; only the new pod was inspected (one filtered list of each kind).
+        assert_eq!(fake.count("ListPodSandbox"), relists + 1);
+        assert_eq!(fake.count("ListContainers"), relists + 1);
+
+        // The runtime answers again: the relist after the inspection finished uses it and sends the held event.
+        while rx.try_recv().is_ok() {}
+        fake.release(&stuck);
+        tokio::task::yield_now().await;
+        let ev = pleg.relist().await.unwrap();
+        assert_eq!(
+            ev,
+            vec![PodLifecycleEvent {
+                id: stuck_uid.clone(),
+                kind: PodLifecycleEventType::ContainerDied,
+                data: stuck.clone()
+            }]
+        );
+        assert_eq!(rx.try_recv().unwrap().id, stuck_uid);
+        let st = cache.get_fresh(&stuck_uid).expect("fresh again");
+        assert_eq!((st.container_statuses[0].state, st.container_statuses[0].exit_code), (ContainerState::Exited, 137));
     }
 }

@@ -295,14 +295,21 @@ impl SyncLoop {
         }
     }
 
-    /// A probe result changed (`handleProbeSync`): the pod is synced so its status and, for a failed liveness or
-    /// startup probe, its containers follow. A liveness success changes nothing.
+    /// A probe result changed (`handleProbeSync`): a readiness or startup verdict goes into the pod's status at once
+    /// (`SetContainerReadiness`, `SetContainerStartup`), and the pod is synced so the rest of its status and, for a
+    /// failed liveness or startup probe, its containers follow. A liveness success changes nothing.
     fn handle_probe(&mut self, u: ProbeUpdate) {
         if u.probe == ProbeType::Liveness && u.result != ProbeResult::Failure {
             return;
         }
         debug!(podUID = %u.pod_uid, containerID = %u.container_id, probe = %u.probe, result = ?u.result, "SyncLoop (probe)");
         if let Some(p) = self.pods.get(&u.pod_uid).cloned() {
+            let ok = u.result == ProbeResult::Success;
+            match u.probe {
+                ProbeType::Readiness => self.deps.status.set_container_readiness(&p, &u.container_id, ok),
+                ProbeType::Startup => self.deps.status.set_container_startup(&p, &u.container_id, ok),
+                ProbeType::Liveness => {}
+            }
             self.dispatch(UpdateType::Sync, &p, false);
         }
     }

@@ -318,7 +318,7 @@ fn initialized_condition(
 
 /// `ContainersReady` (`GenerateContainersReadyCondition`): app containers and sidecars ready; or `Ready`
 /// (`GeneratePodReadyCondition`), which adds the pod's readiness gates.
-fn ready_condition(
+pub(crate) fn ready_condition(
     pod: &Pod,
     init: &[ApiContainerStatus],
     apps: &[ApiContainerStatus],

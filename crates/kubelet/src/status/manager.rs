@@ -1,21 +1,23 @@
 //! The status manager (`pkg/kubelet/status/status_manager.go`): the latest API status of every pod, as the
 //! pod workers computed it.
 //!
-//! Pod workers call [`StatusManager::set_pod_status`] after every sync; it keeps `startTime` and the
-//! `lastTransitionTime` of unchanged conditions from the previous status, never moves a pod out of a terminal
+//! Pod workers call [`StatusManager::set_pod_status`] after every sync; a readiness or startup probe's new verdict
+//! is applied at once by the sync loop ([`StatusManager::set_container_readiness`]), as upstream, so it shows even
+//! while the pod's sync is held up (a runtime that does not answer for the pod). The manager keeps `startTime` and
+//! the `lastTransitionTime` of unchanged conditions from the previous status, never moves a pod out of a terminal
 //! phase, and bumps a version that watchers (tests, benchmarks, the apiserver sync of a later issue) follow.
 //! Cheap to read from any task.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::PodStatus as ApiPodStatus;
+use k8s_openapi::api::core::v1::{ContainerStatus as ApiContainerStatus, PodStatus as ApiPodStatus};
 use kubelet_types::clock::api_time;
 use kubelet_types::{Clock, Pod, PodUid};
 use tokio::sync::watch;
 use tracing::{debug, warn};
 
-use super::generate::is_terminal_phase;
+use super::generate::{is_terminal_phase, ready_condition};
 
 /// What the apiserver sync needs to know of a pod besides its status.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -66,9 +68,76 @@ impl StatusManager {
     }
 
     /// Stores the status of `pod`; returns whether it changed.
-    pub fn set_pod_status(&self, pod: &Pod, mut status: ApiPodStatus) -> bool {
+    pub fn set_pod_status(&self, pod: &Pod, status: ApiPodStatus) -> bool {
+        let mut map = self.statuses.lock().unwrap();
+        self.store(&mut map, pod, status)
+    }
+
+    /// A readiness probe's new verdict on a container, applied to the pod's status at once
+    /// (`SetContainerReadiness`): the container's `ready` and the pod's `ContainersReady` and `Ready` conditions
+    /// follow without waiting for the pod's next sync, which may be held up (a runtime that does not answer for the
+    /// pod). Nothing changes for a pod without a status yet or a container its status does not report.
+    pub fn set_container_readiness(&self, pod: &Pod, container_id: &str, ready: bool) {
+        self.update_container(pod, container_id, true, |c| std::mem::replace(&mut c.ready, ready) != ready);
+    }
+
+    /// A startup probe's new verdict on a container, applied to its `started` at once (`SetContainerStartup`).
+    pub fn set_container_startup(&self, pod: &Pod, container_id: &str, started: bool) {
+        self.update_container(pod, container_id, false, |c| c.started.replace(started) != Some(started));
+    }
+
+    /// Applies `change` (which says whether it changed anything) to the status of the container `container_id`
+    /// (a runtime ID, without the `containerd://` prefix) and, with `readiness`, regenerates the readiness
+    /// conditions; under the lock, so a sync's write in between is not undone.
+    fn update_container(
+        &self,
+        pod: &Pod,
+        container_id: &str,
+        readiness: bool,
+        change: impl FnOnce(&mut ApiContainerStatus) -> bool,
+    ) {
         let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
         let mut map = self.statuses.lock().unwrap();
+        let Some(old) = map.get(&uid) else {
+            debug!(pod = %kubelet_types::pod_update::pod_ref(pod), containerID = %container_id, "container probe result changed before the pod has synced");
+            return;
+        };
+        let mut status = (**old).clone();
+        let is_it = |c: &&mut ApiContainerStatus| {
+            c.container_id.as_deref().is_some_and(|id| id.rsplit("://").next() == Some(container_id))
+        };
+        let Some(c) = status
+            .init_container_statuses
+            .iter_mut()
+            .flatten()
+            .chain(status.container_statuses.iter_mut().flatten())
+            .find(is_it)
+        else {
+            debug!(pod = %kubelet_types::pod_update::pod_ref(pod), containerID = %container_id, "container probe result changed for unknown container");
+            return;
+        };
+        if !change(c) {
+            return;
+        }
+        if readiness {
+            let init = status.init_container_statuses.clone().unwrap_or_default();
+            let apps = status.container_statuses.clone().unwrap_or_default();
+            let phase = status.phase.clone().unwrap_or_default();
+            let conditions = status.conditions.get_or_insert_with(Vec::new);
+            for kind in ["Ready", "ContainersReady"] {
+                let new = ready_condition(pod, &init, &apps, &phase, kind);
+                match conditions.iter_mut().find(|c| c.type_ == kind) {
+                    Some(c) => *c = new,
+                    None => conditions.push(new),
+                }
+            }
+        }
+        self.store(&mut map, pod, status);
+    }
+
+    /// `set_pod_status` with the statuses locked by the caller.
+    fn store(&self, map: &mut HashMap<PodUid, Arc<ApiPodStatus>>, pod: &Pod, mut status: ApiPodStatus) -> bool {
+        let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
         let old = map.get(&uid).cloned().or_else(|| pod.status.clone().map(Arc::new));
         let now = api_time(self.clock.now());
         if let Some(old) = old.as_ref() {
@@ -113,7 +182,6 @@ impl StatusManager {
         }
         debug!(podUID = %uid, phase = ?status.phase, "pod status changed");
         map.insert(uid, Arc::new(status));
-        drop(map);
         self.version.send_modify(|v| *v += 1);
         true
     }
@@ -254,5 +322,62 @@ mod tests {
         m.set_pod_status(&pod, st("Succeeded", "False"));
         m.set_pod_status(&pod, st("Running", "False"));
         assert_eq!(m.get(&"u".into()).unwrap().phase.as_deref(), Some("Succeeded"));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_readiness_verdict_shows_at_once_without_a_sync() {
+        use k8s_openapi::api::core::v1::{Container, PodSpec};
+        let m = StatusManager::new(Arc::new(TestClock::fixed()));
+        let spec =
+            PodSpec { containers: vec![Container { name: "web".into(), ..Default::default() }], ..Default::default() };
+        let pod = Pod {
+            metadata: ObjectMeta { uid: Some("u".into()), ..Default::default() },
+            spec: Some(spec),
+            ..Default::default()
+        };
+        let web = |ready: bool| ApiContainerStatus {
+            name: "web".into(),
+            container_id: Some("containerd://c1".into()),
+            ready,
+            started: Some(true),
+            ..Default::default()
+        };
+        let cond = |kind: &str, ok: &str| PodCondition { type_: kind.into(), status: ok.into(), ..Default::default() };
+        m.set_container_readiness(&pod, "c1", false);
+        assert!(m.get(&"u".into()).is_none(), "nothing before the pod's first sync");
+        m.set_pod_status(
+            &pod,
+            ApiPodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(vec![cond("Ready", "True"), cond("ContainersReady", "True")]),
+                container_statuses: Some(vec![web(true)]),
+                ..Default::default()
+            },
+        );
+        let rx = m.subscribe();
+        m.set_container_readiness(&pod, "other", false);
+        assert!(!rx.has_changed().unwrap(), "an unknown container changes nothing");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        m.set_container_readiness(&pod, "c1", false);
+        let s = m.get(&"u".into()).unwrap();
+        assert!(!s.container_statuses.as_ref().unwrap()[0].ready);
+        for kind in ["Ready", "ContainersReady"] {
+            let c = s.conditions.iter().flatten().find(|c| c.type_ == kind).unwrap();
+            assert_eq!((c.status.as_str(), c.reason.as_deref()), ("False", Some("ContainersNotReady")), "{kind}");
+            assert_eq!(c.message.as_deref(), Some("containers with unready status: [web]"));
+            assert_eq!(
+                c.last_transition_time.as_ref().unwrap().0.as_second(),
+                s.start_time.as_ref().unwrap().0.as_second() + 3
+            );
+        }
+        assert_eq!(s.phase.as_deref(), Some("Running"), "nothing else changes");
+        let version = *m.subscribe().borrow();
+        m.set_container_readiness(&pod, "c1", false);
+        assert_eq!(*m.subscribe().borrow(), version, "the same verdict again is no change");
+        m.set_container_startup(&pod, "c1", false);
+        assert_eq!(m.get(&"u".into()).unwrap().container_statuses.as_ref().unwrap()[0].started, Some(false));
+        m.set_container_readiness(&pod, "c1", true);
+        let s = m.get(&"u".into()).unwrap();
+        assert!(s.conditions.iter().flatten().all(|c| c.status == "True"), "{:?}", s.conditions);
     }
 }
