@@ -5,8 +5,9 @@
 //! PodConfig merge, a PLEG event, a changed probe result, a housekeeping tick (every 2 s). Updates and events are handed to the pod
 //! workers; housekeeping — only once every source has been seen, so a restarted kubelet never stops pods whose
 //! manifest it has not read yet — stops pods the runtime runs that no source wants, removes their leftovers
-//! (pod directories, cgroups), forgets finished workers, and every minute garbage-collects dead containers.
-//! The loop ends when cancelled or when the update stream closes.
+//! (pod directories, cgroups), forgets finished workers, and every minute starts a garbage collection of dead
+//! containers on its own task. The loop itself never waits on the runtime, so a pod whose runtime calls hang holds
+//! back only its own worker. The loop ends when cancelled or when the update stream closes.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -85,6 +86,8 @@ pub struct SyncLoop {
     /// Mirror pods seen in the apiserver, by full name; never run.
     mirrors: HashMap<(String, String), Arc<Pod>>,
     mirror_task: Option<tokio::task::JoinHandle<()>>,
+    /// The container garbage collection pass in flight.
+    gc_task: Option<tokio::task::JoinHandle<()>>,
     ticks: u32,
     /// When the pod list last changed without being published yet (see [`PUBLISH_DELAY`]).
     unpublished_since: Option<tokio::time::Instant>,
@@ -108,6 +111,7 @@ impl SyncLoop {
             pods: PodManager::default(),
             mirrors: HashMap::new(),
             mirror_task: None,
+            gc_task: None,
             ticks: 0,
             unpublished_since: None,
             rejected: HashSet::new(),
@@ -133,7 +137,7 @@ impl SyncLoop {
                 },
                 Some(e) = self.deps.pleg_events.recv() => self.handle_pleg(e),
                 Some(u) = self.deps.probe_updates.recv() => self.handle_probe(u),
-                _ = housekeeping.tick() => self.housekeeping().await,
+                _ = housekeeping.tick() => self.housekeeping(),
                 _ = tokio::time::sleep_until(publish_at.unwrap_or_else(tokio::time::Instant::now)), if publish_at.is_some() => {
                     self.publish();
                 }
@@ -331,7 +335,7 @@ impl SyncLoop {
     }
 
     /// `HandlePodCleanups`.
-    async fn housekeeping(&mut self) {
+    fn housekeeping(&mut self) {
         if !self.deps.sources_ready.all_ready() {
             debug!("skipping housekeeping: not every pod source is ready");
             return;
@@ -387,21 +391,33 @@ impl SyncLoop {
         self.reconcile_mirrors();
 
         if self.ticks.is_multiple_of(CONTAINER_GC_TICKS) {
-            let pods = &self.pods;
+            self.collect_containers();
+        }
+    }
+
+    /// Starts a container garbage collection pass on its own task, unless the last one still runs: as upstream's
+    /// (`StartGarbageCollection`), it runs beside the loop, so a runtime call that hangs (for one pod's container)
+    /// holds back the collection only, never the pods' updates and events. It sees the desired pods as of now.
+    fn collect_containers(&mut self) {
+        if self.gc_task.as_ref().is_some_and(|t| !t.is_finished()) {
+            debug!("container garbage collection still running; skipping this period");
+            return;
+        }
+        let pods: HashMap<PodUid, Arc<Pod>> =
+            self.pods.pods().map(|p| (kubelet_types::pod_update::pod_uid(p), p.clone())).collect();
+        let (runtime, workers, status) =
+            (self.deps.runtime.clone(), self.deps.workers.clone(), self.deps.status.clone());
+        let (recorder, node) = (self.deps.recorder.clone(), self.deps.node_name.clone());
+        self.gc_task = Some(tokio::spawn(async move {
             let lookup = |uid: &PodUid| pods.get(uid).cloned();
-            let states = crate::gc::PodStates {
-                pod: &lookup,
-                workers: &self.deps.workers,
-                status: &self.deps.status,
-                synced: true,
-            };
+            let states = crate::gc::PodStates { pod: &lookup, workers: &workers, status: &status, synced: true };
             let policy = kubelet_runtime::container_gc::GcPolicy::default();
-            if let Err(errors) = self.deps.runtime.garbage_collect(policy, true, false, &states).await {
+            if let Err(errors) = runtime.garbage_collect(policy, true, false, &states).await {
                 let message = errors.join("; ");
                 warn!(error = %message, "container garbage collection failed");
-                let node = crate::nodestatus::manager::node_reference(&self.deps.node_name);
-                self.deps.recorder.event(&node, WARNING, "ContainerGCFailed", message);
+                let node = crate::nodestatus::manager::node_reference(&node);
+                recorder.event(&node, WARNING, "ContainerGCFailed", message);
             }
-        }
+        }));
     }
 }
