@@ -11,13 +11,13 @@
 //! next successful relist compares against the last good one. [`PlegHealth`] reports unhealthy when no relist has
 //! completed for 3 minutes, as upstream. The task ends when its cancellation token fires.
 //!
-//! Unlike upstream, which inspects the changed pods one after the other inside the relist (so one pod whose runtime
-//! calls hang holds every relist for `runtimeRequestTimeout` and ends in "PLEG is not healthy"), the relist never
-//! waits on one pod: the changed pods are inspected concurrently and the relist waits for them at most
-//! [`INSPECTION_WAIT`]. An inspection still running then goes on in the background (bounded by the CRI call
-//! deadlines) while the pod's entry is marked stale and its events are held; no second inspection of the pod starts
-//! meanwhile, and the relist after it finished uses its result (or inspects again) and sends the events. The other
-//! pods' events, the relist period and the PLEG's health are unaffected.
+//! Unlike upstream, which inspects the changed pods one after the other inside the relist (so each call that hangs
+//! for one pod holds the whole relist for `runtimeRequestTimeout`, and a few of them add up to "PLEG is not
+//! healthy", the node NotReady), the relist never waits on one pod: the changed pods are inspected concurrently and
+//! the relist waits for them at most [`INSPECTION_WAIT`]. An inspection still running then goes on in the
+//! background (bounded by the CRI call deadlines) while the pod's entry is marked stale and its events are held; no
+//! second inspection of the pod starts meanwhile, and the relist after it finished uses its result (or inspects
+//! again) and sends the events. The other pods' events, the relist period and the PLEG's health are unaffected.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
