@@ -128,27 +128,14 @@ pub fn write(
             Err(e) => return Err(io(&candidate, e)),
         }
     };
-    std::fs::set_permissions(&ts, std::fs::Permissions::from_mode(0o755)).map_err(|e| io(&ts, e))?;
-    for (k, f) in payload {
-        let path = ts.join(k);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
-        }
-        std::fs::write(&path, &f.data).map_err(|e| io(&path, e))?;
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(f.mode)).map_err(|e| io(&path, e))?;
-        if let Some(uid) = f.owner {
-            std::os::unix::fs::chown(&path, Some(uid), None).map_err(|e| io(&path, e))?;
-        }
-    }
-    if let Some(o) = ownership {
-        crate::ownership::set_volume_ownership(&ts, o.gid, o.read_only, false).map_err(|e| io(&ts, e))?;
-    }
-    // Swap `..data` in one rename.
+    // A payload that cannot be written whole (a full disk) leaves nothing behind: each retry would otherwise leave
+    // another timestamped directory of partial files (upstream removes it only when the swap fails).
     let tmp = dir.join(DATA_DIR_TMP);
-    let _ = std::fs::remove_file(&tmp);
-    let name = ts.file_name().expect("timestamped dir has a name");
-    symlink(name, &tmp).map_err(|e| io(&tmp, e))?;
-    std::fs::rename(&tmp, dir.join(DATA_DIR)).map_err(|e| io(dir, e))?;
+    if let Err(e) = fill_and_swap(dir, &ts, &tmp, payload, ownership) {
+        let _ = std::fs::remove_file(&tmp);
+        let _ = std::fs::remove_dir_all(&ts);
+        return Err(e);
+    }
     // User-visible links through `..data`, then what the new payload no longer has.
     let new_top = top_level(payload.keys());
     for t in &new_top {
@@ -166,6 +153,36 @@ pub fn write(
         let _ = std::fs::remove_dir_all(dir.join(t));
     }
     Ok(true)
+}
+
+/// Writes the payload into the new timestamped directory `ts` and swaps `..data` to it in one rename (through the
+/// link `tmp`).
+fn fill_and_swap(
+    dir: &Path,
+    ts: &Path,
+    tmp: &Path,
+    payload: &BTreeMap<String, FileProjection>,
+    ownership: Option<Ownership>,
+) -> Result<(), VolumeError> {
+    std::fs::set_permissions(ts, std::fs::Permissions::from_mode(0o755)).map_err(|e| io(ts, e))?;
+    for (k, f) in payload {
+        let path = ts.join(k);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| io(parent, e))?;
+        }
+        std::fs::write(&path, &f.data).map_err(|e| io(&path, e))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(f.mode)).map_err(|e| io(&path, e))?;
+        if let Some(uid) = f.owner {
+            std::os::unix::fs::chown(&path, Some(uid), None).map_err(|e| io(&path, e))?;
+        }
+    }
+    if let Some(o) = ownership {
+        crate::ownership::set_volume_ownership(ts, o.gid, o.read_only, false).map_err(|e| io(ts, e))?;
+    }
+    let _ = std::fs::remove_file(tmp);
+    let name = ts.file_name().expect("timestamped dir has a name");
+    symlink(name, tmp).map_err(|e| io(tmp, e))?;
+    std::fs::rename(tmp, dir.join(DATA_DIR)).map_err(|e| io(dir, e))
 }
 
 #[cfg(test)]
@@ -211,5 +228,25 @@ mod tests {
             write(&dir, &payload(&[("../x", "", 0o644)]), "t4", None),
             Err(VolumeError::InvalidPath { .. })
         ));
+    }
+
+    #[test]
+    fn a_payload_that_cannot_be_written_whole_leaves_nothing_behind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("vol");
+        assert!(write(&dir, &payload(&[("a", "1", 0o644)]), "t1", None).unwrap());
+        let before = std::fs::read_link(dir.join(DATA_DIR)).unwrap();
+        // `b` is written as a file, then `b/c` needs it as a directory: the write fails half-way, as on a full disk.
+        let broken = payload(&[("a", "2", 0o644), ("b", "x", 0o644), ("b/c", "y", 0o644)]);
+        for round in ["t2", "t3", "t4"] {
+            assert!(matches!(write(&dir, &broken, round, None), Err(VolumeError::Io { .. })), "{round}");
+        }
+        let mut names: Vec<String> =
+            std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        assert_eq!(names, ["..data", &before.to_string_lossy(), "a"], "no timestamped directory of a failed write");
+        assert_eq!(std::fs::read_to_string(dir.join("a")).unwrap(), "1", "the last contents stay");
+        assert!(write(&dir, &payload(&[("a", "3", 0o644)]), "t5", None).unwrap(), "written once it can be");
+        assert_eq!(std::fs::read_to_string(dir.join("a")).unwrap(), "3");
     }
 }
