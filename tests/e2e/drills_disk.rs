@@ -1,14 +1,20 @@
 //! Fault drill 5: the root dir's filesystem full. The node's `--root-dir` is a 64 MiB tmpfs; six pods of the drill
-//! workload run, then a file not owned by any pod fills it to the last page.
+//! workload run, then a file not owned by any pod fills it to the last page (and keeps it full: what rkubelet frees
+//! is taken again at once).
 //!
 //! 1. Without a nodefs threshold (no eviction can free what the filler holds): the running pods keep running, a
 //!    deleted pod goes entirely, and the new pods (emptyDir and ConfigMap volumes, init containers, a sidecar) fail
 //!    with upstream's events (FailedMount for the ConfigMap's contents, CreateContainerConfigError for the
 //!    `etc-hosts` file) and are retried with back-off: no container is made, no sandbox beyond the one a pod
-//!    needs, rkubelet neither dies nor spins. Once the filler goes, every pod runs and the invariant holds.
-//! 2. rkubelet restarted with a soft `nodefs.available` threshold (its grace period longer than the drill): the
-//!    full disk is reported as DiskPressure on the Node with its event, a new pod is refused as upstream's
-//!    admission refuses it, nothing running is touched, and the condition clears once the space is back.
+//!    needs, nothing left of the failed writes, rkubelet neither dies nor spins. Once the filler goes, every pod
+//!    runs and the invariant holds.
+//!    1b. No free inode either: a new pod gets FailedToMakePodDataDirectories and nothing else; a running pod's
+//!    sidecar that stops is started again at once (without its termination-message file, as upstream) and the
+//!    pod's `/etc/hosts` keeps its content.
+//! 2. rkubelet restarted on the full disk with a soft `nodefs.available` threshold (its grace period longer than
+//!    the drill): the pods it ran are admitted again and keep running, DiskPressure is reported on the Node with its
+//!    event, a new pod is refused as upstream's admission refuses it, and the condition clears once the space is
+//!    back.
 
 mod common;
 
@@ -92,24 +98,41 @@ fn fill(dir: &Path) -> u64 {
     written
 }
 
+/// Takes every free inode of the filesystem of `dir` with empty files in `dir/inodes`; returns how many.
+fn fill_inodes(dir: &Path) -> u64 {
+    let d = dir.join("inodes");
+    if std::fs::create_dir(&d).is_err() && !d.is_dir() {
+        return 0;
+    }
+    let mut n = 0;
+    while std::fs::File::create_new(d.join(format!("{}", rand::random::<u64>()))).is_ok() {
+        n += 1;
+    }
+    n
+}
+
 /// Whatever fills the disk keeps it full: what rkubelet frees (a deleted pod's folder, a failed write's files) is
-/// taken again within 20 ms, until [`Filler::stop`].
+/// taken again within 20 ms, until [`Filler::stop`]. With `inodes`, the free inodes are taken as well.
 struct Filler {
     dir: PathBuf,
     stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<u64>>,
+    thread: Option<std::thread::JoinHandle<(u64, u64)>>,
 }
 
 impl Filler {
-    fn start(dir: &Path) -> Filler {
-        let first = fill(dir);
-        assert_eq!(nix::sys::statvfs::statvfs(dir).unwrap().blocks_available(), 0, "the filesystem is full");
+    fn start(dir: &Path, inodes: bool) -> Filler {
+        let fill_all = move |d: &Path| (fill(d), if inodes { fill_inodes(d) } else { 0 });
+        let first = fill_all(dir);
+        let st = nix::sys::statvfs::statvfs(dir).unwrap();
+        assert_eq!(st.blocks_available(), 0, "the filesystem is full");
+        assert!(!inodes || st.files_available() == 0, "no inode is free");
         let stop = Arc::new(AtomicBool::new(false));
         let (d, s) = (dir.to_path_buf(), stop.clone());
         let thread = std::thread::spawn(move || {
             let mut total = first;
             while !s.load(Ordering::Relaxed) {
-                total += fill(&d);
+                let more = fill_all(&d);
+                total = (total.0 + more.0, total.1 + more.1);
                 std::thread::sleep(Duration::from_millis(20));
             }
             total
@@ -117,11 +140,12 @@ impl Filler {
         Filler { dir: dir.to_path_buf(), stop, thread: Some(thread) }
     }
 
-    /// Stops filling and removes the filler: the space is back. Returns the bytes the filler held at most.
-    fn stop(mut self) -> u64 {
+    /// Stops filling and removes the filler: the space is back. Returns the bytes and inodes it took.
+    fn stop(mut self) -> (u64, u64) {
         self.stop.store(true, Ordering::Relaxed);
         let total = self.thread.take().unwrap().join().unwrap();
         std::fs::remove_file(self.dir.join("filler")).unwrap();
+        let _ = std::fs::remove_dir_all(self.dir.join("inodes"));
         total
     }
 }
@@ -222,7 +246,7 @@ async fn a_full_root_dir_fails_new_pods_cleanly_keeps_the_rest_and_recovers() {
     let base = drill::wait_invariant("disk-start", &env, &mut node, &rt, want, Duration::from_secs(120)).await.state;
 
     // Phase 1: the disk full; a pod deleted goes entirely.
-    let filler = Filler::start(&root);
+    let filler = Filler::start(&root, false);
     let t = Instant::now();
     env.kubectl(&["delete", "pod", "d-01", "--wait=false"]).await;
     let gone = root.join("pods").join(&base["d-01"].uid);
@@ -291,7 +315,7 @@ async fn a_full_root_dir_fails_new_pods_cleanly_keeps_the_rest_and_recovers() {
     assert!(log_lines < 40, "{log_lines} log lines naming the full disk in {HOLD:?}");
 
     // The space comes back.
-    let filled = filler.stop();
+    let (filled, _) = filler.stop();
     let t = Instant::now();
     let mut running: Vec<String> = names.iter().filter(|n| *n != "d-01").cloned().collect();
     running.extend(new.iter().cloned());
@@ -319,13 +343,75 @@ async fn a_full_root_dir_fails_new_pods_cleanly_keeps_the_rest_and_recovers() {
     );
     assert_eq!(c.restarts, drill::restarts(&base), "no container restarted");
 
+    // Phase 1b: no free inode either.
+    let base = no_inodes(&env, &mut node, &rt, &root, &mut running, c.state).await;
+
     // Phase 2: the same disk full under a soft nodefs threshold whose grace period outlasts the drill.
-    disk_pressure(&env, &mut node, &rt, &root, &running, &c.state).await;
+    disk_pressure(&env, &mut node, &rt, &root, &running, &base).await;
     node.stop_and_clean(&rt).await;
 }
 
-/// Phase 2: rkubelet restarted with `nodefs.available` as a soft threshold; the full disk is DiskPressure, a new pod
-/// is refused, nothing running changes, the condition clears once the space is back.
+/// Phase 1b: blocks and inodes taken. A new pod cannot have its folder (FailedToMakePodDataDirectories, nothing
+/// made); a running pod's sidecar stopped behind rkubelet's back is started again at once, without its
+/// termination-message file (as upstream), and the pod's `/etc/hosts` keeps its content. Returns the new baseline.
+async fn no_inodes(
+    env: &TestEnv,
+    node: &mut Node,
+    rt: &RemoteRuntime,
+    root: &Path,
+    running: &mut Vec<String>,
+    mut base: Baseline,
+) -> Baseline {
+    use kubelet_cri::RuntimeService;
+    let filler = Filler::start(root, true);
+    let t = Instant::now();
+    env.create(&drill::pod_yaml(env, 9)).await;
+    let d02 = base["d-02"].clone();
+    let side = &d02.containers["side"].0;
+    rt.stop_container(side, 0).await.unwrap();
+    let failed = node
+        .wait_for("FailedToMakePodDataDirectories for d-09", Duration::from_secs(60), || async {
+            events(env)
+                .await
+                .into_iter()
+                .find(|e| e.0 == "d-09" && e.1 == "FailedToMakePodDataDirectories" && enospc(&e.2))
+        })
+        .await;
+    node.wait_for("d-02's sidecar running again", Duration::from_secs(60), || async {
+        let p = env.pod("d-02").await?;
+        let c = p["status"]["initContainerStatuses"].as_array()?.iter().find(|c| c["name"] == "side")?.clone();
+        (c["restartCount"] == 1 && c["state"]["running"].is_object() && c["ready"] == true).then_some(())
+    })
+    .await;
+    let again = t.elapsed();
+    assert_eq!(runtime_objects(rt, "d-09").await, (0, 0), "nothing made for a pod without its folder");
+    let hosts = std::fs::read_to_string(root.join("pods").join(&d02.uid).join("etc-hosts")).unwrap();
+    assert!(hosts.contains(&format!("{}\td-02", d02.ip)), "d-02's /etc/hosts keeps its content: {hosts:?}");
+    assert!(node.log().contains("unable to create the termination-log file; the container runs without it"));
+    let (_, taken) = filler.stop();
+    let t = Instant::now();
+    // The sidecar's dead instance stays in the runtime (for `kubectl logs --previous`), which the invariant counts
+    // as unknown: d-02 goes, its removal after the episode checked by the invariant too.
+    env.kubectl(&["delete", "pod", "d-02", "--wait=false"]).await;
+    running.retain(|n| n != "d-02");
+    running.push("d-09".into());
+    base.remove("d-02");
+    let want = Expect { running: running.as_slice(), unchanged: Some(&base) };
+    drill::wait_invariant("no-inodes", env, node, rt, want, Duration::from_secs(60)).await;
+    println!(
+        "drill no-inodes: {taken} inodes taken; a new pod reported {:?}; d-02's stopped sidecar running again \
+         {:.1} s later without its termination-message file, its /etc/hosts intact; every pod Running (d-02 \
+         deleted) {:.1} s after the inodes came back",
+        failed.2,
+        again.as_secs_f64(),
+        t.elapsed().as_secs_f64()
+    );
+    base
+}
+
+/// Phase 2: rkubelet restarted on the full disk with `nodefs.available` as a soft threshold; the pods it ran are
+/// admitted again, the full disk is DiskPressure, a new pod is refused, nothing running changes, the condition
+/// clears once the space is back.
 async fn disk_pressure(
     env: &TestEnv,
     node: &mut Node,
@@ -336,13 +422,14 @@ async fn disk_pressure(
 ) {
     let soft = "evictionSoft:\n  nodefs.available: 16Mi\nevictionSoftGracePeriod:\n  nodefs.available: 10m\n";
     assert!(node.sigterm().success(), "rkubelet exits cleanly on SIGTERM");
+    // The disk fills while rkubelet is down: it starts on a full root dir.
+    let filler = Filler::start(root, false);
     std::fs::write(&node.config, config(node, soft)).unwrap();
+    let t = Instant::now();
     node.spawn();
     node.wait_healthy().await;
     let pressure =
         |status: &'static str| move |n: &Value| (condition(n, "DiskPressure").as_deref() == Some(status)).then_some(());
-    let filler = Filler::start(root);
-    let t = Instant::now();
     node.wait_for("DiskPressure=True on the Node", Duration::from_secs(60), || async {
         env.node_object().await.as_ref().and_then(pressure("True"))
     })
@@ -358,15 +445,18 @@ async fn disk_pressure(
     })
     .await;
     // Admission refuses a new pod as upstream's eviction manager does.
-    env.create(&drill::pod_yaml(env, 9)).await;
+    env.create(&drill::pod_yaml(env, 10)).await;
     let refused = node
-        .wait_for("d-09 refused", Duration::from_secs(60), || async {
-            env.pod("d-09").await.filter(|p| p["status"]["phase"] == "Failed")
+        .wait_for("d-10 refused", Duration::from_secs(60), || async {
+            env.pod("d-10").await.filter(|p| p["status"]["phase"] == "Failed")
         })
         .await;
     assert_eq!(refused["status"]["reason"], "Evicted", "{refused}");
     assert_eq!(refused["status"]["message"], "Pod was rejected: The node had condition: [DiskPressure]. ", "{refused}");
-    assert!(node.log().contains("node pressure conditions changed conditions=[\"DiskPressure\"]"));
+    let log = node.log();
+    assert!(log.contains("node pressure conditions changed conditions=[\"DiskPressure\"]"));
+    let readmitted = log.matches("pod ran before this start: admitted under node pressure").count();
+    assert_eq!(readmitted, running.len(), "the pods the node ran are admitted again");
 
     filler.stop();
     let t = Instant::now();
@@ -375,13 +465,13 @@ async fn disk_pressure(
     })
     .await;
     let cleared = t.elapsed();
-    env.kubectl(&["delete", "pod", "d-09", "--wait=false"]).await;
+    env.kubectl(&["delete", "pod", "d-10", "--wait=false"]).await;
     let want = Expect { running, unchanged: Some(base) };
     let c = drill::wait_invariant("disk-pressure", env, node, rt, want, Duration::from_secs(60)).await;
     println!(
-        "drill disk-pressure: DiskPressure on the Node {:.1} s after the disk filled; a new pod refused ({}); \
-         nothing evicted or restarted ({} restarts across a restart of rkubelet); the condition cleared {:.1} s after \
-         the space came back (evictionPressureTransitionPeriod 10s)",
+        "drill disk-pressure: rkubelet started on the full disk: its {readmitted} pods admitted again, DiskPressure \
+         on the Node {:.1} s after the start; a new pod refused ({}); nothing evicted or restarted ({} restarts); the \
+         condition cleared {:.1} s after the space came back (evictionPressureTransitionPeriod 10s)",
         reported.as_secs_f64(),
         refused["status"]["message"],
         c.restarts - drill::restarts(base),

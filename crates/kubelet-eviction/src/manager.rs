@@ -81,6 +81,11 @@ pub struct PressureState {
 }
 
 impl PressureState {
+    /// A state with `conditions` in force (a node that starts under pressure; tests).
+    pub fn with_conditions(conditions: impl IntoIterator<Item = NodeCondition>) -> Self {
+        Self { conditions: Mutex::new(conditions.into_iter().collect()) }
+    }
+
     /// The pressure conditions in force.
     pub fn conditions(&self) -> BTreeSet<NodeCondition> {
         self.conditions.lock().unwrap().clone()

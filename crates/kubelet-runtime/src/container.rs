@@ -288,7 +288,11 @@ impl RuntimeManager {
             };
             let hosts = dir.join("etc-hosts");
             crate::logs::ensure_dir(&dir)?;
-            std::fs::write(&hosts, text)?;
+            // The pod's running containers see this very file: a rewrite truncates it first, and on a full disk
+            // it would stay empty. The same content is not written again.
+            if std::fs::read(&hosts).ok().as_deref() != Some(text.as_bytes()) {
+                std::fs::write(&hosts, text)?;
+            }
             std::fs::set_permissions(&hosts, std::os::unix::fs::PermissionsExt::from_mode(0o644))?;
             mounts.push(api::Mount {
                 container_path: "/etc/hosts".into(),
@@ -299,17 +303,27 @@ impl RuntimeManager {
         let path = c.termination_message_path.clone().unwrap_or_else(|| "/dev/termination-log".into());
         if !path.is_empty() {
             let cdir = dir.join("containers").join(&c.name);
-            crate::logs::ensure_dir(&cdir)?;
             let file = cdir.join(format!("{:08x}", rand_u32()));
-            std::fs::write(&file, b"")?;
-            // Any user of the container must be able to write its termination message.
-            std::fs::set_permissions(&file, std::os::unix::fs::PermissionsExt::from_mode(0o666))?;
-            mounts.push(api::Mount {
-                container_path: path,
-                host_path: file.to_string_lossy().into_owned(),
-                selinux_relabel: false,
-                ..Default::default()
-            });
+            // As upstream, a file that cannot be made (a full disk) does not hold the container back: it runs
+            // without it, and its termination message comes from the log if the policy allows.
+            match crate::logs::ensure_dir(&cdir).and_then(|()| std::fs::write(&file, b"")) {
+                Ok(()) => {
+                    // Any user of the container must be able to write its termination message.
+                    let mode = std::os::unix::fs::PermissionsExt::from_mode(0o666);
+                    if let Err(e) = std::fs::set_permissions(&file, mode) {
+                        warn!(pod = %pod_ref(pod), containerName = %c.name, path = %file.display(), error = %e, "unable to set termination-log file permissions");
+                    }
+                    mounts.push(api::Mount {
+                        container_path: path,
+                        host_path: file.to_string_lossy().into_owned(),
+                        selinux_relabel: false,
+                        ..Default::default()
+                    });
+                }
+                Err(e) => {
+                    warn!(pod = %pod_ref(pod), containerName = %c.name, path = %file.display(), error = %e, "unable to create the termination-log file; the container runs without it")
+                }
+            }
         }
         Ok(mounts)
     }

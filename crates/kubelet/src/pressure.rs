@@ -182,12 +182,54 @@ impl ActivePods for PodsView {
     }
 }
 
-/// The eviction admit handler.
-pub struct PressureAdmit(pub Arc<PressureState>);
+/// The eviction admit handler (`managerImpl.Admit`).
+///
+/// A restarted kubelet admits every pod of its sources again, also those it runs. Upstream's eviction manager knows
+/// no pressure yet at that moment (its first figures come from cAdvisor after the first pods are admitted), but
+/// nothing orders the two (kubernetes#83612): rkubelet's first pass is done within milliseconds of start-up, so a
+/// restart under DiskPressure refused, and stopped, every pod the node ran. Pods the runtime already had a sandbox
+/// of when rkubelet started were admitted by the kubelet before it: pressure does not refuse them again; whether
+/// they stay is the eviction manager's decision (ranking, grace periods), as for any running pod.
+pub struct PressureAdmit {
+    state: Arc<PressureState>,
+    admitted_before: std::collections::HashSet<String>,
+}
+
+impl PressureAdmit {
+    /// The handler of the pressure conditions in `state`.
+    pub fn new(state: Arc<PressureState>) -> Self {
+        Self { state, admitted_before: Default::default() }
+    }
+
+    /// The same handler, knowing the pods the runtime has a sandbox of (in any state) at start-up; a runtime that
+    /// cannot list them leaves every pod to the pressure check.
+    pub async fn with_running_pods(mut self, runtime: &dyn kubelet_cri::RuntimeService) -> Self {
+        match runtime.list_pod_sandbox(None).await {
+            Ok(sandboxes) => {
+                self.admitted_before = sandboxes
+                    .into_iter()
+                    .filter_map(|s| {
+                        s.labels
+                            .get(kubelet_types::labels::POD_UID)
+                            .cloned()
+                            .or_else(|| s.metadata.map(|m| m.uid).filter(|u| !u.is_empty()))
+                    })
+                    .collect()
+            }
+            Err(e) => tracing::warn!(error = %e, "unable to list the pods the runtime runs at start-up"),
+        }
+        self
+    }
+}
 
 impl PodAdmitHandler for PressureAdmit {
     fn admit(&self, pod: &Pod, _others: &[Arc<Pod>]) -> Option<AdmitResult> {
-        self.0.admit(pod).map(|(reason, message)| AdmitResult { reason, message })
+        let (reason, message) = self.state.admit(pod)?;
+        if self.admitted_before.contains(pod.metadata.uid.as_deref().unwrap_or("")) {
+            tracing::info!(pod = %kubelet_types::pod_update::pod_ref(pod), podUID = %pod_uid(pod), message = %message, "pod ran before this start: admitted under node pressure");
+            return None;
+        }
+        Some(AdmitResult { reason, message })
     }
 }
 
@@ -257,5 +299,43 @@ pub async fn run_image_gc(
                 failed_before = true;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use kubelet_cri::{CriError, RuntimeService, api, fake::FakeRuntime};
+    use kubelet_eviction::NodeCondition;
+
+    fn pod(uid: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta { uid: Some(uid.into()), name: Some(uid.into()), ..Default::default() },
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn pods_the_runtime_ran_at_start_are_not_refused_for_pressure() {
+        let rt = FakeRuntime::new(&[]);
+        let config = api::PodSandboxConfig {
+            labels: [(kubelet_types::labels::POD_UID.to_string(), "running".to_string())].into(),
+            ..Default::default()
+        };
+        let id = rt.run_pod_sandbox(config, "").await.unwrap();
+        rt.stop_pod_sandbox(&id).await.unwrap();
+        let state = Arc::new(PressureState::with_conditions([NodeCondition::DiskPressure]));
+        let admit = PressureAdmit::new(state.clone()).with_running_pods(&rt).await;
+        assert_eq!(admit.admit(&pod("running"), &[]), None, "a sandbox in any state: admitted before");
+        let refused = admit.admit(&pod("new"), &[]).expect("a new pod is refused under DiskPressure");
+        assert_eq!(refused.reason, "Evicted");
+        assert_eq!(refused.message, "The node had condition: [DiskPressure]. ");
+        // Without pressure nothing is refused; a runtime that cannot list leaves every pod to the check.
+        let calm = PressureAdmit::new(Arc::new(PressureState::default())).with_running_pods(&rt).await;
+        assert_eq!(calm.admit(&pod("new"), &[]), None);
+        rt.inject_error("ListPodSandbox", CriError::Unavailable { op: "ListPodSandbox", message: "down".into() });
+        let blind = PressureAdmit::new(state).with_running_pods(&rt).await;
+        assert!(blind.admit(&pod("running"), &[]).is_some());
     }
 }

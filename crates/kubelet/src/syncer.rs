@@ -269,14 +269,18 @@ impl PodSyncer for KubeletSyncer {
             info!(pod = %key, podUID = %key.uid, phase = ?phase, "pod is terminal");
             return SyncOutcome::Terminal;
         }
+        // Volumes before containers (`WaitForAttachAndMount`).
+        let reference = kubelet_types::events::pod_reference(pod);
         for sub in ["volumes", "plugins", "containers"] {
-            if let Err(e) = kubelet_runtime::logs::ensure_dir(&self.pod_dir(&key.uid).join(sub)) {
-                warn!(pod = %key, error = %e, "unable to create pod directories");
+            let dir = self.pod_dir(&key.uid).join(sub);
+            if let Err(e) = kubelet_runtime::logs::ensure_dir(&dir) {
+                warn!(pod = %key, podUID = %key.uid, path = %dir.display(), error = %e, "unable to make pod data directories; will retry");
+                let message = format!("error making pod data directories: mkdir {}: {e}", dir.display());
+                let recorder = self.runtime.recorder();
+                recorder.event(&reference, kubelet_types::events::WARNING, "FailedToMakePodDataDirectories", message);
                 return SyncOutcome::Retry(WORKER_BACKOFF);
             }
         }
-        // Volumes before containers (`WaitForAttachAndMount`).
-        let reference = kubelet_types::events::pod_reference(pod);
         let failed_mount = |f: &kubelet_volume::MountFailure| {
             let message = format!("MountVolume.SetUp failed for volume {:?} : {}", f.volume, f.error);
             warn!(pod = %key, podUID = %key.uid, volume = %f.volume, error = %f.error, "unable to mount volume; will retry");
@@ -423,5 +427,80 @@ fn remove_dir(p: &std::path::Path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => warn!(path = %p.display(), error = %e, "unable to remove directory"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    #[derive(Default)]
+    struct Events(std::sync::Mutex<Vec<(String, String)>>);
+
+    impl kubelet_types::events::Recorder for Events {
+        fn event(&self, _: &k8s_openapi::api::core::v1::ObjectReference, _: &str, reason: &str, message: String) {
+            self.0.lock().unwrap().push((reason.into(), message));
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn pod_data_directories_that_cannot_be_made_are_an_event_and_a_retry_with_nothing_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let (fake, clock) = crate::fake_node::fake_runtime_on_test_clock(&["busybox:1"]);
+        let events = Arc::new(Events::default());
+        let cfg = kubelet_runtime::RuntimeManagerConfig {
+            pod_logs_dir: dir.path().join("logs"),
+            container_logs_dir: dir.path().join("containers"),
+            root_dir: dir.path().join("root"),
+            resolv_conf: None,
+            ..Default::default()
+        };
+        let volumes = Arc::new(kubelet_volume::VolumeManager::new(
+            dir.path().join("root/pods"),
+            Arc::new(kubelet_types::objects::NoObjects),
+            Arc::new(crate::volumes::PodDownward::default()),
+            Arc::new(kubelet_volume::SystemMounter),
+        ));
+        let runtime = RuntimeManager::new(fake.clone(), fake.clone(), cfg, clock.clone())
+            .with_recorder(events.clone())
+            .with_volumes(volumes.clone());
+        let syncer = KubeletSyncer {
+            runtime: Arc::new(runtime),
+            cache: Arc::new(PodCache::default()),
+            status: Arc::new(StatusManager::new(clock)),
+            cgroups: Arc::new(crate::cm::NoCgroups),
+            host_ips: vec![],
+            probes: Arc::new(kubelet_types::probe::NoProbes),
+            volumes,
+        };
+        let pod = Arc::new(Pod {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                namespace: Some("default".into()),
+                uid: Some("u1".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container { name: "a".into(), image: Some("busybox:1".into()), ..Default::default() }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+        // The pod's directory cannot be made (as on a filesystem without a free inode).
+        let pod_dir = dir.path().join("root/pods/u1");
+        std::fs::create_dir_all(pod_dir.parent().unwrap()).unwrap();
+        std::fs::write(&pod_dir, "").unwrap();
+        assert_eq!(syncer.sync_pod(&pod).await, SyncOutcome::Retry(WORKER_BACKOFF));
+        assert_eq!(fake.object_counts(), (0, 0), "no sandbox for a pod without its directories");
+        let seen = events.0.lock().unwrap().clone();
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert_eq!(seen[0].0, "FailedToMakePodDataDirectories");
+        let prefix = format!("error making pod data directories: mkdir {}: ", pod_dir.join("volumes").display());
+        assert!(seen[0].1.starts_with(&prefix), "{seen:?}");
+        std::fs::remove_file(&pod_dir).unwrap();
+        assert_eq!(syncer.sync_pod(&pod).await, SyncOutcome::Synced);
+        assert_eq!(fake.object_counts(), (1, 1), "made once the directories can be");
     }
 }

@@ -239,7 +239,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     let sysctls = kubelet::admission::SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls)
         .map_err(|e| anyhow::anyhow!("allowedUnsafeSysctls: {e}"))?;
     let admit: Vec<Arc<dyn kubelet::admission::PodAdmitHandler>> = vec![
-        Arc::new(kubelet::pressure::PressureAdmit(pressure.clone())),
+        Arc::new(kubelet::pressure::PressureAdmit::new(pressure.clone()).with_running_pods(&*remote).await),
         Arc::new(sysctls),
         Arc::new(kubelet::admission::NodeOs),
         Arc::new(kubelet::predicate::PredicateAdmit { node: node_rx }),
