@@ -156,8 +156,8 @@ impl Drop for Filler {
     }
 }
 
-/// The config of the drill's node: upstream's configuration without nodefs thresholds, so that nothing is evicted
-/// for what the filler holds (phase 1), or with `extra` added (phase 2).
+/// The config of the drill's node: the harness's without its nodefs thresholds, so that nothing is evicted for what
+/// the filler holds (phase 1), plus `extra` (phase 2).
 fn config(n: &Node, extra: &str) -> String {
     let hard = "evictionHard:\n  memory.available: 100Mi\n  imagefs.available: 1Gi\n";
     let text = std::fs::read_to_string(&n.config).unwrap();
