@@ -204,11 +204,14 @@ async fn apiserver_and_etcd_outages_lose_nothing() {
     wait_ready(&env, &mut node, "True", Duration::from_secs(60)).await;
     println!("drill apiserver-stopped-120s: converged {:.1} s after the apiserver was back", t.elapsed().as_secs_f64());
 
-    // 2b. The apiserver restarted: its watch cache starts afresh and the pod watch gets 410 Gone; a pod created
-    // afterwards must still reach the node.
+    // 2b. The apiserver restarted with etcd compacted meanwhile: its watch cache starts afresh and the pod watch
+    // resumed from its last resourceVersion gets 410 Gone; a pod created afterwards must still reach the node.
     let gone_before = node.log().matches("410 Gone").count();
     let cp = env.cp.clone();
-    tokio::task::spawn_blocking(move || cp.outage()?.end()).await.unwrap().expect("restart the apiserver");
+    tokio::task::spawn_blocking(move || cp.restart_apiserver_compacted())
+        .await
+        .unwrap()
+        .expect("restart the apiserver");
     let t = Instant::now();
     let log = node.log_path();
     node.wait_for("the pod watch's 410 Gone and a new list", Duration::from_secs(90), || async {

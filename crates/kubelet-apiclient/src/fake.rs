@@ -100,6 +100,11 @@ impl FakeApi {
         self.state.lock().unwrap().refuse_status = error;
     }
 
+    /// Ends every open pod watch (as a connection that breaks).
+    pub fn end_watches(&self) {
+        let _ = self.watch.send((u64::MAX, WatchEvent::Bookmark("ended".into())));
+    }
+
     /// Ends every open pod watch and makes the next one fail with 410 Gone.
     pub fn expire_watches(&self) {
         self.watch_gone.store(true, Ordering::Relaxed);

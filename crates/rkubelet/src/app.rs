@@ -71,6 +71,14 @@ fn signals(cancel: CancellationToken) -> anyhow::Result<()> {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
     let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+    // SIGHUP (a closed terminal, a `systemctl reload`, a stray `kill -HUP`) must not stop the node agent: the
+    // configuration is read at start-up only, so it is noted and ignored.
+    let mut hup = signal(SignalKind::hangup()).context("install SIGHUP handler")?;
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            info!("received SIGHUP; ignored (the configuration is read at start-up only)");
+        }
+    });
     tokio::spawn(async move {
         tokio::select! { _ = term.recv() => {}, _ = int.recv() => {} }
         info!("shutting down on signal; pods keep running");

@@ -176,6 +176,23 @@ pub fn http_status(port: u16, path: &str) -> Option<u16> {
     buf.split_whitespace().nth(1)?.parse().ok()
 }
 
+/// A plain HTTP POST of a JSON body on loopback: the status code and body, if the server answered.
+pub fn http_post(port: u16, path: &str, body: &str) -> Option<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    let code = buf.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, buf.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default()))
+}
+
 /// An HTTPS GET on loopback with a client certificate, verifying the server against `ca_pem`: status and body.
 pub fn https_get(port: u16, path: &str, ca_pem: &str, cert_pem: &str, key_pem: &str) -> Option<(u16, String)> {
     use rustls::pki_types::pem::PemObject;

@@ -4,9 +4,9 @@
 //! [`ApiSource::run`] lists and sends the complete set, then watches from the list's resourceVersion and sends
 //! each event as a delta (the pod added or changed, or the pod removed). Upstream's UndeltaStore sends the whole set
 //! after every event instead, which its merge walks in full: with N pods that is O(N) per event and O(N²) to start
-//! N pods; a delta costs what it changes and the merge's result is the same. A watch that ends is resumed from the last resourceVersion seen; one that expires
-//! (410 Gone) or fails is followed by a fresh list, with back-off (1 s doubling to 30 s) while the apiserver is
-//! unreachable. Running pods are never disturbed by any of this: the merge only sees complete sets, and none is
+//! N pods; a delta costs what it changes and the merge's result is the same. A watch that ends, breaks or cannot be opened because the
+//! apiserver is unreachable is resumed from the last resourceVersion seen, with back-off (1 s doubling to 30 s), as
+//! upstream's reflector does; one that expires (410 Gone) or fails otherwise is followed by a fresh list. Running pods are never disturbed by any of this: the merge only sees complete sets, and none is
 //! sent while the apiserver is away. Ends when cancelled.
 
 use std::sync::Arc;
@@ -77,6 +77,17 @@ impl ApiSource {
                         info!(message = %m, "watch of pods expired (410 Gone); listing again");
                         continue 'relist;
                     }
+                    Err(e @ ApiError::Unavailable(_)) => {
+                        // As upstream's reflector: an unreachable apiserver is waited for and the watch resumed
+                        // from the same resourceVersion; only its expiry (410 Gone) costs a list.
+                        warn!(error = %e, retryIn = ?delay, "failed to watch pods; resuming the watch");
+                        tokio::select! {
+                            _ = cancel.cancelled() => return,
+                            _ = tokio::time::sleep(delay) => {}
+                        }
+                        delay = (delay * 2).min(BACKOFF_MAX);
+                        continue;
+                    }
                     Err(e) => {
                         warn!(error = %e, "failed to watch pods; listing again");
                         continue 'relist;
@@ -95,11 +106,16 @@ impl ApiSource {
                             info!(message = %m, "watch of pods expired (410 Gone); listing again");
                             continue 'relist;
                         }
+                        Some(Err(e @ ApiError::Unavailable(_))) => {
+                            warn!(error = %e, "watch of pods broken; resuming it");
+                            break;
+                        }
                         Some(Err(e)) => {
                             warn!(error = %e, "watch of pods failed; listing again");
                             continue 'relist;
                         }
                     };
+                    delay = BACKOFF_START;
                     let update = match ev {
                         WatchEvent::Added(p) | WatchEvent::Modified(p) => {
                             rv = p.metadata.resource_version.clone().unwrap_or(rv);
@@ -169,6 +185,38 @@ mod tests {
         assert!(api.calls().iter().any(|c| c.starts_with("list_pods")), "{:?}", api.calls());
         api.put_pod(pod("c", "n1"));
         assert_eq!(names(&rx.recv().await.unwrap()), vec!["c"], "watching again after the relist");
+        cancel.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unreachable_apiserver_is_waited_for_and_the_watch_resumed_without_a_list() {
+        let api = Arc::new(FakeApi::new());
+        api.put_pod(pod("a", "n1"));
+        let (tx, mut rx) = mpsc::channel(16);
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(ApiSource::new(api.clone(), "n1".into(), tx).run(cancel.clone()));
+        rx.recv().await.unwrap();
+        api.put_pod(pod("b", "n1"));
+        rx.recv().await.unwrap();
+        api.clear_calls();
+        // The apiserver goes away: the watch breaks and cannot be opened again for a while.
+        api.set_down(true);
+        api.end_watches();
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        api.set_down(false);
+        // The fake replays nothing: the pod is added once the watch is open again.
+        while !api.calls().iter().any(|c| c.starts_with("watch_pods")) {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        api.put_pod(pod("c", "n1"));
+        let u = rx.recv().await.unwrap();
+        let names: Vec<_> = u.pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+        assert_eq!((names, u.removed), (vec!["c".to_string()], Some(vec![])), "a delta of the resumed watch");
+        let calls = api.calls();
+        assert!(!calls.iter().any(|c| c.starts_with("list_pods")), "no list: {calls:?}");
+        let resumed_at = calls[0].rsplit(' ').next().unwrap();
+        assert!(calls.iter().all(|c| c.starts_with("watch_pods n1 ") && c.ends_with(resumed_at)), "{calls:?}");
         cancel.cancel();
         task.await.unwrap();
     }
