@@ -96,7 +96,7 @@ async fn runtime_crashes_outages_and_an_upgrade_lose_nothing() {
     let running = with(&extra);
     let want = Expect { running: &running, unchanged: Some(&base) };
     let c = drill::wait_invariant("containerd-killed", &env, &mut node, &rt, want, Duration::from_secs(180)).await;
-    println!("drill containerd-killed: recovered {:.1} s after the kill", t.elapsed().as_secs_f64());
+    drill::report(format_args!("drill containerd-killed: recovered {:.1} s after the kill", t.elapsed().as_secs_f64()));
     // A start containerd lost when it was killed is made again under the next attempt: only those count.
     assert_eq!(c.restarts, drill::restarts(&base) + c.runtime_leaks as i64, "no container restarted");
     drill::delete_runtime_leaks(&rt, &env.ns).await;
@@ -123,12 +123,12 @@ async fn runtime_crashes_outages_and_an_upgrade_lose_nothing() {
     let want = Expect { running: &names, unchanged: Some(&base) };
     drill::wait_invariant("containerd-gone-60s", &env, &mut node, &rt, want, Duration::from_secs(180)).await;
     wait_ready(&env, &mut node, "True", Duration::from_secs(60)).await;
-    println!(
+    drill::report(format_args!(
         "drill containerd-gone-60s: NotReady {:.1} s after the stop ({msg}); Ready again, invariant holding, {:.1} s \
          after the start",
         not_ready.as_secs_f64(),
         t.elapsed().as_secs_f64()
-    );
+    ));
 
     // 4. An upgrade: rkubelet stopped as systemd does (SIGTERM) and a new binary started on the same node.
     upgrade(&env, &mut node, &rt, &base).await;
@@ -177,14 +177,14 @@ async fn upgrade(env: &TestEnv, node: &mut Node, rt: &RemoteRuntime, base: &Base
         .keys()
         .filter(|n| before[*n]["metadata"]["resourceVersion"] != after[*n]["metadata"]["resourceVersion"])
         .count();
-    println!(
+    drill::report(format_args!(
         "drill upgrade: healthy {:.1} s after start, probes again {:.1} s later; {} restarts; {} pod statuses \
          changed, {written} pods written",
         healthy.as_secs_f64(),
         probes_after.as_secs_f64(),
         c.restarts - drill::restarts(base),
         changed.len()
-    );
+    ));
     assert!(changed.is_empty(), "statuses changed by the upgrade: {changed:?}");
 }
 
@@ -202,7 +202,10 @@ async fn apiserver_and_etcd_outages_lose_nothing() {
     let want = Expect { running: &names, unchanged: Some(&base) };
     drill::wait_invariant("apiserver-stopped-120s", &env, &mut node, &rt, want, Duration::from_secs(120)).await;
     wait_ready(&env, &mut node, "True", Duration::from_secs(60)).await;
-    println!("drill apiserver-stopped-120s: converged {:.1} s after the apiserver was back", t.elapsed().as_secs_f64());
+    drill::report(format_args!(
+        "drill apiserver-stopped-120s: converged {:.1} s after the apiserver was back",
+        t.elapsed().as_secs_f64()
+    ));
 
     // 2b. The apiserver restarted with etcd compacted meanwhile: its watch cache starts afresh and the pod watch
     // resumed from its last resourceVersion gets 410 Gone; a pod created afterwards must still reach the node.
@@ -222,7 +225,10 @@ async fn apiserver_and_etcd_outages_lose_nothing() {
     let running = with(&["after-restart"]);
     let want = Expect { running: &running, unchanged: Some(&base) };
     drill::wait_invariant("apiserver-restarted", &env, &mut node, &rt, want, Duration::from_secs(120)).await;
-    println!("drill apiserver-restarted: watch re-listed, new pod Running {:.1} s after", t.elapsed().as_secs_f64());
+    drill::report(format_args!(
+        "drill apiserver-restarted: watch re-listed, new pod Running {:.1} s after",
+        t.elapsed().as_secs_f64()
+    ));
 
     // 2c. etcd stopped under the apiserver for 60 s.
     let cp = env.cp.clone();
@@ -234,7 +240,10 @@ async fn apiserver_and_etcd_outages_lose_nothing() {
     let want = Expect { running: &names, unchanged: Some(&base) };
     drill::wait_invariant("etcd-stopped-60s", &env, &mut node, &rt, want, Duration::from_secs(120)).await;
     wait_ready(&env, &mut node, "True", Duration::from_secs(60)).await;
-    println!("drill etcd-stopped-60s: converged {:.1} s after etcd was back", t.elapsed().as_secs_f64());
+    drill::report(format_args!(
+        "drill etcd-stopped-60s: converged {:.1} s after etcd was back",
+        t.elapsed().as_secs_f64()
+    ));
     assert!(env.apiserver_panics().is_empty(), "{:?}", env.apiserver_panics());
     node.stop_and_clean(&rt).await;
 }
@@ -272,13 +281,13 @@ async fn rkubelet_killed_or_signalled_while_creating_and_while_deleting_thirty_p
     node.spawn();
     let want = Expect { running: &names, unchanged: None };
     let c = drill::wait_invariant("killed-while-creating", &env, &mut node, &rt, want, Duration::from_secs(300)).await;
-    println!(
+    drill::report(format_args!(
         "drill killed-while-creating: killed with {at_kill} of {PODS} sandboxes made; every pod Running once \
          {:.1} s after the restart, {} container restarts, {} starts cancelled by the kill",
         t.elapsed().as_secs_f64(),
         c.restarts,
         c.runtime_leaks
-    );
+    ));
     // A start containerd cancelled (the kill's own victims) is made again under the next attempt: only those count.
     assert_eq!(c.restarts, c.runtime_leaks as i64, "no container ran twice");
 
@@ -297,11 +306,11 @@ async fn rkubelet_killed_or_signalled_while_creating_and_while_deleting_thirty_p
     node.spawn();
     let want = Expect { running: &[], unchanged: None };
     drill::wait_invariant("killed-while-deleting", &env, &mut node, &rt, want, Duration::from_secs(300)).await;
-    println!(
+    drill::report(format_args!(
         "drill killed-while-deleting: killed with {ready} ready of {all} sandboxes left; every pod gone {:.1} s \
          after the restart",
         t.elapsed().as_secs_f64()
-    );
+    ));
 
     // 7. SIGHUP while 30 pods are being created changes nothing; SIGTERM makes rkubelet exit cleanly at once, and
     // the next start finishes the job.
@@ -326,11 +335,11 @@ async fn rkubelet_killed_or_signalled_while_creating_and_while_deleting_thirty_p
     node.spawn();
     let want = Expect { running: &names, unchanged: None };
     let c = drill::wait_invariant("sigterm-while-creating", &env, &mut node, &rt, want, Duration::from_secs(300)).await;
-    println!(
+    drill::report(format_args!(
         "drill sighup-sigterm: alive after SIGHUP ({at_hup} sandboxes then, more made after); exit 0 {:.2} s after \
          SIGTERM with {at_term} of {PODS} sandboxes made; all Running after the next start, {} restarts",
         exit.as_secs_f64(),
         c.restarts
-    );
+    ));
     node.stop_and_clean(&rt).await;
 }

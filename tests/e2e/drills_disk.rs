@@ -57,7 +57,7 @@ impl Drop for TmpfsRoot {
     fn drop(&mut self) {
         let Some(root) = self.0.take() else { return };
         if let Err(e) = nix::mount::umount2(&root, nix::mount::MntFlags::MNT_DETACH) {
-            eprintln!("unmount {}: {e}", root.display());
+            edrill::report(format_args!("unmount {}: {e}", root.display()));
         }
         // The node's folder was left by its TempDir while the mount was in the way.
         let _ = std::fs::remove_dir(&root);
@@ -325,7 +325,7 @@ async fn a_full_root_dir_fails_new_pods_cleanly_keeps_the_rest_and_recovers() {
     let uid = &c.state[&new[0]].uid;
     let dirs = data_dirs(&root, uid, "conf");
     assert_eq!(dirs.len(), 1, "one timestamped directory in the ConfigMap volume after the failed writes: {dirs:?}");
-    println!(
+    drill::report(format_args!(
         "drill disk-full: {filled} bytes of filler; a pod deleted gone in {:.1} s; new pods reported {:.1} s after \
          their creation: FailedMount {:?}; \
          CreateContainerConfigError {:?}; while full for {HOLD:?}: {mount_retries} FailedMount and {config_retries} \
@@ -340,7 +340,7 @@ async fn a_full_root_dir_fails_new_pods_cleanly_keeps_the_rest_and_recovers() {
         cpu * 100.0,
         recovered.as_secs_f64(),
         c.restarts - drill::restarts(&base),
-    );
+    ));
     assert_eq!(c.restarts, drill::restarts(&base), "no container restarted");
 
     // Phase 1b: no free inode either.
@@ -398,14 +398,14 @@ async fn no_inodes(
     base.remove("d-02");
     let want = Expect { running: running.as_slice(), unchanged: Some(&base) };
     drill::wait_invariant("no-inodes", env, node, rt, want, Duration::from_secs(60)).await;
-    println!(
+    drill::report(format_args!(
         "drill no-inodes: {taken} inodes taken; a new pod reported {:?}; d-02's stopped sidecar running again \
          {:.1} s later without its termination-message file, its /etc/hosts intact; every pod Running (d-02 \
          deleted) {:.1} s after the inodes came back",
         failed.2,
         again.as_secs_f64(),
         t.elapsed().as_secs_f64()
-    );
+    ));
     base
 }
 
@@ -468,7 +468,7 @@ async fn disk_pressure(
     env.kubectl(&["delete", "pod", "d-10", "--wait=false"]).await;
     let want = Expect { running, unchanged: Some(base) };
     let c = drill::wait_invariant("disk-pressure", env, node, rt, want, Duration::from_secs(60)).await;
-    println!(
+    drill::report(format_args!(
         "drill disk-pressure: rkubelet started on the full disk: its {readmitted} pods admitted again, DiskPressure \
          on the Node {:.1} s after the start; a new pod refused ({}); nothing evicted or restarted ({} restarts); the \
          condition cleared {:.1} s after the space came back (evictionPressureTransitionPeriod 10s)",
@@ -476,6 +476,6 @@ async fn disk_pressure(
         refused["status"]["message"],
         c.restarts - drill::restarts(base),
         cleared.as_secs_f64()
-    );
+    ));
     assert_eq!(c.restarts, drill::restarts(base), "no container restarted");
 }

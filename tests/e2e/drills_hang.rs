@@ -194,7 +194,7 @@ async fn one_pod_whose_runtime_calls_hang_stalls_nothing_else() {
     let hung = env.pod(HUNG).await.expect("the hung pod");
     let log = node.log()[log_before..].to_string();
     let timeouts = log.lines().filter(|l| l.contains("pod inspection") && l.contains(HUNG)).count();
-    println!(
+    drill::report(format_args!(
         "drill pod-hang: {:.0} s of hung status calls for pod {HUNG} ({} calls held, {} of them still waiting: {:?}); node Ready and /healthz ok \
          in all {checks} checks; {relists} relists (one every {:.2} s, worst 10 s window {:.2} s, mean duration {:.1} \
          ms); new pod Running after {:.1} s, deleted pod gone after {:.1} s; hung pod phase {} Ready {} (False after \
@@ -211,7 +211,7 @@ async fn one_pod_whose_runtime_calls_hang_stalls_nothing_else() {
         hung["status"]["phase"],
         condition(&hung, "Ready").unwrap_or_default(),
         hung_not_ready.map(|d| d.as_secs_f64()).unwrap_or(-1.0),
-    );
+    ));
     assert!(relists >= span * 0.6, "the PLEG kept relisting: {relists} in {span:.0} s");
     assert_eq!(hung["status"]["phase"], "Running", "rkubelet cannot know more than the last inspection");
     assert_eq!(condition(&hung, "Ready").as_deref(), Some("False"), "the failed readiness probe shows: {hung}");
@@ -239,11 +239,11 @@ async fn one_pod_whose_runtime_calls_hang_stalls_nothing_else() {
     base.remove(DELETED);
     let want = Expect { running: &running, unchanged: Some(&base) };
     drill::wait_invariant("pod-hang-released", &env, &mut node, &rt, want, Duration::from_secs(120)).await;
-    println!(
+    drill::report(format_args!(
         "drill pod-hang-released: hung pod Running and ready again (its container restarted) {:.1} s after the hang \
          was switched off, invariant holding after {:.1} s",
         again.as_secs_f64(),
         t1.elapsed().as_secs_f64()
-    );
+    ));
     node.stop_and_clean(&rt).await;
 }

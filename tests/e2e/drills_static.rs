@@ -7,7 +7,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::drill::IDLE;
+use common::drill::{self, IDLE};
 use common::*;
 use kubelet_cri::{RemoteRuntime, RuntimeService, api};
 use serde_json::Value;
@@ -189,12 +189,12 @@ async fn two_hundred_manifests_at_once_good_bad_duplicated_and_changing() {
     }
     let panics = log.lines().filter(|l| l.contains("panicked")).count();
     assert_eq!(panics, 0, "no panic in rkubelet's log");
-    println!(
+    drill::report(format_args!(
         "drill 200-manifests: {GOOD} good pods and flip (generation {generation} after {generation} rewrites) Running {:.1} s after \
          the drop; {} refusals naming file and field ({BAD} malformed, {DUP} duplicates); one sandbox per pod, no \
          leftover sandbox, container or pod folder; rkubelet alive, no panic",
         t0.elapsed().as_secs_f64(),
         refusals.len()
-    );
+    ));
     node.stop_and_clean(&rt).await;
 }

@@ -18,6 +18,13 @@ use super::{Node, READ_ONLY_PORT, http_get};
 /// `SERVE` loop would keep two cores busy with `sleep` processes).
 pub const IDLE: &str = "trap 'exit 0' TERM; while true; do sleep 3600 & wait $!; done";
 
+/// Prints a drill's figures on stderr directly, past the test harness's capture, so `scripts/test.sh` (and CI)
+/// show every drill's invariant check.
+pub fn report(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// The CNI network's host-local leases (`scripts/lib/node-common.sh`: `RK_CNI_NETWORK`).
 const IPAM_DIR: &str = "/var/lib/cni/networks/rkubelet";
 
@@ -454,7 +461,7 @@ pub async fn wait_invariant(
                 .unchanged
                 .map(|b| b.iter().filter(|(n, v)| views.get(*n).is_some_and(|x| x.uid == v.uid && x != *v)).count());
             let waited = start.elapsed();
-            println!(
+            report(format_args!(
                 "drill {name}: invariant holds after {:.1} s: {} pods Running and ready, {} gone; container \
                  restarts {restarts}; {}; no leftover sandbox, container, cgroup, mount, pod folder or IP lease{}; the \
                  apiserver's view equals the node's",
@@ -474,7 +481,7 @@ pub async fn wait_invariant(
                         leaks.join(", ")
                     )
                 },
-            );
+            ));
             return Checked { pods: want.running.len(), restarts, waited, state: views, runtime_leaks: leaks.len() };
         }
         if start.elapsed() > timeout {
