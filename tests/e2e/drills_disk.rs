@@ -57,7 +57,7 @@ impl Drop for TmpfsRoot {
     fn drop(&mut self) {
         let Some(root) = self.0.take() else { return };
         if let Err(e) = nix::mount::umount2(&root, nix::mount::MntFlags::MNT_DETACH) {
-            edrill::report(format_args!("unmount {}: {e}", root.display()));
+            eprintln!("unmount {}: {e}", root.display());
         }
         // The node's folder was left by its TempDir while the mount was in the way.
         let _ = std::fs::remove_dir(&root);
