@@ -374,15 +374,23 @@ mod tests {
     use kubelet_cri::{FakeRuntime, RuntimeService, api};
     use kubelet_types::TestClock;
 
-    #[tokio::test(start_paused = true)]
-    async fn relist_reports_start_death_and_removal() {
+    /// A PLEG on the fake runtime: the runtime, the cache, the event channel (of `capacity`) and the health.
+    fn on_fake(
+        capacity: usize,
+    ) -> (Arc<FakeRuntime>, Arc<PodCache>, mpsc::Receiver<PodLifecycleEvent>, Arc<PlegHealth>, GenericPleg) {
         let fake = Arc::new(FakeRuntime::new(&["busybox"]));
         let mgr =
             Arc::new(RuntimeManager::new(fake.clone(), fake.clone(), Default::default(), Arc::new(TestClock::fixed())));
         let cache = Arc::new(PodCache::default());
-        let (tx, mut rx) = mpsc::channel(16);
+        let (tx, rx) = mpsc::channel(capacity);
         let health = Arc::new(PlegHealth::new(RELIST_THRESHOLD));
-        let mut pleg = GenericPleg::new(mgr, cache.clone(), tx, health.clone(), RELIST_PERIOD);
+        let pleg = GenericPleg::new(mgr, cache.clone(), tx, health.clone(), RELIST_PERIOD);
+        (fake, cache, rx, health, pleg)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn relist_reports_start_death_and_removal() {
+        let (fake, cache, mut rx, health, mut pleg) = on_fake(16);
         assert!(pleg.relist().await.unwrap().is_empty());
 
         let labels: std::collections::HashMap<String, String> = [
@@ -509,13 +517,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_pod_whose_inspection_hangs_holds_back_neither_the_relist_nor_the_other_pods() {
-        let fake = Arc::new(FakeRuntime::new(&["busybox"]));
-        let mgr =
-            Arc::new(RuntimeManager::new(fake.clone(), fake.clone(), Default::default(), Arc::new(TestClock::fixed())));
-        let cache = Arc::new(PodCache::default());
-        let (tx, mut rx) = mpsc::channel(1000);
-        let health = Arc::new(PlegHealth::new(RELIST_THRESHOLD));
-        let mut pleg = GenericPleg::new(mgr, cache.clone(), tx, health.clone(), RELIST_PERIOD);
+        let (fake, cache, mut rx, health, mut pleg) = on_fake(1000);
         let (_, stuck) = running_pod(&fake, "stuck").await;
         let (_, other) = running_pod(&fake, "other").await;
         pleg.relist().await.unwrap();
