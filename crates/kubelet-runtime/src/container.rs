@@ -587,15 +587,25 @@ fn kill_container_processes(pod_uid: &str, container_id: &str) -> usize {
     let roots = std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten().map(|h| h.path());
     for root in roots.chain(std::iter::once(PathBuf::from("/sys/fs/cgroup"))) {
         for qos in ["kubepods", "kubepods/burstable", "kubepods/besteffort"] {
-            let procs = root.join(qos).join(format!("pod{pod_uid}")).join(container_id).join("cgroup.procs");
-            for pid in std::fs::read_to_string(&procs).unwrap_or_default().lines() {
-                if let Ok(pid) = pid.trim().parse::<i32>() {
-                    let pid = nix::unistd::Pid::from_raw(pid);
-                    if pid.as_raw() > 1 && nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL).is_ok() {
-                        killed += 1;
-                    }
-                }
-            }
+            killed += kill_cgroup_tree(&root.join(qos).join(format!("pod{pod_uid}")).join(container_id));
+        }
+    }
+    killed
+}
+
+/// Sends SIGKILL to every process of a cgroup folder and of its child cgroups; returns how many were signalled.
+pub fn kill_cgroup_tree(dir: &std::path::Path) -> usize {
+    let mut killed = 0;
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            killed += kill_cgroup_tree(&e.path());
+        }
+    }
+    for pid in std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default().lines() {
+        let Ok(pid) = pid.trim().parse::<i32>() else { continue };
+        let pid = nix::unistd::Pid::from_raw(pid);
+        if pid.as_raw() > 1 && nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL).is_ok() {
+            killed += 1;
         }
     }
     killed

@@ -168,7 +168,8 @@ impl PodCgroups for CgroupfsManager {
         let mut killed = 0;
         for h in self.hierarchies() {
             for parent in ["kubepods", "kubepods/burstable", "kubepods/besteffort"] {
-                killed += kill_tree(&h.join(parent).join(format!("pod{}", uid.as_str())));
+                killed +=
+                    kubelet_runtime::container::kill_cgroup_tree(&h.join(parent).join(format!("pod{}", uid.as_str())));
             }
         }
         if killed > 0 {
@@ -207,26 +208,6 @@ impl PodCgroups for CgroupfsManager {
         }
         out.into_iter().collect()
     }
-}
-
-/// Sends SIGKILL to every process in a cgroup folder and its child cgroups; returns how many were signalled.
-fn kill_tree(dir: &Path) -> usize {
-    let mut killed = 0;
-    if let Ok(rd) = std::fs::read_dir(dir) {
-        for e in rd.flatten() {
-            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                killed += kill_tree(&e.path());
-            }
-        }
-    }
-    for pid in std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default().lines() {
-        let Ok(pid) = pid.trim().parse::<i32>() else { continue };
-        let pid = nix::unistd::Pid::from_raw(pid);
-        if pid.as_raw() > 1 && nix::sys::signal::kill(pid, nix::sys::signal::SIGKILL).is_ok() {
-            killed += 1;
-        }
-    }
-    killed
 }
 
 /// Removes a cgroup folder and its child cgroups, depth first (cgroup folders are removed with rmdir).
