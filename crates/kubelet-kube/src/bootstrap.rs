@@ -9,22 +9,16 @@
 //! (`<cert-dir>/kubelet-client-<timestamp>.pem` and the `kubelet-client-current.pem` link) and writes the
 //! kubeconfig that uses them. A kubeconfig whose certificate is still valid is kept: no second bootstrap.
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
-use base64::Engine;
-use futures::TryStreamExt;
-use k8s_openapi::ByteString;
-use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Api, PostParams, WatchParams};
-use sha2::Digest;
-use tracing::{info, warn};
+use tracing::info;
 
-use crate::{KubeError, map_err};
+use crate::KubeError;
+use crate::certificate::FileStore;
+use crate::certificate::csr::{CsrClient, CsrError, CsrRequest, KubeCsr, csr_name};
+use crate::certificate::manager::CLIENT_USAGES;
 
-/// The signer of kubelet client certificates.
-pub const KUBELET_CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client-kubelet";
+pub use crate::certificate::manager::KUBELET_CLIENT_SIGNER;
 
 /// Why the bootstrap failed.
 #[derive(Debug, thiserror::Error)]
@@ -44,9 +38,12 @@ pub enum BootstrapError {
         message: String,
     },
     /// Files could not be written.
+    #[error("{0}")]
+    Store(String),
+    /// A folder could not be made.
     #[error("{path}: {source}")]
     Io {
-        /// The file.
+        /// The folder.
         path: String,
         /// The error.
         source: std::io::Error,
@@ -79,17 +76,6 @@ fn cert_not_after(pem: &[u8]) -> Option<i64> {
         }
     }
     None
-}
-
-/// `node-csr-<digest>` as upstream's `digestedName`: a stable name for the same key, subject and usages.
-fn csr_name(public_key_der: &[u8], node: &str, usages: &[&str]) -> String {
-    let mut h = sha2::Sha512_256::new();
-    h.update(public_key_der);
-    h.update(format!("CN=system:node:{node},O=system:nodes").as_bytes());
-    for u in usages {
-        h.update(u.as_bytes());
-    }
-    format!("node-csr-{}", base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(h.finalize()))
 }
 
 /// The server and CA of the bootstrap kubeconfig's current context, as kubeconfig YAML lines.
@@ -143,43 +129,25 @@ pub async fn bootstrap(
     params.distinguished_name.push(rcgen::DnType::OrganizationName, "system:nodes");
     let request = params.serialize_request(&key).map_err(|e| BootstrapError::Crypto(e.to_string()))?;
     let request_pem = request.pem().map_err(|e| BootstrapError::Crypto(e.to_string()))?;
-    let usages = ["digital signature", "client auth"];
-    let name = csr_name(key.public_key_raw(), node, &usages);
-    let csrs: Api<CertificateSigningRequest> = Api::all(api.client.clone());
-    let csr = CertificateSigningRequest {
-        metadata: ObjectMeta { name: Some(name.clone()), ..Default::default() },
-        spec: CertificateSigningRequestSpec {
-            request: ByteString(request_pem.into_bytes()),
-            signer_name: KUBELET_CLIENT_SIGNER.into(),
-            usages: Some(usages.iter().map(|u| u.to_string()).collect()),
-            ..Default::default()
-        },
-        status: None,
+    let name = csr_name(key.public_key_raw(), node, &CLIENT_USAGES);
+    let csrs = KubeCsr::new(api.client.clone());
+    let req = CsrRequest {
+        name: name.clone(),
+        request_pem,
+        signer: KUBELET_CLIENT_SIGNER.into(),
+        usages: CLIENT_USAGES.iter().map(|u| u.to_string()).collect(),
     };
-    let csr_err = |message: String| BootstrapError::Csr { name: name.clone(), message };
-    match csrs.create(&PostParams::default(), &csr).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => return Err(csr_err(map_err(e).to_string())),
-    }
+    let csr_err = |e: CsrError| BootstrapError::Csr { name: name.clone(), message: e.to_string() };
+    let (_, uid) = csrs.create(&req).await.map_err(csr_err)?;
     info!(csr = %name, node, "waiting for the client certificate to be issued; approve it with: kubectl certificate approve {name}");
-    let cert = wait_for_certificate(&csrs, &name).await.map_err(csr_err)?;
+    let cert = csrs.wait(&name, &uid).await.map_err(csr_err)?;
 
-    std::fs::create_dir_all(cert_dir).map_err(io(cert_dir))?;
     #[allow(clippy::disallowed_methods)] // the file name carries the wall-clock time, as upstream's
-    let ts = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%d-%H-%M-%S").to_string();
-    let pem_path = cert_dir.join(format!("kubelet-client-{ts}.pem"));
-    let mut pem = String::from_utf8_lossy(&cert).into_owned();
-    if !pem.ends_with('\n') {
-        pem.push('\n');
-    }
-    pem.push_str(&key.serialize_pem());
-    write_private(&pem_path, pem.as_bytes())?;
-    let current = cert_dir.join("kubelet-client-current.pem");
-    let tmp_link = cert_dir.join(".kubelet-client-current.pem.tmp");
-    let _ = std::fs::remove_file(&tmp_link);
-    std::os::unix::fs::symlink(&pem_path, &tmp_link).map_err(io(&tmp_link))?;
-    std::fs::rename(&tmp_link, &current).map_err(io(&current))?;
+    let now = std::time::SystemTime::now();
+    let store = FileStore::new(cert_dir, "kubelet-client", None, None);
+    let (_, pem_path) =
+        store.update(&cert, key.serialize_pem().as_bytes(), now).map_err(|e| BootstrapError::Store(e.to_string()))?;
+    let current = store.current_path();
 
     let kc = format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n{}  name: default-cluster\ncontexts:\n- context:\n    cluster: default-cluster\n    namespace: default\n    user: default-auth\n  name: default-context\ncurrent-context: default-context\npreferences: {{}}\nusers:\n- name: default-auth\n  user:\n    client-certificate: {cur}\n    client-key: {cur}\n",
@@ -195,69 +163,5 @@ pub async fn bootstrap(
 }
 
 fn write_private(path: &Path, data: &[u8]) -> Result<(), BootstrapError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp: PathBuf = path.with_extension("tmp");
-    let mut f =
-        std::fs::OpenOptions::new().create(true).truncate(true).write(true).mode(0o600).open(&tmp).map_err(io(&tmp))?;
-    std::io::Write::write_all(&mut f, data).map_err(io(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(io(path))
-}
-
-/// Waits until the CSR carries a certificate; a Denied or Failed condition ends the wait with an error.
-async fn wait_for_certificate(csrs: &Api<CertificateSigningRequest>, name: &str) -> Result<Vec<u8>, String> {
-    let check = |c: &CertificateSigningRequest| -> Option<Result<Vec<u8>, String>> {
-        let st = c.status.as_ref()?;
-        for cond in st.conditions.iter().flatten() {
-            if (cond.type_ == "Denied" || cond.type_ == "Failed") && cond.status == "True" {
-                return Some(Err(format!(
-                    "{}: {}",
-                    cond.type_.to_lowercase(),
-                    cond.message.clone().unwrap_or_default()
-                )));
-            }
-        }
-        st.certificate.as_ref().filter(|c| !c.0.is_empty()).map(|c| Ok(c.0.clone()))
-    };
-    let mut delay = Duration::from_millis(500);
-    loop {
-        match csrs.get_opt(name).await {
-            Ok(Some(c)) => {
-                if let Some(r) = check(&c) {
-                    return r;
-                }
-                let rv = c.metadata.resource_version.clone().unwrap_or_default();
-                let wp = WatchParams::default().fields(&format!("metadata.name={name}")).timeout(60);
-                if let Ok(stream) = csrs.watch(&wp, &rv).await {
-                    let mut stream = std::pin::pin!(stream);
-                    while let Ok(Some(ev)) = stream.try_next().await {
-                        if let kube::core::WatchEvent::Added(c) | kube::core::WatchEvent::Modified(c) = ev
-                            && let Some(r) = check(&c)
-                        {
-                            return r;
-                        }
-                    }
-                }
-                delay = Duration::from_millis(500);
-            }
-            Ok(None) => return Err("deleted before a certificate was issued".into()),
-            Err(e) => {
-                warn!(csr = %name, error = %map_err(e), retryIn = ?delay, "cannot read the certificate signing request");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(30));
-            }
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn csr_names_are_stable_per_key() {
-        let a = csr_name(b"key1", "n1", &["client auth"]);
-        assert_eq!(a, csr_name(b"key1", "n1", &["client auth"]));
-        assert_ne!(a, csr_name(b"key2", "n1", &["client auth"]));
-        assert!(a.starts_with("node-csr-") && a.len() == 9 + 43);
-    }
+    crate::certificate::store::write_private(path, data).map_err(|e| BootstrapError::Store(e.to_string()))
 }

@@ -5,6 +5,7 @@
 //! are strategic-merge patches as upstream sends them. Only this crate and the binary depend on kube.
 
 pub mod bootstrap;
+pub mod certificate;
 
 use std::path::Path;
 
@@ -135,6 +136,21 @@ impl KubeApi {
             .map_err(|e| KubeError::Kubeconfig { path: p.clone(), message: e.to_string() })?;
         let client = kube::Client::try_from(cfg).map_err(|e| KubeError::Client { path: p, message: e.to_string() })?;
         Ok(Self { client, limiter: std::sync::Arc::new(RateLimiter::new(0.0, 1)) })
+    }
+
+    /// A client whose TLS client certificate follows a certificate manager's (see [`certificate::transport`]),
+    /// and the tracker of its connections.
+    pub async fn from_kubeconfig_rotating(
+        path: &Path,
+        certs: tokio::sync::watch::Receiver<Option<std::sync::Arc<certificate::Pair>>>,
+    ) -> Result<(Self, certificate::transport::ConnTracker), KubeError> {
+        let (client, conns) = certificate::transport::rotating_client(path, certs).await?;
+        Ok((Self::new(client), conns))
+    }
+
+    /// The CSR API with this client's credentials.
+    pub fn csr_client(&self) -> certificate::csr::KubeCsr {
+        certificate::csr::KubeCsr::new(self.client.clone())
     }
 
     /// A client over an existing kube client.

@@ -13,6 +13,7 @@
 //! and never blocks for long (one short mutex per family); a label count that does not match the family's is a
 //! programming error and panics in debug builds, and is dropped in release builds.
 
+pub mod certs;
 pub mod kubelet;
 pub mod prober;
 pub mod process;

@@ -19,3 +19,4 @@ pub mod listen;
 pub mod logs;
 pub mod stats;
 pub mod tls;
+pub mod tls_reload;

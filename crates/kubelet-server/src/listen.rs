@@ -466,18 +466,16 @@ pub struct TlsSetup {
     pub client_ca: Option<Arc<ClientCa>>,
 }
 
-/// Serves `router` on `listener`, over TLS when `tls` is given (client certificates are classified with its
-/// client CA), else plain HTTP (the read-only and healthz ports).
+/// Serves `router` on `listener`, over TLS when `tls` is given (each connection takes the newest setup; client
+/// certificates are classified with its client CA), else plain HTTP (the read-only and healthz ports).
 pub async fn serve(
     listener: TcpListener,
-    tls: Option<TlsSetup>,
+    tls: Option<tokio::sync::watch::Receiver<TlsSetup>>,
     router: Router,
     limits: Limits,
     cancel: CancellationToken,
 ) {
     let addr = listener.local_addr().ok();
-    let acceptor = tls.as_ref().map(|t| tokio_rustls::TlsAcceptor::from(t.config.clone()));
-    let client_ca = tls.and_then(|t| t.client_ca);
     let admission = Admission::new(&limits);
     let tracker = tokio_util::task::TaskTracker::new();
     loop {
@@ -493,8 +491,10 @@ pub async fn serve(
             },
         };
         let Some(admitted) = admission.admit(&addr.unwrap_or(remote), &remote) else { continue };
-        let (acceptor, router, limits, cancel, ca) =
-            (acceptor.clone(), router.clone(), limits.clone(), cancel.clone(), client_ca.clone());
+        let setup = tls.as_ref().map(|t| t.borrow().clone());
+        let acceptor = setup.as_ref().map(|t| tokio_rustls::TlsAcceptor::from(t.config.clone()));
+        let ca = setup.and_then(|t| t.client_ca);
+        let (router, limits, cancel) = (router.clone(), limits.clone(), cancel.clone());
         tracker.spawn(async move {
             let Some(acceptor) = acceptor else {
                 let info = ConnInfo { remote: Some(remote), peer: PeerCert::None };

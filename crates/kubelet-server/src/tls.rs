@@ -249,8 +249,40 @@ fn read_certs(what: &'static str, path: &Path) -> Result<Vec<CertificateDer<'sta
     Ok(certs)
 }
 
-/// The rustls configuration of the secure port and the client CA for the x509 authenticator.
-pub fn server_config(s: &TlsSettings) -> Result<(Arc<ServerConfig>, Option<Arc<ClientCa>>), TlsError> {
+/// Where the serving certificate comes from.
+#[derive(Clone)]
+pub enum Identity {
+    /// `TlsSettings::cert_file` and `key_file`.
+    Files,
+    /// A certificate manager's pair.
+    Certified(Arc<rustls::sign::CertifiedKey>),
+    /// None yet (a requested certificate not issued): every handshake fails, as upstream's
+    /// "no serving certificate available for the kubelet".
+    Pending,
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Identity::Files => "Files",
+            Identity::Certified(_) => "Certified",
+            Identity::Pending => "Pending",
+        })
+    }
+}
+
+/// Answers no handshake: there is no serving certificate yet.
+#[derive(Debug)]
+struct NoCertificate;
+
+impl rustls::server::ResolvesServerCert for NoCertificate {
+    fn resolve(&self, _hello: rustls::server::ClientHello<'_>) -> Option<Arc<rustls::sign::CertifiedKey>> {
+        None
+    }
+}
+
+/// The certificate chain and key of `tlsCertFile`/`tlsPrivateKeyFile`.
+pub fn read_pair(s: &TlsSettings) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), TlsError> {
     let chain = read_certs("tlsCertFile", &s.cert_file)?;
     let key_data = std::fs::read(&s.key_file).map_err(io("tlsPrivateKeyFile", &s.key_file))?;
     let key = PrivateKeyDer::from_pem_slice(&key_data).map_err(|e| TlsError::Pem {
@@ -258,6 +290,20 @@ pub fn server_config(s: &TlsSettings) -> Result<(Arc<ServerConfig>, Option<Arc<C
         path: s.key_file.clone(),
         message: format!("no usable private key: {e}"),
     })?;
+    Ok((chain, key))
+}
+
+/// The rustls configuration of the secure port and the client CA for the x509 authenticator, with the serving
+/// certificate from the files.
+pub fn server_config(s: &TlsSettings) -> Result<(Arc<ServerConfig>, Option<Arc<ClientCa>>), TlsError> {
+    server_config_with(s, &Identity::Files)
+}
+
+/// The rustls configuration of the secure port with the given serving identity.
+pub fn server_config_with(
+    s: &TlsSettings,
+    identity: &Identity,
+) -> Result<(Arc<ServerConfig>, Option<Arc<ClientCa>>), TlsError> {
     let mut provider = (*provider()).clone();
     provider.cipher_suites = cipher_suites(&s.cipher_suites)?;
     if s.min_version == "VersionTLS13" && !s.cipher_suites.is_empty() {
@@ -266,12 +312,23 @@ pub fn server_config(s: &TlsSettings) -> Result<(Arc<ServerConfig>, Option<Arc<C
     let provider = Arc::new(provider);
     let builder =
         ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(&versions(&s.min_version)?)?;
-    let (mut config, ca) = match &s.client_ca_file {
-        Some(ca_file) => {
-            let ca = Arc::new(ClientCa::from_file(ca_file, provider)?);
-            (builder.with_client_cert_verifier(ca.clone()).with_single_cert(chain, key)?, Some(ca))
+    let ca = match &s.client_ca_file {
+        Some(ca_file) => Some(Arc::new(ClientCa::from_file(ca_file, provider)?)),
+        None => None,
+    };
+    let builder = match &ca {
+        Some(ca) => builder.with_client_cert_verifier(ca.clone()),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = match identity {
+        Identity::Files => {
+            let (chain, key) = read_pair(s)?;
+            builder.with_single_cert(chain, key)?
         }
-        None => (builder.with_no_client_auth().with_single_cert(chain, key)?, None),
+        Identity::Certified(ck) => {
+            builder.with_cert_resolver(Arc::new(rustls::sign::SingleCertAndKey::from(ck.clone())))
+        }
+        Identity::Pending => builder.with_cert_resolver(Arc::new(NoCertificate)),
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok((Arc::new(config), ca))

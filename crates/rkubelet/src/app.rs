@@ -180,7 +180,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     crate::server::start_local(&cfg, &handlers, &tracker, &cancel).await?;
     // Without an apiserver the secure port needs nothing more; it is checked (and bound) before the runtime wait.
     if kubeconfig.is_none() {
-        crate::server::start_secure(&cfg, &cli.cert_dir, &node_name, &*clock, &handlers, None, &tracker, &cancel)
+        crate::server::start_secure(&cfg, &cli.cert_dir, &node_name, &*clock, &handlers, None, None, &tracker, &cancel)
             .await?;
     }
 
@@ -250,7 +250,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         Arc::new(kubelet::pressure::PressureAdmit::new(pressure.clone()).with_running_pods(&*remote).await),
         Arc::new(sysctls),
         Arc::new(kubelet::admission::NodeOs),
-        Arc::new(kubelet::predicate::PredicateAdmit { node: node_rx }),
+        Arc::new(kubelet::predicate::PredicateAdmit { node: node_rx.clone() }),
         Arc::new(kubelet::admission::SupportedVolumes),
     ];
     let volumes = Arc::new(
@@ -318,6 +318,8 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
             cfg: &cfg,
             pressure: pressure.clone(),
             kubeconfig: kc,
+            bootstrap_kubeconfig: cli.bootstrap_kubeconfig.as_deref(),
+            cert_dir: &cli.cert_dir,
             node_name: &node_name,
             inputs,
             node_watch: node_tx,
@@ -340,6 +342,20 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         objects.bind(kube.clone(), strategy);
         tracker.spawn(StatusSync::new(status.clone(), kube.clone()).run(cancel.clone()));
         let reviews: Arc<dyn kubelet_apiclient::ReviewApi> = kube.clone();
+        let serving = if cfg.server_tls_bootstrap {
+            Some(crate::certs::serving_certificates(
+                &kube,
+                (&cfg.tls_cert_file, &cfg.tls_private_key_file),
+                &cli.cert_dir,
+                &node_name,
+                node_rx.clone(),
+                clock.clone(),
+                &tracker,
+                &cancel,
+            )?)
+        } else {
+            None
+        };
         crate::server::start_secure(
             &cfg,
             &cli.cert_dir,
@@ -347,6 +363,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
             &*clock,
             &handlers,
             Some(reviews),
+            serving,
             &tracker,
             &cancel,
         )

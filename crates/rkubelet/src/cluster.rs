@@ -4,7 +4,6 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::Context;
 use async_trait::async_trait;
 use kubelet::events::{EventMsg, EventSink, EventWriter};
 use kubelet::nodestatus::manager::NodeStatusConfig;
@@ -72,6 +71,10 @@ pub struct ClusterDeps<'a> {
     pub pressure: Arc<kubelet_eviction::PressureState>,
     /// `--kubeconfig`.
     pub kubeconfig: &'a Path,
+    /// `--bootstrap-kubeconfig`.
+    pub bootstrap_kubeconfig: Option<&'a Path>,
+    /// `--cert-dir`.
+    pub cert_dir: &'a Path,
     /// The node's name.
     pub node_name: &'a str,
     /// What the node status is made of.
@@ -101,7 +104,17 @@ pub async fn start(
     cancel: &CancellationToken,
 ) -> anyhow::Result<Arc<KubeApi>> {
     let cfg = d.cfg;
-    let api = KubeApi::from_kubeconfig(d.kubeconfig).await.context("connect to the apiserver")?;
+    let api = crate::certs::client_api(
+        cfg.rotate_certificates,
+        d.kubeconfig,
+        d.bootstrap_kubeconfig,
+        d.cert_dir,
+        d.node_name,
+        d.clock.clone(),
+        tracker,
+        cancel,
+    )
+    .await?;
     let api =
         Arc::new(api.with_rate_limit(f64::from(cfg.kube_api_qps.unwrap_or(50)), cfg.kube_api_burst.max(1) as u32));
     let inputs = d.inputs;

@@ -3,6 +3,7 @@
 //! configuration stops start-up with a message naming the field, and exit code 1.
 
 mod app;
+mod certs;
 mod cli;
 mod cluster;
 mod node;

@@ -16,8 +16,9 @@ use kubelet_apiclient::ReviewApi;
 use kubelet_config::kubelet_config::KubeletConfiguration;
 use kubelet_server::auth::{AccessWebhook, Authenticator, Authorizer, TokenWebhook};
 use kubelet_server::handlers::{Auth, Handlers, Options, healthz_router, read_only_router, secure_router};
-use kubelet_server::listen::{Limits, TlsSetup, serve};
+use kubelet_server::listen::{Limits, serve};
 use kubelet_server::tls::{TlsSettings, serving_files};
+use kubelet_server::tls_reload::{Serving, TlsReloader};
 use kubelet_types::Clock;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -122,6 +123,7 @@ pub async fn start_secure(
     clock: &dyn Clock,
     h: &Handlers,
     api: Option<Arc<dyn ReviewApi>>,
+    serving: Option<tokio::sync::watch::Receiver<Option<Arc<rustls::sign::CertifiedKey>>>>,
     tracker: &TaskTracker,
     cancel: &CancellationToken,
 ) -> anyhow::Result<()> {
@@ -130,8 +132,10 @@ pub async fn start_secure(
         return Ok(());
     }
     let auth = Arc::new(auth(cfg, node_name, api)?);
-    let (cert_file, key_file) =
-        serving_files(&cfg.tls_cert_file, &cfg.tls_private_key_file, cert_dir, node_name, clock.now())?;
+    let (cert_file, key_file) = match &serving {
+        Some(_) => (cert_dir.join("kubelet-server-current.pem"), cert_dir.join("kubelet-server-current.pem")),
+        None => serving_files(&cfg.tls_cert_file, &cfg.tls_private_key_file, cert_dir, node_name, clock.now())?,
+    };
     let settings = TlsSettings {
         cert_file,
         key_file,
@@ -139,11 +143,16 @@ pub async fn start_secure(
         min_version: cfg.tls_min_version.clone(),
         cipher_suites: cfg.tls_cipher_suites.clone(),
     };
-    let (config, client_ca) = kubelet_server::tls::server_config(&settings)?;
+    let source = match serving {
+        Some(rx) => Serving::Managed(rx),
+        None => Serving::Files,
+    };
+    let (reloader, tls) = TlsReloader::new(settings.clone(), source)?;
+    tracker.spawn(reloader.run(cancel.clone()));
     let a = addr(&cfg.address, cfg.port, "address")?;
     let l = bind(a, "kubelet API", "address:port").await?;
     let router = secure_router(h.clone(), auth);
-    tracker.spawn(serve(l, Some(TlsSetup { config, client_ca }), router, Limits::default(), cancel.clone()));
+    tracker.spawn(serve(l, Some(tls), router, Limits::default(), cancel.clone()));
     info!(address = %a, cert = %settings.cert_file.display(), "kubelet API listening (HTTPS)");
     Ok(())
 }

@@ -377,7 +377,7 @@ impl ControlPlane {
         // Fail early, before anything starts, when a binary is missing.
         etcd_binary()?;
         apiserver_binary()?;
-        let kcm = controller_manager_binary()?;
+        controller_manager_binary()?;
         for name in ["etcd", "kube-apiserver", "kube-controller-manager"] {
             let _ = std::fs::remove_file(self.proc(name).log());
         }
@@ -393,9 +393,16 @@ impl ControlPlane {
         self.start_apiserver_locked()?;
         self.kubectl(&["apply", "-f", "-"], Some(&kubeadm_rbac()))?;
 
+        self.start_controller_manager_locked(None)
+    }
+
+    /// Starts the controller-manager; `signing` sets `--cluster-signing-duration` (the lifetime of the
+    /// certificates it signs; default a year).
+    fn start_controller_manager_locked(&self, signing: Option<Duration>) -> Result<(), Error> {
+        let kcm = controller_manager_binary()?;
         let cm_conf = self.dir.join("controller-manager.conf");
         let pki = |f: &str| self.pki.path(f).display().to_string();
-        let args = vec![
+        let mut args = vec![
             format!("--kubeconfig={}", cm_conf.display()),
             format!("--authentication-kubeconfig={}", cm_conf.display()),
             format!("--authorization-kubeconfig={}", cm_conf.display()),
@@ -410,6 +417,9 @@ impl ControlPlane {
             format!("--cluster-signing-key-file={}", pki("ca.key")),
             "--v=1".into(),
         ];
+        if let Some(d) = signing {
+            args.push(format!("--cluster-signing-duration={}s", d.as_secs()));
+        }
         let p = self.proc("kube-controller-manager");
         p.start(&kcm, &args, None)?;
         // The service-account controller creating `default` in `default` says the controllers run.
@@ -418,6 +428,15 @@ impl ControlPlane {
                 && self.kubectl(&["get", "configmap", "kube-root-ca.crt", "-n", "default", "-o", "name"], None).is_ok()
         })?;
         Ok(())
+    }
+
+    /// Restarts the controller-manager signing certificates for `lifetime` until the guard is dropped (then it
+    /// is restarted with the default again).
+    pub fn short_signing_duration(&self, lifetime: Duration) -> Result<SigningDuration, Error> {
+        let p = self.proc("kube-controller-manager");
+        p.stop();
+        self.start_controller_manager_locked(Some(lifetime))?;
+        Ok(SigningDuration { cp: self.clone() })
     }
 
     /// The kubeconfigs, the audit policy and the apiserver's hosts file.
@@ -525,6 +544,19 @@ impl Outage {
                 })
             }
         }
+    }
+}
+
+/// The controller-manager signing short-lived certificates; dropping it restores the default.
+#[derive(Debug)]
+pub struct SigningDuration {
+    cp: ControlPlane,
+}
+
+impl Drop for SigningDuration {
+    fn drop(&mut self) {
+        self.cp.proc("kube-controller-manager").stop();
+        let _ = self.cp.start_controller_manager_locked(None);
     }
 }
 

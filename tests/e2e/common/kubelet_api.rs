@@ -173,3 +173,22 @@ impl WebSocket {
         out
     }
 }
+
+/// The leaf certificate (DER) the kubelet API on `port` serves now, or why the handshake failed.
+pub async fn served_certificate(port: u16) -> Result<Vec<u8>, String> {
+    let cfg = test_apiserver::proxy::kubelet_client_config(None);
+    let tcp = TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| e.to_string())?;
+    let tls = tokio_rustls::TlsConnector::from(cfg)
+        .connect(ServerName::try_from("127.0.0.1").unwrap(), tcp)
+        .await
+        .map_err(|e| e.to_string())?;
+    let leaf = tls.get_ref().1.peer_certificates().and_then(|c| c.first()).ok_or("no certificate")?;
+    Ok(leaf.to_vec())
+}
+
+/// The first certificate (DER) of a PEM file.
+pub fn pem_leaf(path: &std::path::Path) -> Option<Vec<u8>> {
+    use rustls::pki_types::pem::PemObject;
+    let data = std::fs::read(path).ok()?;
+    rustls::pki_types::CertificateDer::pem_slice_iter(&data).next()?.ok().map(|c| c.to_vec())
+}
