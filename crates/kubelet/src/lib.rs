@@ -16,6 +16,7 @@ pub mod events;
 pub mod fake_node;
 pub mod gc;
 pub mod mirror;
+pub mod node_allocatable;
 pub mod nodestatus;
 pub mod object_cache;
 pub mod oom;

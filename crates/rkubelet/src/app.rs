@@ -196,11 +196,13 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         kubelet::nodestatus::setters::initial_node_with_status(&inputs, &cli.node_labels, &cfg.register_with_taints);
     let (node_tx, node_rx) = watch::channel(Some(initial_node));
 
+    let mut allocatable_events = vec![];
     let cgroups: Arc<dyn PodCgroups> = if cfg.cgroups_per_qos.unwrap_or(true) {
         let root = PathBuf::from("/sys/fs/cgroup");
         let m = CgroupfsManager::new(root.join(cfg.cgroup_root.trim_start_matches('/')))
             .with_limits(cfg.cpu_cfs_quota.unwrap_or(true), cfg.pod_pids_limit.unwrap_or(-1));
         m.setup_qos().context("create the kubepods QoS cgroups (is /sys/fs/cgroup writable?)")?;
+        allocatable_events = crate::node::enforce_node_allocatable(&cfg, &inputs, &root)?;
         Arc::new(m)
     } else {
         Arc::new(NoCgroups)
@@ -227,6 +229,14 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         Some((sink, _)) => Arc::new(sink.clone()),
         None => Arc::new(kubelet_types::events::LogRecorder),
     };
+    for message in allocatable_events {
+        recorder.event(
+            &kubelet::nodestatus::manager::node_reference(&node_name),
+            kubelet_types::events::NORMAL,
+            "SuccessfulNodeAllocatableEnforcement",
+            message,
+        );
+    }
     let (probes, probe_updates) = kubelet_prober::ProbeManager::new(kubelet_prober::ProbeManagerDeps {
         runtime: remote.clone(),
         status: status.clone(),

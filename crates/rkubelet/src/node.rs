@@ -75,3 +75,36 @@ pub fn node_inputs(
         max_images: cfg.node_status_max_images.unwrap_or(50),
     }
 }
+
+/// `enforceNodeAllocatable` on the pods cgroup and the reserved cgroups (`enforceNodeAllocatableCgroups`); the
+/// messages of upstream's `SuccessfulNodeAllocatableEnforcement` events. An error stops start-up, as upstream's.
+pub fn enforce_node_allocatable(
+    cfg: &kubelet_config::kubelet_config::KubeletConfiguration,
+    inputs: &kubelet::nodestatus::setters::NodeInputs,
+    mount: &std::path::Path,
+) -> anyhow::Result<Vec<String>> {
+    use kubelet::node_allocatable::{Amounts, EnforceConfig, enforce};
+    use kubelet::nodestatus::quantity::parse;
+    let amounts = |m: &std::collections::BTreeMap<String, String>| Amounts {
+        cpu_milli: m.get("cpu").and_then(|v| parse(v)).map(|c| (c * 1000.0).round() as i64),
+        memory: m.get("memory").and_then(|v| parse(v)).map(|b| b as i64),
+        pids: m.get("pid").and_then(|v| parse(v)).map(|p| p as i64),
+    };
+    let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max").ok().and_then(|s| s.trim().parse().ok());
+    let c = EnforceConfig {
+        mount: mount.to_path_buf(),
+        pods_cgroup: format!("{}/kubepods", cfg.cgroup_root.trim_end_matches('/')),
+        capacity: Amounts {
+            cpu_milli: Some(inputs.machine.num_cores as i64 * 1000),
+            memory: Some(inputs.machine.memory_capacity as i64),
+            pids: pid_max,
+        },
+        system_reserved: amounts(&cfg.system_reserved),
+        kube_reserved: amounts(&cfg.kube_reserved),
+        enforce: cfg.enforce_node_allocatable.clone().unwrap_or_default(),
+        system_reserved_cgroup: cfg.system_reserved_cgroup.clone(),
+        kube_reserved_cgroup: cfg.kube_reserved_cgroup.clone(),
+    };
+    let applied = enforce(&c)?;
+    Ok(applied.into_iter().map(|a| a.message).collect())
+}

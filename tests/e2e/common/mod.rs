@@ -283,6 +283,19 @@ impl Node {
         }
     }
 
+    /// Waits up to `timeout` for the binary to exit on its own; its exit status.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> std::process::ExitStatus {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(st) = self.child.as_mut().expect("started").try_wait().unwrap() {
+                self.child = None;
+                return st;
+            }
+            assert!(Instant::now() < deadline, "rkubelet still runs after {timeout:?}:\n{}", tail(&self.log(), 30));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Fails with the log when the binary has exited.
     pub fn assert_alive(&mut self) {
         if let Some(c) = self.child.as_mut()
