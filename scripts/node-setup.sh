@@ -45,7 +45,11 @@ START_TIMEOUT="${RKUBELET_START_TIMEOUT:-30}"
 #    packaged; not needed here). gcc + libc6-dev build the static pause.
 # --------------------------------------------------------------------------
 # etcd-server: the etcd of the cluster tests' control plane (crates/test-cluster starts it; its service is not used).
-PACKAGES=(containerd runc containernetworking-plugins busybox-static iptables iproute2 gcc libc6-dev util-linux etcd-server)
+# systemd, python3: the systemd cgroup driver's tests run a systemd as PID 1 of its own namespaces
+# (scripts/lib/systemd-ns.sh); the machine itself is not booted with it. qemu-system-x86: the cgroup v2 test boots a
+# VM with Debian's kernel (scripts/lib/vm-cgroup2.sh), as this machine binds cpu, memory and pids to cgroup v1.
+PACKAGES=(containerd runc containernetworking-plugins busybox-static iptables iproute2 gcc libc6-dev util-linux etcd-server
+    systemd python3 qemu-system-x86)
 
 pkg_installed() {
     [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]

@@ -111,3 +111,148 @@ async fn a_missing_reserved_cgroup_stops_start_up_with_its_name() {
     );
     node.stop_and_clean(&rt).await;
 }
+
+/// Debian's systemd as PID 1 of its own namespaces with a containerd inside on the systemd cgroup driver
+/// (`scripts/lib/systemd-ns.sh`), stopped with everything in it when dropped.
+struct SystemdNs {
+    dir: PathBuf,
+    script: PathBuf,
+    socket: String,
+}
+
+impl SystemdNs {
+    fn start() -> SystemdNs {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/lib/systemd-ns.sh");
+        let dir = PathBuf::from("/tmp/rksd-e2e");
+        let run = |args: &[&str]| {
+            let out = std::process::Command::new("bash").arg(&script).args(args).output().unwrap();
+            assert!(
+                out.status.success(),
+                "systemd-ns.sh {args:?}: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        let d = dir.to_str().unwrap();
+        let _ = std::process::Command::new("bash").arg(&script).args(["stop", d]).output();
+        run(&["start", d]);
+        let socket = run(&["containerd", d]).lines().last().unwrap_or_default().to_string();
+        // The images of the node's containerd (scripts/node-setup.sh), imported into this one.
+        let node_dir = endpoint().trim_start_matches("unix://").rsplit_once('/').unwrap().0.to_string();
+        for image in ["pause", "busybox"] {
+            let tar = format!("{node_dir}/images/{image}.oci.tar");
+            let st = std::process::Command::new("ctr")
+                .args(["-a", &socket, "-n", "k8s.io", "images", "import", &tar])
+                .output()
+                .unwrap();
+            assert!(st.status.success(), "import {tar}: {}", String::from_utf8_lossy(&st.stderr));
+        }
+        SystemdNs { dir, script, socket }
+    }
+
+    /// Runs a command inside; its stdout.
+    fn exec(&self, args: &[&str]) -> String {
+        let out = std::process::Command::new("bash")
+            .arg(&self.script)
+            .arg("exec")
+            .arg(&self.dir)
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// A program that starts its arguments inside (the node's wrapper).
+    fn wrapper(&self) -> PathBuf {
+        let w = self.dir.with_extension("wrapper.sh");
+        std::fs::write(
+            &w,
+            format!("#!/bin/sh\nexec bash {} exec {} \"$@\"\n", self.script.display(), self.dir.display()),
+        )
+        .unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o755)).unwrap();
+        w
+    }
+
+    fn unit_state(&self, unit: &str) -> String {
+        self.exec(&["systemctl", "show", "-p", "ActiveState", "--value", unit]).trim().to_string()
+    }
+}
+
+impl Drop for SystemdNs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("bash").arg(&self.script).arg("stop").arg(&self.dir).output();
+        let _ = std::fs::remove_file(self.dir.with_extension("wrapper.sh"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_on_the_systemd_driver_are_slices_systemd_knows() {
+    let _g = serial().await;
+    let ns = SystemdNs::start();
+    let socket = ns.socket.clone();
+    let config = move |n: &Node| {
+        std::fs::read_to_string(&n.config).unwrap().replace(
+            &format!("containerRuntimeEndpoint: {}\n", endpoint()),
+            &format!("containerRuntimeEndpoint: unix://{socket}\n"),
+        ) + "cgroupDriver: systemd\nsystemReserved:\n  cpu: 200m\n  memory: 64Mi\nenforceNodeAllocatable: [pods, \
+               system-reserved]\nsystemReservedCgroup: /system.slice\n"
+    };
+    let web = manifest(
+        "web",
+        &[],
+        &[("app", "exec sleep 3600")],
+        "",
+    )
+    .replace(
+        "    command:",
+        "    resources:\n      requests: {cpu: 100m, memory: 16Mi}\n      limits: {cpu: 500m, memory: 64Mi}\n    command:",
+    );
+    assert!(web.contains("limits"), "{web}");
+    let env = vec![(WRAPPER_ENV.to_string(), ns.wrapper().display().to_string())];
+    let mut node = Node::start_named_env("e2e-node", &[("web.yaml", &web)], config, vec![], env);
+    let pod = node.wait_running("web-e2e-node").await;
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+    let id = container_status(&pod, "app").unwrap()["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+
+    // The QoS slices and the pod's slice are systemd units, active.
+    let slice = format!("kubepods-burstable-pod{}.slice", uid.replace('-', "_"));
+    for unit in ["kubepods.slice", "kubepods-burstable.slice", "kubepods-besteffort.slice", slice.as_str()] {
+        assert_eq!(ns.unit_state(unit), "active", "{unit}");
+    }
+    let status = ns.exec(&["systemctl", "status", "--no-pager", &slice]);
+    assert!(
+        status.contains(&format!("cri-containerd-{id}.scope")),
+        "the container's scope is in the pod's slice:\n{status}"
+    );
+    // systemd wrote the pod's limits.
+    let path = format!("kubepods.slice/kubepods-burstable.slice/{slice}");
+    let read = |f: &str| ns.exec(&["cat", &format!("/sys/fs/cgroup/{f}")]).trim().to_string();
+    assert_eq!(read(&format!("memory/{path}/memory.limit_in_bytes")), "67108864");
+    assert_eq!(read(&format!("cpu/{path}/cpu.shares")), "102");
+    assert_eq!(read(&format!("cpu/{path}/cpu.cfs_quota_us")), "50000");
+    assert_eq!(read("cpu/kubepods.slice/kubepods-besteffort.slice/cpu.shares"), "2");
+    // Node allocatable through unit properties: kubepods.slice gets capacity − systemReserved, system.slice the
+    // reservation.
+    let cores = std::thread::available_parallelism().unwrap().get() as u64;
+    assert_eq!(read("memory/kubepods.slice/memory.limit_in_bytes"), (mem_total() - (64 << 20)).to_string());
+    assert_eq!(read("cpu/kubepods.slice/cpu.shares"), ((cores * 1000 - 200) * 1024 / 1000).to_string());
+    assert_eq!(read("memory/system.slice/memory.limit_in_bytes"), (64u64 << 20).to_string());
+    assert_eq!(read("cpu/system.slice/cpu.shares"), "204");
+    assert!(node.log().contains("Updated limits on system reserved cgroup /system.slice"));
+
+    // Removing the pod stops its slice.
+    node.remove_manifest("web.yaml");
+    node.wait_for("the pod's slice stopped", Duration::from_secs(60), || async {
+        matches!(ns.unit_state(&slice).as_str(), "inactive" | "").then_some(())
+    })
+    .await;
+    assert!(!node.log().contains("panicked"));
+    node.kill9();
+}

@@ -270,7 +270,12 @@ pub fn cgroup_parent(cfg: &RuntimeManagerConfig, pod: &Pod) -> String {
     if !cfg.cgroups_per_qos {
         return String::new();
     }
-    qos::pod_cgroup_parent(qos::pod_qos(pod), pod.metadata.uid.as_deref().unwrap_or(""))
+    let (class, uid) = (qos::pod_qos(pod), pod.metadata.uid.as_deref().unwrap_or(""));
+    if cfg.systemd_cgroup {
+        // The slice's path, as upstream's `cgroupManager.Name` with the systemd driver gives it.
+        return kubelet_types::systemd_names::expand_slice(&qos::pod_slice(class, uid)).unwrap_or_default();
+    }
+    qos::pod_cgroup_parent(class, uid)
 }
 
 /// The `PodSandboxConfig` of a pod for sandbox `attempt`.

@@ -60,6 +60,8 @@ pub struct RuntimeManagerConfig {
     pub resolv_conf: Option<PathBuf>,
     /// `cgroupsPerQOS`.
     pub cgroups_per_qos: bool,
+    /// `cgroupDriver: systemd`: pod cgroups are slices.
+    pub systemd_cgroup: bool,
     /// `cpuCFSQuota`.
     pub cpu_cfs_quota: bool,
     /// `cpuCFSQuotaPeriod` in microseconds.
@@ -84,6 +86,7 @@ impl Default for RuntimeManagerConfig {
             cluster_domain: "cluster.local".into(),
             resolv_conf: Some("/etc/resolv.conf".into()),
             cgroups_per_qos: true,
+            systemd_cgroup: false,
             cpu_cfs_quota: true,
             cpu_cfs_quota_period_us: 100_000,
             memory_capacity: 8 << 30,

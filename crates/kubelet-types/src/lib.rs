@@ -16,6 +16,7 @@ pub mod qos;
 pub mod quantity;
 pub mod runtime;
 pub mod scheduling;
+pub mod systemd_names;
 
 pub use clock::{Clock, SystemClock, TestClock};
 pub use pleg::{PodLifecycleEvent, PodLifecycleEventType};

@@ -93,6 +93,17 @@ pub fn pod_cgroup_parent(qos: QosClass, uid: &str) -> String {
     }
 }
 
+/// The pod's slice with the systemd driver: its unit name (`kubepods-burstable-pod<uid>.slice`, dashes of the
+/// UID written `_`); the cgroup is at [`crate::systemd_names::expand_slice`] of it.
+pub fn pod_slice(qos: QosClass, uid: &str) -> String {
+    let pod = format!("pod{uid}");
+    match qos {
+        QosClass::Guaranteed => crate::systemd_names::slice_name(&["kubepods", &pod]),
+        QosClass::Burstable => crate::systemd_names::slice_name(&["kubepods", "burstable", &pod]),
+        QosClass::BestEffort => crate::systemd_names::slice_name(&["kubepods", "besteffort", &pod]),
+    }
+}
+
 pub use crate::quantity::parse_quantity;
 
 /// A container's request of `res`, defaulting to its limit (as API defaulting does), in base units.

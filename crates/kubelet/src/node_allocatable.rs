@@ -131,31 +131,71 @@ fn enforce_existing(mount: &Path, cgroup: &str, amounts: Amounts) -> Result<(), 
     apply(mount, cgroup, amounts)
 }
 
+/// The pods cgroup's amounts: allocatable with `pods` enforced, else the capacity.
+pub fn pods_amounts(c: &EnforceConfig) -> Amounts {
+    if c.enforce.iter().any(|e| e == "pods") {
+        c.capacity.minus(c.system_reserved, c.kube_reserved)
+    } else {
+        c.capacity
+    }
+}
+
 /// Applies the configuration; returns the events to record.
 pub fn enforce(c: &EnforceConfig) -> Result<Vec<Applied>, EnforceError> {
     let has = |k: &str| c.enforce.iter().any(|e| e == k);
     let mut out = vec![];
-    let pods = if has("pods") { c.capacity.minus(c.system_reserved, c.kube_reserved) } else { c.capacity };
+    let pods = pods_amounts(c);
     apply(&c.mount, &c.pods_cgroup, pods)
         .map_err(|e| EnforceError(format!("failed to update node allocatable limits on {:?}: {e}", c.pods_cgroup)))?;
     if has("pods") {
         out.push(Applied { message: "Updated Node Allocatable limit across pods".into() });
     }
+    for t in reserved_targets(c) {
+        enforce_existing(&c.mount, &t.cgroup, t.amounts).map_err(|e| t.failed(&e))?;
+        out.push(t.applied());
+    }
+    Ok(out)
+}
+
+/// A reserved cgroup to limit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservedTarget {
+    /// `System` or `Kube`.
+    pub name: &'static str,
+    /// `systemReservedCgroup` / `kubeReservedCgroup`.
+    pub cgroup: String,
+    /// The reservation (CPU only for `-compressible`).
+    pub amounts: Amounts,
+}
+
+impl ReservedTarget {
+    /// Upstream's `FailedNodeAllocatableEnforcement` message.
+    pub fn failed(&self, why: &str) -> EnforceError {
+        EnforceError(format!("Failed to enforce {} Reserved Cgroup Limits on {:?}: {why}", self.name, self.cgroup))
+    }
+
+    /// Upstream's `SuccessfulNodeAllocatableEnforcement` message.
+    pub fn applied(&self) -> Applied {
+        Applied { message: format!("Updated limits on {} reserved cgroup {}", self.name.to_lowercase(), self.cgroup) }
+    }
+}
+
+/// The reserved cgroups `enforceNodeAllocatable` asks to limit, with what.
+pub fn reserved_targets(c: &EnforceConfig) -> Vec<ReservedTarget> {
+    let has = |k: &str| c.enforce.iter().any(|e| e == k);
+    let mut out = vec![];
     for (name, cgroup, amounts, key) in [
         ("System", &c.system_reserved_cgroup, c.system_reserved, "system-reserved"),
         ("Kube", &c.kube_reserved_cgroup, c.kube_reserved, "kube-reserved"),
     ] {
         let full = has(key);
-        let compressible = has(&format!("{key}-compressible"));
-        if !full && !compressible {
+        if !full && !has(&format!("{key}-compressible")) {
             continue;
         }
         let amounts = if full { amounts } else { amounts.cpu_only() };
-        enforce_existing(&c.mount, cgroup, amounts)
-            .map_err(|e| EnforceError(format!("Failed to enforce {name} Reserved Cgroup Limits on {cgroup:?}: {e}")))?;
-        out.push(Applied { message: format!("Updated limits on {} reserved cgroup {cgroup}", name.to_lowercase()) });
+        out.push(ReservedTarget { name, cgroup: cgroup.clone(), amounts });
     }
-    Ok(out)
+    out
 }
 
 #[cfg(test)]

@@ -158,10 +158,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         paths: Default::default(),
         root_dir: root_dir.clone(),
         pod_logs_dir: pod_logs_dir.clone(),
-        pods_cgroup: cfg
-            .cgroups_per_qos
-            .unwrap_or(true)
-            .then(|| format!("{}/kubepods", cfg.cgroup_root.trim_end_matches('/'))),
+        pods_cgroup: crate::node::pods_cgroup(&cfg),
         volume_stats_period: cfg.volume_stats_agg_period.0,
         clock: clock.clone(),
     }));
@@ -197,7 +194,24 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     let (node_tx, node_rx) = watch::channel(Some(initial_node));
 
     let mut allocatable_events = vec![];
-    let cgroups: Arc<dyn PodCgroups> = if cfg.cgroups_per_qos.unwrap_or(true) {
+    let systemd = cfg.cgroup_driver == "systemd";
+    let cgroups: Arc<dyn PodCgroups> = if cfg.cgroups_per_qos.unwrap_or(true) && systemd {
+        kubelet::cm::systemd::SystemdCgroups::check(std::path::Path::new("/run"))
+            .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+        let (pods, reserved) = crate::node::pods_allocatable(&cfg, &inputs);
+        let m = kubelet::cm::systemd::SystemdCgroups::new("/run/systemd/private", "/sys/fs/cgroup")
+            .with_limits(cfg.cpu_cfs_quota.unwrap_or(true), cfg.pod_pids_limit.unwrap_or(-1))
+            .with_pods_allocatable(pods.cpu_milli, pods.memory, pods.pids);
+        m.setup_qos().context("create the kubepods slices through systemd")?;
+        allocatable_events.push("Updated Node Allocatable limit across pods".to_string());
+        for t in reserved {
+            let a = t.amounts;
+            m.enforce_existing(&t.cgroup, a.cpu_milli, a.memory, a.pids).map_err(|e| t.failed(&e))?;
+            allocatable_events.push(t.applied().message);
+        }
+        info!("cgroupDriver systemd: kubepods.slice and the QoS slices made through systemd");
+        Arc::new(m)
+    } else if cfg.cgroups_per_qos.unwrap_or(true) {
         let root = PathBuf::from("/sys/fs/cgroup");
         let m = CgroupfsManager::new(root.join(cfg.cgroup_root.trim_start_matches('/')))
             .with_limits(cfg.cpu_cfs_quota.unwrap_or(true), cfg.pod_pids_limit.unwrap_or(-1));
@@ -216,6 +230,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         cluster_domain: cfg.cluster_domain.clone(),
         resolv_conf: cfg.resolver_config.clone().filter(|s| !s.is_empty()).map(PathBuf::from),
         cgroups_per_qos: cfg.cgroups_per_qos.unwrap_or(true),
+        systemd_cgroup: systemd,
         cpu_cfs_quota: cfg.cpu_cfs_quota.unwrap_or(true),
         cpu_cfs_quota_period_us: cfg.cpu_cfs_quota_period.map(|d| d.0.as_micros() as i64).unwrap_or(100_000),
         memory_capacity: node::memory_capacity(),
@@ -421,10 +436,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         kubelet_eviction::notifier::NotifierConfig {
             cgroup_root: "/sys/fs/cgroup".into(),
             proc: "/proc".into(),
-            pods_cgroup: cfg
-                .cgroups_per_qos
-                .unwrap_or(true)
-                .then(|| format!("{}/kubepods", cfg.cgroup_root.trim_end_matches('/'))),
+            pods_cgroup: crate::node::pods_cgroup(&cfg),
             thresholds: eviction_cfg.thresholds.clone(),
         },
         &tracker,

@@ -44,12 +44,6 @@ fn load_config(cli: &Cli) -> anyhow::Result<KubeletConfiguration> {
         cfg.static_pod_path = p.clone();
     }
     cfg.validate()?;
-    if cfg.cgroup_driver == "systemd" {
-        anyhow::bail!(
-            "invalid configuration: cgroupDriver (--cgroup-driver) \"systemd\" is not supported by rkubelet yet; \
-             use cgroupDriver: cgroupfs (and SystemdCgroup = false for runc in containerd)"
-        );
-    }
     if !cfg.container_runtime_endpoint.starts_with("unix://") && !cfg.container_runtime_endpoint.starts_with('/') {
         anyhow::bail!(
             "invalid configuration: containerRuntimeEndpoint (--container-runtime-endpoint) {:?}: only unix sockets (unix:///path) are supported",
@@ -161,13 +155,15 @@ mod tests {
     }
 
     #[test]
-    fn cluster_config_refuses_systemd_cgroup_driver() {
+    fn cluster_config_takes_either_cgroup_driver_and_refuses_others() {
         let original = std::fs::read_to_string(config_dir().join("kubelet-cluster.yaml")).unwrap();
         assert!(original.contains("\ncgroupDriver: cgroupfs\n"));
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.yaml");
         std::fs::write(&path, original.replace("\ncgroupDriver: cgroupfs\n", "\ncgroupDriver: systemd\n")).unwrap();
-        let err = load(&path).expect_err("cgroupDriver: systemd must be refused");
+        assert_eq!(load(&path).unwrap().cgroup_driver, "systemd", "kubeadm's default");
+        std::fs::write(&path, original.replace("\ncgroupDriver: cgroupfs\n", "\ncgroupDriver: openrc\n")).unwrap();
+        let err = load(&path).expect_err("an unknown driver is refused");
         assert!(format!("{err:#}").contains("cgroupDriver"), "{err:#}");
     }
 }

@@ -76,14 +76,24 @@ pub fn node_inputs(
     }
 }
 
-/// `enforceNodeAllocatable` on the pods cgroup and the reserved cgroups (`enforceNodeAllocatableCgroups`); the
-/// messages of upstream's `SuccessfulNodeAllocatableEnforcement` events. An error stops start-up, as upstream's.
-pub fn enforce_node_allocatable(
+/// The pods cgroup relative to the hierarchy roots (`/kubepods`, or `/kubepods.slice` with the systemd driver);
+/// none without `cgroupsPerQOS`.
+pub fn pods_cgroup(cfg: &kubelet_config::kubelet_config::KubeletConfiguration) -> Option<String> {
+    if !cfg.cgroups_per_qos.unwrap_or(true) {
+        return None;
+    }
+    if cfg.cgroup_driver == "systemd" {
+        return Some("/kubepods.slice".into());
+    }
+    Some(format!("{}/kubepods", cfg.cgroup_root.trim_end_matches('/')))
+}
+
+fn enforce_config(
     cfg: &kubelet_config::kubelet_config::KubeletConfiguration,
     inputs: &kubelet::nodestatus::setters::NodeInputs,
     mount: &std::path::Path,
-) -> anyhow::Result<Vec<String>> {
-    use kubelet::node_allocatable::{Amounts, EnforceConfig, enforce};
+) -> kubelet::node_allocatable::EnforceConfig {
+    use kubelet::node_allocatable::{Amounts, EnforceConfig};
     use kubelet::nodestatus::quantity::parse;
     let amounts = |m: &std::collections::BTreeMap<String, String>| Amounts {
         cpu_milli: m.get("cpu").and_then(|v| parse(v)).map(|c| (c * 1000.0).round() as i64),
@@ -91,7 +101,7 @@ pub fn enforce_node_allocatable(
         pids: m.get("pid").and_then(|v| parse(v)).map(|p| p as i64),
     };
     let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max").ok().and_then(|s| s.trim().parse().ok());
-    let c = EnforceConfig {
+    EnforceConfig {
         mount: mount.to_path_buf(),
         pods_cgroup: format!("{}/kubepods", cfg.cgroup_root.trim_end_matches('/')),
         capacity: Amounts {
@@ -104,7 +114,27 @@ pub fn enforce_node_allocatable(
         enforce: cfg.enforce_node_allocatable.clone().unwrap_or_default(),
         system_reserved_cgroup: cfg.system_reserved_cgroup.clone(),
         kube_reserved_cgroup: cfg.kube_reserved_cgroup.clone(),
-    };
-    let applied = enforce(&c)?;
+    }
+}
+
+/// The pods cgroup's limits (allocatable or capacity) and the reserved cgroups to limit, for the systemd driver
+/// (which applies them as unit properties).
+pub fn pods_allocatable(
+    cfg: &kubelet_config::kubelet_config::KubeletConfiguration,
+    inputs: &kubelet::nodestatus::setters::NodeInputs,
+) -> (kubelet::node_allocatable::Amounts, Vec<kubelet::node_allocatable::ReservedTarget>) {
+    let c = enforce_config(cfg, inputs, std::path::Path::new("/sys/fs/cgroup"));
+    (kubelet::node_allocatable::pods_amounts(&c), kubelet::node_allocatable::reserved_targets(&c))
+}
+
+/// `enforceNodeAllocatable` on the pods cgroup and the reserved cgroups (`enforceNodeAllocatableCgroups`); the
+/// messages of upstream's `SuccessfulNodeAllocatableEnforcement` events. An error stops start-up, as upstream's.
+pub fn enforce_node_allocatable(
+    cfg: &kubelet_config::kubelet_config::KubeletConfiguration,
+    inputs: &kubelet::nodestatus::setters::NodeInputs,
+    mount: &std::path::Path,
+) -> anyhow::Result<Vec<String>> {
+    let c = enforce_config(cfg, inputs, mount);
+    let applied = kubelet::node_allocatable::enforce(&c)?;
     Ok(applied.into_iter().map(|a| a.message).collect())
 }

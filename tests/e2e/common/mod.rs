@@ -52,6 +52,9 @@ pub async fn serial() -> Serial {
     Serial { _process: process, _machine: machine }
 }
 
+/// An environment entry naming a program rkubelet is started through (e.g. into systemd's namespaces).
+pub const WRAPPER_ENV: &str = "RKUBELET_E2E_WRAPPER";
+
 /// The CRI endpoint of the test containerd.
 pub fn endpoint() -> String {
     std::env::var("RKUBELET_E2E_ENDPOINT").unwrap_or_else(|_| "unix:///var/lib/rkubelet-dev/containerd.sock".into())
@@ -207,15 +210,23 @@ impl Node {
         let cfg = edit(&n);
         std::fs::write(&n.config, cfg).unwrap();
         n.extra_args = extra_args;
+        if let Some((_, w)) = n.env.iter().find(|(k, _)| k == WRAPPER_ENV) {
+            n.binary = Some(w.into());
+        }
         n.spawn();
         n
     }
 
-    /// Starts the binary (again).
+    /// Starts the binary (again); with [`WRAPPER_ENV`] among its environment, through that program (which gets
+    /// the binary's path as its first argument).
     pub fn spawn(&mut self) {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
         let bin = self.binary.clone().unwrap_or_else(|| env!("CARGO_BIN_EXE_rkubelet").into());
-        let child = Command::new(bin)
+        let mut cmd = Command::new(&bin);
+        if self.env.iter().any(|(k, _)| k == WRAPPER_ENV) {
+            cmd.arg(env!("CARGO_BIN_EXE_rkubelet"));
+        }
+        let child = cmd
             .arg(format!("--config={}", self.config.display()))
             .arg(format!("--root-dir={}", self.root.display()))
             .arg(format!("--cert-dir={}", self.dir.join("pki").display()))

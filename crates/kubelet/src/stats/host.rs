@@ -158,20 +158,68 @@ pub fn child_cgroups(paths: &HostPaths, cgroup: &str) -> Vec<String> {
 /// The cgroup of pod `uid` under the pods cgroup (`/kubepods`), as the cgroupfs driver lays it out:
 /// `<pods>/pod<uid>` (Guaranteed), `<pods>/burstable/pod<uid>`, `<pods>/besteffort/pod<uid>`. A container's
 /// cgroup is `<pod cgroup>/<container id>` (containerd with `cgroup_parent` set to the pod's cgroup).
+///
+/// With the systemd driver (`pods` is `/kubepods.slice`) the pod cgroup is a slice
+/// (`/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`) and a container's is the scope
+/// `cri-containerd-<id>.scope` in it ([`container_cgroup`]).
 pub fn pod_cgroup(paths: &HostPaths, pods: &str, uid: &str) -> Option<String> {
     let pods = pods.trim_end_matches('/');
+    if pods.ends_with(".slice") {
+        let u = uid.replace('-', "_");
+        return [
+            format!("{pods}/kubepods-pod{u}.slice"),
+            format!("{pods}/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice"),
+            format!("{pods}/kubepods-besteffort.slice/kubepods-besteffort-pod{u}.slice"),
+        ]
+        .into_iter()
+        .find(|cg| cgroup_exists(paths, cg));
+    }
     ["", "/burstable", "/besteffort"].iter().map(|q| format!("{pods}{q}/pod{uid}")).find(|cg| cgroup_exists(paths, cg))
 }
 
-/// Every pod cgroup under the pods cgroup, with its container cgroups: (pod cgroup, child names).
+/// The cgroup of container `id` in the pod cgroup `pod`.
+pub fn container_cgroup(pod: &str, id: &str) -> String {
+    if pod.ends_with(".slice") { format!("{pod}/cri-containerd-{id}.scope") } else { format!("{pod}/{id}") }
+}
+
+/// The pod UID of a pod cgroup path (`…/pod<uid>` or `…/kubepods-burstable-pod<uid>.slice`).
+pub fn pod_uid_of_cgroup(cg: &str) -> Option<String> {
+    let last = cg.rsplit('/').next()?;
+    if last.ends_with(".slice") {
+        return kubelet_types::systemd_names::pod_uid_of(last);
+    }
+    last.strip_prefix("pod").map(String::from)
+}
+
+/// Every pod cgroup under the pods cgroup, with its containers: (pod cgroup, container IDs; with the systemd
+/// driver the IDs of the `cri-containerd-<id>.scope` children).
 pub fn pod_cgroups(paths: &HostPaths, pods: &str) -> Vec<(String, Vec<String>)> {
     let pods = pods.trim_end_matches('/');
     let mut out = vec![];
-    for q in ["", "/burstable", "/besteffort"] {
+    let systemd = pods.ends_with(".slice");
+    let qos: &[&str] = if systemd {
+        &["", "/kubepods-burstable.slice", "/kubepods-besteffort.slice"]
+    } else {
+        &["", "/burstable", "/besteffort"]
+    };
+    for q in qos {
         let parent = format!("{pods}{q}");
-        for name in child_cgroups(paths, &parent).into_iter().filter(|n| n.starts_with("pod")) {
+        for name in child_cgroups(paths, &parent) {
+            let is_pod =
+                if systemd { name.ends_with(".slice") && name.contains("-pod") } else { name.starts_with("pod") };
+            if !is_pod {
+                continue;
+            }
             let cg = format!("{parent}/{name}");
-            let children = child_cgroups(paths, &cg);
+            let children = child_cgroups(paths, &cg)
+                .into_iter()
+                .map(|c| {
+                    c.strip_prefix("cri-containerd-")
+                        .and_then(|c| c.strip_suffix(".scope"))
+                        .map(String::from)
+                        .unwrap_or(c)
+                })
+                .collect();
             out.push((cg, children));
         }
     }

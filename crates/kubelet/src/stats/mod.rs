@@ -220,12 +220,12 @@ impl SummaryProvider {
                 self.sample("pods", now, c.usage_ns);
             }
             for (pod, children) in host::pod_cgroups(&self.d.paths, cg) {
-                let uid = pod.rsplit('/').next().and_then(|n| n.strip_prefix("pod")).unwrap_or_default();
+                let uid = host::pod_uid_of_cgroup(&pod).unwrap_or_default();
                 if let Some(c) = host::cgroup_cpu(&self.d.paths, &pod) {
                     self.sample(&format!("pod:{uid}"), now, c.usage_ns);
                 }
                 for id in children {
-                    if let Some(c) = host::cgroup_cpu(&self.d.paths, &format!("{pod}/{id}")) {
+                    if let Some(c) = host::cgroup_cpu(&self.d.paths, &host::container_cgroup(&pod, &id)) {
                         self.sample(&id, now, c.usage_ns);
                     }
                 }
@@ -407,7 +407,7 @@ impl SummaryProvider {
             let (mut eph_used, mut eph_inodes) = (0u64, 0u64);
             for c in containers.iter().filter(running).filter(|c| c.pod_sandbox_id == sb.id) {
                 let name = c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
-                let cg = pod_cg.as_ref().map(|p| format!("{p}/{}", c.id));
+                let cg = pod_cg.as_ref().map(|p| host::container_cgroup(p, &c.id));
                 let cpu = cg
                     .as_deref()
                     .and_then(|cg| host::cgroup_cpu(paths, cg))

@@ -7,6 +7,9 @@
 //! Works on cgroup v1 (one folder per controller hierarchy) and v2 (one unified tree). Writing a limit that
 //! the kernel refuses is a warning, not an error.
 
+pub mod dbus;
+pub mod systemd;
+
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
@@ -93,6 +96,17 @@ impl CgroupfsManager {
         }
     }
 
+    /// On v2, turns on every available controller for the children of `dir` (`cgroup.subtree_control`), as
+    /// runc's fs2 does along a new cgroup's path: without it the children have no `cpu.weight`, `memory.max` or
+    /// `pids.max`.
+    fn enable_controllers(dir: &Path) {
+        let Ok(available) = std::fs::read_to_string(dir.join("cgroup.controllers")) else { return };
+        let enabled = std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
+        for c in available.split_whitespace().filter(|c| !enabled.split_whitespace().any(|e| e == *c)) {
+            Self::write(dir, "cgroup.subtree_control", &format!("+{c}"));
+        }
+    }
+
     fn qos_parents() -> [&'static str; 3] {
         ["kubepods", "kubepods/burstable", "kubepods/besteffort"]
     }
@@ -108,7 +122,16 @@ impl PodCgroups for CgroupfsManager {
             for q in Self::qos_parents() {
                 std::fs::create_dir_all(h.join(q))?;
             }
-            if !self.v2 {
+            if self.v2 {
+                Self::enable_controllers(&h);
+                for q in Self::qos_parents() {
+                    Self::enable_controllers(&h.join(q));
+                }
+            }
+            // BestEffort pods share the minimum: 2 shares, weight 1 on v2 (upstream's QoS manager).
+            if self.v2 {
+                Self::write(&h.join("kubepods/besteffort"), "cpu.weight", "1");
+            } else {
                 Self::write(&h.join("kubepods/besteffort"), "cpu.shares", "2");
             }
         }
@@ -127,6 +150,8 @@ impl PodCgroups for CgroupfsManager {
                 std::fs::create_dir_all(&dir)?;
             }
             if self.v2 {
+                // The containers' cgroups (made by runc) get the controllers too.
+                Self::enable_controllers(&dir);
                 // cpu.weight from shares, as upstream's CpuSharesToCpuWeight.
                 let weight = 1 + ((r.cpu_shares - 2) * 9999) / 262142;
                 Self::write(&dir, "cpu.weight", &weight.to_string());
@@ -295,5 +320,57 @@ mod tests {
         assert!(!dir.exists());
         assert!(!root.path().join("freezer/kubepods/podu1").exists());
         assert!(m.list_pods().is_empty());
+    }
+    #[test]
+    fn v2_pod_cgroup_gets_weight_max_and_pids_files() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join("cgroup.controllers"), "cpuset cpu io memory hugetlb pids\n").unwrap();
+        let m = CgroupfsManager::new(root.path()).with_limits(true, 1024);
+        m.setup_qos().unwrap();
+        assert!(root.path().join("kubepods/burstable").is_dir());
+        // A real cgroup2 lists what the parent enabled; the fake tree: every level lists all of them.
+        for d in ["kubepods", "kubepods/burstable", "kubepods/besteffort"] {
+            std::fs::write(root.path().join(d).join("cgroup.controllers"), "cpu memory pids\n").unwrap();
+        }
+        m.setup_qos().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.path().join("kubepods/burstable/cgroup.subtree_control")).unwrap(),
+            "+pids",
+            "each controller is turned on (the fake file keeps the last write)"
+        );
+        let res = |cpu: &str, mem: &str| -> std::collections::BTreeMap<String, Quantity> {
+            [("cpu".to_string(), Quantity(cpu.into())), ("memory".to_string(), Quantity(mem.into()))].into()
+        };
+        let pod = Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                uid: Some("u2".into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec {
+                containers: vec![Container {
+                    name: "a".into(),
+                    resources: Some(ResourceRequirements {
+                        requests: Some(res("250m", "32Mi")),
+                        limits: Some(res("1500m", "128Mi")),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(std::fs::read_to_string(root.path().join("kubepods/besteffort/cpu.weight")).unwrap(), "1");
+        m.ensure_pod(&pod).unwrap();
+        let dir = root.path().join("kubepods/burstable/podu2");
+        let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap();
+        // 250m = 256 shares → weight 1 + (254 × 9999) / 262142 = 10, as upstream's CpuSharesToCpuWeight.
+        assert_eq!(read("cpu.weight"), "10");
+        assert_eq!(read("cpu.max"), "150000 100000");
+        assert_eq!(read("memory.max"), "134217728");
+        assert_eq!(read("pids.max"), "1024");
+        assert_eq!(m.list_pods(), vec![PodUid::from("u2")]);
+        m.destroy_pod(&PodUid::from("u2")).unwrap();
+        assert!(!dir.exists());
     }
 }

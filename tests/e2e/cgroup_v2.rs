@@ -1,0 +1,140 @@
+//! Pods on a pure cgroup v2 hierarchy, for real: this machine binds cpu, memory and pids to cgroup v1, so the
+//! test boots a qemu VM with Debian's kernel and `cgroup_no_v1=all` (`scripts/lib/vm-cgroup2.sh`; software
+//! emulation here, about 20 s to boot), runs Debian's containerd and the real rkubelet binary in it, and reads
+//! the pod's v2 files and the kubelet's stats.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::*;
+use tokio::time::Instant;
+
+/// The host port forwarded to the VM's read-only port 10255.
+const RO_PORT: u16 = 18255;
+
+struct Vm {
+    dir: PathBuf,
+    script: PathBuf,
+}
+
+impl Vm {
+    fn start() -> Vm {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/lib/vm-cgroup2.sh");
+        let dir = PathBuf::from("/tmp/rkvm-e2e");
+        let vm = Vm { dir, script };
+        let _ = vm.run(&["stop"], &[]);
+        let _ = std::fs::remove_dir_all(&vm.dir);
+        std::fs::create_dir_all(&vm.dir).unwrap();
+        let (ok, out) = vm.run(&["start"], &[]);
+        assert!(ok, "vm-cgroup2.sh start: {out}");
+        let node_dir = endpoint().trim_start_matches("unix://").rsplit_once('/').unwrap().0.to_string();
+        let images = [format!("{node_dir}/images/pause.oci.tar"), format!("{node_dir}/images/busybox.oci.tar")];
+        let (ok, out) = vm.run(&["containerd"], &[&images[0], &images[1]]);
+        assert!(ok, "vm-cgroup2.sh containerd: {out}");
+        vm
+    }
+
+    fn run(&self, cmd: &[&str], args: &[&str]) -> (bool, String) {
+        let out = std::process::Command::new("bash")
+            .arg(&self.script)
+            .arg(cmd[0])
+            .arg(&self.dir)
+            .args(&cmd[1..])
+            .args(args)
+            .env("RK_VM_HOSTFWD", format!("tcp:127.0.0.1:{RO_PORT}-:10255"))
+            .output()
+            .unwrap();
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        (out.status.success(), text)
+    }
+
+    /// A command inside: its stdout (and stderr), trimmed; empty when it failed.
+    fn exec(&self, args: &[&str]) -> String {
+        let (ok, out) = self.run(&["exec"], args);
+        if ok { out.trim().to_string() } else { String::new() }
+    }
+}
+
+impl Drop for Vm {
+    fn drop(&mut self) {
+        let _ = self.run(&["stop"], &[]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_on_cgroup_v2_get_weight_max_and_pids_files_and_stats() {
+    let _g = serial().await;
+    let t0 = Instant::now();
+    let vm = Vm::start();
+    drill::report(format_args!("FIGURE cgroup v2 VM booted with containerd and images in {:?}", t0.elapsed()));
+    assert_eq!(vm.exec(&["stat", "-fc", "%T", "/sys/fs/cgroup"]), "cgroup2fs", "a pure cgroup v2 hierarchy");
+
+    let d = vm.dir.display().to_string();
+    std::fs::create_dir_all(vm.dir.join("manifests")).unwrap();
+    std::fs::write(
+        vm.dir.join("config.yaml"),
+        format!(
+            "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
+             containerRuntimeEndpoint: unix:///run/containerd/containerd.sock\nstaticPodPath: {d}/manifests\n\
+             podLogsDir: /var/log/pods\nhealthzBindAddress: 127.0.0.1\nreadOnlyPort: 10255\naddress: 0.0.0.0\n\
+             failSwapOn: false\nresolvConf: /etc/resolv.conf\npodPidsLimit: 100\n\
+             authentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n\
+             authorization:\n  mode: AlwaysAllow\nevictionHard:\n  memory.available: 10Mi\n  nodefs.available: 1%\n  \
+             imagefs.available: 1%\n  nodefs.inodesFree: 1%\n"
+        ),
+    )
+    .unwrap();
+    // Host network: the pod needs no CNI inside the VM.
+    let web = manifest("web", &[], &[("app", "exec sleep 3600")], "  hostNetwork: true\n").replace(
+        "    command:",
+        "    resources:\n      requests: {cpu: 100m, memory: 16Mi}\n      limits: {cpu: 500m, memory: 64Mi}\n    command:",
+    );
+    std::fs::write(vm.dir.join("manifests/web.yaml"), web).unwrap();
+    let bin = env!("CARGO_BIN_EXE_rkubelet");
+    let start = format!(
+        "nohup {bin} --config={d}/config.yaml --root-dir=/var/lib/kubelet --hostname-override=vm-node --v=3 \
+         > {d}/rkubelet.log 2>&1 &"
+    );
+    vm.exec(&["bash", "-c", &start]);
+    let log = || std::fs::read_to_string(vm.dir.join("rkubelet.log")).unwrap_or_default();
+
+    // Running, as the read-only API says (forwarded to the host).
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let pod = loop {
+        if let Some((200, body)) = http_get(RO_PORT, "/pods").await {
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+            if let Some(p) = v["items"].as_array().and_then(|i| i.first()).filter(|p| all_running(p)) {
+                break p.clone();
+            }
+        }
+        assert!(Instant::now() < deadline, "pod Running in the VM within 4 minutes:\n{}", tail(&log(), 40));
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    drill::report(format_args!("FIGURE cgroup v2: static pod Running {:?} after the VM was started", t0.elapsed()));
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    let id =
+        container_status(&pod, "app").unwrap()["containerID"].as_str().unwrap().trim_start_matches("containerd://");
+    let dir = format!("/sys/fs/cgroup/kubepods/burstable/pod{uid}");
+    let read = |f: &str| vm.exec(&["cat", &format!("{dir}/{f}")]);
+    // 100m = 102 shares → weight 1 + (100 × 9999) / 262142 = 4 (upstream's CpuSharesToCpuWeight).
+    assert_eq!(read("cpu.weight"), "4");
+    assert_eq!(read("cpu.max"), "50000 100000");
+    assert_eq!(read("memory.max"), "67108864");
+    assert_eq!(read("pids.max"), "100");
+    assert_eq!(vm.exec(&["cat", &format!("{dir}/{id}/cgroup.procs")]).lines().count(), 1, "the container runs in it");
+    assert_eq!(vm.exec(&["cat", "/sys/fs/cgroup/kubepods/besteffort/cpu.weight"]), "1", "2 shares");
+    let mem_total: u64 = vm.exec(&["awk", "/MemTotal/ {print $2 * 1024}", "/proc/meminfo"]).parse().unwrap();
+    assert_eq!(vm.exec(&["cat", "/sys/fs/cgroup/kubepods/memory.max"]), mem_total.to_string(), "node allocatable");
+
+    // The node's and the pod's stats come from the v2 files.
+    let (_, body) = http_get(RO_PORT, "/stats/summary").await.expect("stats");
+    let s: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(s["node"]["cpu"]["usageCoreNanoSeconds"].as_u64().unwrap_or(0) > 0, "{}", s["node"]);
+    assert!(s["node"]["memory"]["workingSetBytes"].as_u64().unwrap_or(0) > 0, "{}", s["node"]);
+    let p = &s["pods"][0];
+    assert!(p["memory"]["workingSetBytes"].as_u64().unwrap_or(0) > 0, "pod memory from memory.current: {p}");
+    assert!(p["containers"][0]["cpu"]["usageCoreNanoSeconds"].as_u64().is_some(), "container cpu from cpu.stat: {p}");
+    assert!(!log().contains("panicked"));
+}
