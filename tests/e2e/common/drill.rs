@@ -429,15 +429,15 @@ pub async fn delete_runtime_leaks(rt: &RemoteRuntime, ns: &str) -> usize {
     n
 }
 
-/// Whether the container is one whose start containerd 1.6 lost: cancelled when its client (a killed rkubelet)
-/// went away (`StartError ... context canceled`), or half-made when containerd itself was killed (`... already
-/// exists` at the next start); never started, its task kept so that no CRI call can remove it. That is the runtime's leak; rkubelet made the container again under the next attempt, as upstream would.
+/// Whether the container is one whose start the drill's kill made fail: never started (`StartError`, no start
+/// time). Where the kill lands decides containerd 1.6's message: its client (a killed rkubelet) gone
+/// (`context canceled`, or the shim's start killed: `failed to start shim: … signal: killed`), or containerd itself
+/// killed (`… already exists` at the next start, `failed to start io pipe copy`). Some of them keep their task, so
+/// that no CRI call can remove them: the runtime's leak. rkubelet made the container again under the next attempt,
+/// as upstream would.
 async fn cancelled_start(rt: &RemoteRuntime, id: &str) -> bool {
     rt.container_status(id).await.is_ok_and(|s| {
-        s.state == api::ContainerState::ContainerExited as i32
-            && s.started_at == 0
-            && s.reason == "StartError"
-            && (s.message.contains("context canceled") || s.message.contains("already exists"))
+        s.state == api::ContainerState::ContainerExited as i32 && s.started_at == 0 && s.reason == "StartError"
     })
 }
 
