@@ -48,22 +48,8 @@ async fn a_kubeadm_node_rotates_client_and_serving_certificates_while_pods_run()
     env.cp.write_token_kubeconfig(&bootstrap, "kubelet-bootstrap", &token).unwrap();
     let kubelet_kc = env.path("kubelet-bootstrapped.conf");
     let cert_dir = env.path("pki");
-    let ca = env.cp.pki.path("ca.crt");
-    // kubeadm's kubelet configuration: webhook authentication and authorization, the cluster CA for client
-    // certificates, both certificates rotated by the kubelet.
-    let config = |n: &Node| {
-        std::fs::read_to_string(&n.config)
-            .unwrap()
-            .replace(
-                "  webhook:\n    enabled: false\n",
-                &format!(
-                    "  webhook:\n    enabled: true\n    cacheTTL: 2m\n  x509:\n    clientCAFile: {}\n",
-                    ca.display()
-                ),
-            )
-            .replace("mode: AlwaysAllow", "mode: Webhook")
-            + "rotateCertificates: true\nserverTLSBootstrap: true\n"
-    };
+    // kubeadm's kubelet configuration, both certificates rotated by the kubelet.
+    let config = |n: &Node| env.kubeadm_config(n) + "rotateCertificates: true\nserverTLSBootstrap: true\n";
     let t0 = Instant::now();
     let mut node = Node::start_named(
         &env.node,

@@ -105,24 +105,27 @@ impl TestEnv {
         Node::start_named_env(&self.node, &[], edit, args, env)
     }
 
+    /// The node's configuration as kubeadm writes it: webhook authentication and authorization, and the cluster CA
+    /// for client certificates.
+    pub fn kubeadm_config(&self, n: &Node) -> String {
+        let ca = self.cp.pki.path("ca.crt");
+        std::fs::read_to_string(&n.config)
+            .unwrap()
+            .replace(
+                "  webhook:\n    enabled: false\n",
+                &format!(
+                    "  webhook:\n    enabled: true\n    cacheTTL: 2m\n  x509:\n    clientCAFile: {}\n",
+                    ca.display()
+                ),
+            )
+            .replace("mode: AlwaysAllow", "mode: Webhook")
+    }
+
     /// A node whose API trusts the cluster CA and asks the apiserver about tokens and rights (webhook
     /// authentication and authorization), as kubeadm configures it, so the apiserver's `pods/log`, `exec`,
     /// `attach` and `portforward` reach it with its kubelet-client certificate; started, its secure port open.
     pub async fn start_kubeadm_node(&self) -> Node {
-        let ca = self.cp.pki.path("ca.crt");
-        let config = |n: &Node| {
-            std::fs::read_to_string(&n.config)
-                .unwrap()
-                .replace(
-                    "  webhook:\n    enabled: false\n",
-                    &format!(
-                        "  webhook:\n    enabled: true\n    cacheTTL: 2m\n  x509:\n    clientCAFile: {}\n",
-                        ca.display()
-                    ),
-                )
-                .replace("mode: AlwaysAllow", "mode: Webhook")
-        };
-        let mut node = self.start_node_with(&[], config, vec![]);
+        let mut node = self.start_node_with(&[], |n| self.kubeadm_config(n), vec![]);
         node.wait_for("the secure port", Duration::from_secs(30), || async {
             std::net::TcpStream::connect(("127.0.0.1", super::SECURE_PORT)).is_ok().then_some(())
         })
