@@ -1,47 +1,9 @@
 use std::time::SystemTime;
 
-use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{DigitallySignedStruct, SignatureScheme};
+use rustls::pki_types::{CertificateDer, ServerName};
 
 use super::*;
 use crate::tls::self_signed;
-
-/// Accepts any server certificate: the tests look at which one is served.
-#[derive(Debug)]
-struct AnyCert;
-
-impl ServerCertVerifier for AnyCert {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn verify_tls13_signature(
-        &self,
-        _: &[u8],
-        _: &CertificateDer<'_>,
-        _: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Ok(HandshakeSignatureValid::assertion())
-    }
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        rustls::crypto::ring::default_provider().signature_verification_algorithms.supported_schemes()
-    }
-}
 
 /// The leaf a handshake with the current setup serves, or the handshake's error.
 async fn served(rx: &watch::Receiver<TlsSetup>) -> Result<Vec<u8>, String> {
@@ -49,13 +11,8 @@ async fn served(rx: &watch::Receiver<TlsSetup>) -> Result<Vec<u8>, String> {
     let (a, b) = tokio::io::duplex(64 * 1024);
     let acceptor = tokio_rustls::TlsAcceptor::from(setup.config);
     let server = tokio::spawn(async move { acceptor.accept(b).await.map(|_| ()) });
-    let client = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(AnyCert))
-        .with_no_client_auth();
-    let conn = tokio_rustls::TlsConnector::from(Arc::new(client));
+    // A client that accepts any server certificate: the tests look at which one is served.
+    let conn = tokio_rustls::TlsConnector::from(test_apiserver::proxy::kubelet_client_config(None));
     let r = conn.connect(ServerName::try_from("node").unwrap(), a).await.map_err(|e| e.to_string());
     let _ = server.await;
     let tls = r?;
