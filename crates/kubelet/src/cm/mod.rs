@@ -148,10 +148,12 @@ impl PodCgroups for CgroupfsManager {
             // Every sync comes here: a stat is cheaper than a mkdir that fails with EEXIST.
             if !dir.is_dir() {
                 std::fs::create_dir_all(&dir)?;
+                if self.v2 {
+                    // The containers' cgroups (made by runc) get the controllers too; once, at creation.
+                    Self::enable_controllers(&dir);
+                }
             }
             if self.v2 {
-                // The containers' cgroups (made by runc) get the controllers too.
-                Self::enable_controllers(&dir);
                 // cpu.weight from shares, as upstream's CpuSharesToCpuWeight.
                 let weight = 1 + ((r.cpu_shares - 2) * 9999) / 262142;
                 Self::write(&dir, "cpu.weight", &weight.to_string());
