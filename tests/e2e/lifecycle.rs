@@ -271,6 +271,35 @@ spec:
 }
 
 #[tokio::test]
+async fn an_exec_hook_runs_its_command_as_written_without_expansion() {
+    let (_g, rt) = fresh_runtime().await;
+    // `$(FOO)` reaches the hook as written (upstream's handlers.go runs hook commands unexpanded); sh's `$1` keeps
+    // the argument as it came.
+    let m = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: literal
+spec:
+  restartPolicy: Never
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sh", "-c", "while [ ! -f /tmp/hook ]; do sleep 0.1; done; cat /tmp/hook"]
+    env:
+    - name: FOO
+      value: expanded
+    lifecycle:
+      postStart:
+        exec:
+          command: ["sh", "-c", "echo \"hook=$1\" > /tmp/hook.new && mv /tmp/hook.new /tmp/hook", "hook", "$(FOO)"]
+"#;
+    let mut node = Node::start(&[("literal.yaml", m)]);
+    let p = node.wait_phase("literal-e2e-node", "Succeeded").await;
+    assert_eq!(texts(&node.container_log(&p, "app")), vec!["hook=$(FOO)".to_string()]);
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test]
 async fn env_references_and_expansion_are_seen_inside_the_container() {
     let (_g, rt) = fresh_runtime().await;
     let m = r#"apiVersion: v1

@@ -153,6 +153,8 @@ impl Drop for BinNode {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
+        // Its root directory is a shared bind of itself (and may hold volume mounts): unmounted before removal.
+        kubelet_volume::mountinfo::unmount_below(self.dir.path());
         // The folder goes with the node: keep its log where it can be read after a failed run.
         let keep = std::env::temp_dir().join(format!("rkubelet-bench-{}.log", self.child.id()));
         if std::fs::copy(self.log_path(), &keep).is_ok() {

@@ -538,7 +538,10 @@ fn container_security(
 ) -> Result<api::LinuxContainerSecurityContext, String> {
     let sc = effective_security_context(pod, c);
     let caps = sc.capabilities.as_ref();
-    let unmasked = sc.proc_mount.as_deref() == Some("Unmasked");
+    // Unmasked only ever in the pod's own user namespace (the API's rule, kept here too): never leave /proc
+    // unmasked and writable for a container in the host's.
+    let own_userns = pod.spec.as_ref().and_then(|s| s.host_users) == Some(false);
+    let unmasked = own_userns && sc.proc_mount.as_deref() == Some("Unmasked");
     let paths = |list: &[&str]| if unmasked { vec![] } else { list.iter().map(|p| p.to_string()).collect() };
     let mut out = api::LinuxContainerSecurityContext {
         capabilities: caps.map(|c| api::Capability {

@@ -101,7 +101,12 @@ fn seccomp_and_masked_paths_as_upstream() {
         (s.profile_type, s.localhost_ref.as_str()),
         (ProfileType::Localhost as i32, "/var/lib/kubelet/seccomp/profiles/audit.json")
     );
-    assert!(sc.masked_paths.is_empty() && sc.readonly_paths.is_empty(), "Unmasked procMount");
+    assert_eq!(sc.masked_paths.len(), DEFAULT_MASKED_PATHS.len(), "never Unmasked in the host's user namespace");
+    assert_eq!(sc.readonly_paths.len(), DEFAULT_READONLY_PATHS.len());
+    let (mut p, c) = (p, c);
+    p.spec.as_mut().unwrap().host_users = Some(false);
+    let sc = container_security(&cfg, &p, &c, &ImageUser::default()).unwrap();
+    assert!(sc.masked_paths.is_empty() && sc.readonly_paths.is_empty(), "Unmasked procMount in its own userns");
     let (p, c) = sc_pod(PodSecurityContext::default(), None);
     let sc = container_security(&cfg, &p, &c, &ImageUser { uid: None, username: "www".into() }).unwrap();
     assert_eq!(sc.seccomp.unwrap().profile_type, ProfileType::Unconfined as i32);

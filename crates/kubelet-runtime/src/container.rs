@@ -38,6 +38,25 @@ pub fn default_pull_policy(image: &str) -> &'static str {
     }
 }
 
+/// A volumeMount's `subPathExpr` expanded from the container's environment (`ExpandContainerVolumeMounts`): a
+/// reference to a variable that is missing or empty is an error naming it.
+fn expand_sub_path(expr: &str, env: &[(String, String)]) -> std::io::Result<String> {
+    let missing = std::cell::RefCell::new(std::collections::BTreeSet::new());
+    let expanded = kubelet_prober::handlers::expand(expr, &|name| {
+        let v = env.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.clone()).unwrap_or_default();
+        if v.is_empty() {
+            missing.borrow_mut().insert(name.to_string());
+        }
+        Some(v)
+    });
+    let missing = missing.into_inner();
+    if missing.is_empty() {
+        Ok(expanded)
+    } else {
+        Err(std::io::Error::other(format!("missing value for {}", missing.into_iter().collect::<Vec<_>>().join(", "))))
+    }
+}
+
 /// What to start (`startSpec`): an app, init or ephemeral container (as the container it runs as, see
 /// [`kubelet_types::pod_update::ephemeral_container_common`]), and for an ephemeral container the
 /// `targetContainerName` whose process namespace it shares.
@@ -203,13 +222,16 @@ impl RuntimeManager {
         }
     }
 
-    /// The container's volumeMounts as CRI mounts (`makeMounts`): the volume's host path (and subPath), read-only
-    /// when the mount or the volume is, with the mount propagation asked for.
+    /// The container's volumeMounts as CRI mounts (`makeMounts`): the volume's host path, read-only when the
+    /// mount or the volume is, with the mount propagation asked for. A subPath is made safely inside the volume
+    /// and bind-mounted under `<pod-dir>/volume-subpaths` (see [`kubelet_volume::subpath`]); the runtime gets that
+    /// bind, never a path it would resolve itself.
     fn volume_mounts(&self, pod: &Pod, c: &Container, env: &[(String, String)]) -> std::io::Result<Vec<api::Mount>> {
+        use kubelet_volume::subpath;
         let uid = kubelet_types::PodUid(pod.metadata.uid.clone().unwrap_or_default());
         let volumes = self.volumes.volumes(&uid);
         let mut out = vec![];
-        for m in c.volume_mounts.iter().flatten() {
+        for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
             let Some(v) = volumes.get(&m.name) else {
                 return Err(std::io::Error::other(format!(
                     "cannot find volume {:?} to mount into container {:?}",
@@ -217,33 +239,56 @@ impl RuntimeManager {
                 )));
             };
             let mut host = v.host_path.clone();
-            // subPathExpr: `$(VAR)` from the container's environment (`ExpandContainerVolumeMounts`).
-            let expanded = m
-                .sub_path_expr
-                .as_deref()
-                .filter(|s| !s.is_empty())
-                .map(|e| crate::env::expand_command(&[e.to_string()], env).remove(0));
-            if let Some(sub) = expanded.as_deref().or(m.sub_path.as_deref()).filter(|s| !s.is_empty()) {
-                if std::path::Path::new(sub).is_absolute()
-                    || std::path::Path::new(sub).components().any(|p| p == std::path::Component::ParentDir)
-                {
+            let sub = match m.sub_path_expr.as_deref().filter(|s| !s.is_empty()) {
+                Some(expr) => Some(expand_sub_path(expr, env)?),
+                None => m.sub_path.clone(),
+            };
+            if let Some(sub) = sub.filter(|s| !s.is_empty()) {
+                if std::path::Path::new(&sub).is_absolute() {
+                    return Err(std::io::Error::other(format!("error SubPath `{sub}` must not be an absolute path")));
+                }
+                if !subpath::is_relative_without_backsteps(&sub) {
                     return Err(std::io::Error::other(format!(
-                        "subPath {sub:?} of volume {:?} must be a relative path without '..'",
-                        m.name
+                        "unable to provision SubPath `{sub}`: must not contain '..'"
                     )));
                 }
-                host = host.join(sub);
-                if std::fs::symlink_metadata(&host).is_err() {
-                    std::fs::create_dir_all(&host)?;
+                let volume_path = v.host_path.clone();
+                host = volume_path.join(&sub);
+                // Made here rather than by the runtime, which would make it 0755 root:root.
+                match std::fs::metadata(&host) {
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        let made = subpath::volume_mode(&volume_path)
+                            .map_err(|e| subpath::SubpathError(e.to_string()))
+                            .and_then(|perm| subpath::safe_make_dir(std::path::Path::new(&sub), &volume_path, perm));
+                        if let Err(e) = made {
+                            warn!(pod = %pod_ref(pod), containerName = %c.name, volumeMountName = %m.name, error = %e, "failed to create subPath directory for volumeMount of the container");
+                            return Err(std::io::Error::other(format!(
+                                "failed to create subPath directory for volumeMount {:?} of container {:?}",
+                                m.name, c.name
+                            )));
+                        }
+                    }
+                    Err(e) => {
+                        warn!(pod = %pod_ref(pod), path = %host.display(), error = %e, "could not determine if subPath exists, will not attempt to change its permissions");
+                    }
                 }
-                // A link must not lead out of the volume (`safe_join` of the subpath checks).
-                let real = std::fs::canonicalize(&host)?;
-                if !real.starts_with(std::fs::canonicalize(&v.host_path)?) {
-                    return Err(std::io::Error::other(format!(
-                        "subPath {sub:?} of volume {:?} leads out of the volume",
-                        m.name
-                    )));
-                }
+                let sp = subpath::Subpath {
+                    volume_mount_index: i,
+                    path: host.clone(),
+                    volume_name: &m.name,
+                    volume_path,
+                    pod_dir: self.pod_dir(pod),
+                    container_name: &c.name,
+                };
+                // The details name host paths: they go to the log only, as upstream.
+                host = subpath::prepare_safe_subpath(&sp).map_err(|e| {
+                    warn!(pod = %pod_ref(pod), containerName = %c.name, volumeMountName = %m.name, error = %e, "failed to prepare subPath for volumeMount of the container");
+                    std::io::Error::other(format!(
+                        "failed to prepare subPath for volumeMount {:?} of container {:?}",
+                        m.name, c.name
+                    ))
+                })?;
             }
             let propagation = match m.mount_propagation.as_deref() {
                 Some("HostToContainer") => api::MountPropagation::PropagationHostToContainer,

@@ -43,9 +43,10 @@ pub async fn run_handler(
 ) -> Result<(), String> {
     let who = format!("Container {:?} in Pod {:?}", c.name, format_pod(pod));
     if let Some(e) = &handler.exec {
+        // As upstream, the command runs as written: `$(VAR)` is expanded only in a container's command and args
+        // and in subPathExpr, never in a hook.
         let cmd = e.command.clone().unwrap_or_default();
-        let expanded = kubelet_prober::handlers::expand_static(&cmd, c);
-        let failure = match runtime.exec_sync(container_id, expanded.clone(), Duration::ZERO).await {
+        let failure = match runtime.exec_sync(container_id, cmd.clone(), Duration::ZERO).await {
             Ok(o) if o.exit_code == 0 => return Ok(()),
             Ok(o) => {
                 let mut out = o.stdout.clone();
@@ -53,7 +54,7 @@ pub async fn run_handler(
                 (
                     format!(
                         "command '{}' exited with {}: {}",
-                        expanded.join(" "),
+                        cmd.join(" "),
                         o.exit_code,
                         String::from_utf8_lossy(&o.stderr)
                     ),

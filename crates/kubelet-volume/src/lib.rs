@@ -11,8 +11,10 @@
 pub mod atomic_writer;
 pub mod hostpath;
 mod manager;
+pub mod mountinfo;
 pub mod ownership;
 pub mod sources;
+pub mod subpath;
 pub mod token;
 
 pub use manager::{Mounter, SystemMounter, VolumeManager, unsupported_volume, volume_kind};

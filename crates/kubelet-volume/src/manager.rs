@@ -426,6 +426,10 @@ impl VolumeManager {
     pub fn unmount_pod(&self, uid: &PodUid) -> Result<(), VolumeError> {
         self.tokens.delete_pod_tokens(uid.as_str());
         self.waiting.lock().unwrap().remove(uid);
+        // The subPath binds first: they show the volumes' content, so nothing below the pod directory may be
+        // removed while one is mounted.
+        crate::subpath::clean_subpaths(&self.pods_dir.join(uid.as_str()))
+            .map_err(|e| VolumeError::Mount { path: uid.as_str().to_string(), message: e.to_string() })?;
         let dir = self.volumes_dir(uid.as_str());
         if !dir.exists() {
             self.mounted.lock().unwrap().remove(uid);

@@ -130,6 +130,29 @@ impl PodAdmitHandler for SupportedVolumes {
     }
 }
 
+/// Refuses pods that ask for their own user namespace (`hostUsers: false`): rkubelet does not make user
+/// namespaces yet, and running such a pod in the host's would give its root (and any `procMount: Unmasked`, which
+/// the API allows only with `hostUsers: false`) the host's. Upstream fails the sandbox with the same text when the
+/// runtime lacks user namespaces (`userns_manager.go` GetOrCreateUserNamespaceMappings); refusing at admission
+/// says it once, with an event, instead of a sandbox error at every sync.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct UserNamespaces;
+
+impl PodAdmitHandler for UserNamespaces {
+    fn admit(&self, pod: &Pod, _others: &[std::sync::Arc<Pod>]) -> Option<AdmitResult> {
+        let spec = pod.spec.as_ref()?;
+        if spec.host_users != Some(false) {
+            return None;
+        }
+        Some(AdmitResult {
+            reason: "UserNamespacesNotSupported".into(),
+            message: "can't set `spec.hostUsers: false`, rkubelet does not support user namespaces yet; run the \
+                      pod with hostUsers unset or true, or on a node with the upstream kubelet"
+                .into(),
+        })
+    }
+}
+
 /// The operating system checks of upstream's predicate admit handler (`lifecycle/predicate.go`
 /// rejectPodAdmissionBasedOnOSSelector and rejectPodAdmissionBasedOnOSField): a pod labelled `kubernetes.io/os`
 /// with another OS than the node's, or whose `spec.os.name` is not the node's, is refused. rkubelet runs on Linux
@@ -166,6 +189,18 @@ impl PodAdmitHandler for NodeOs {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodOS, PodSecurityContext, PodSpec, Sysctl};
+
+    #[test]
+    fn pods_in_their_own_user_namespace_are_refused_never_run_in_the_hosts() {
+        let mut p = Pod { spec: Some(PodSpec::default()), ..Default::default() };
+        assert_eq!(UserNamespaces.admit(&p, &[]), None);
+        p.spec.as_mut().unwrap().host_users = Some(true);
+        assert_eq!(UserNamespaces.admit(&p, &[]), None);
+        p.spec.as_mut().unwrap().host_users = Some(false);
+        let r = UserNamespaces.admit(&p, &[]).unwrap();
+        assert_eq!(r.reason, "UserNamespacesNotSupported");
+        assert!(r.message.starts_with("can't set `spec.hostUsers: false`"), "{}", r.message);
+    }
 
     #[test]
     fn pods_for_another_os_are_refused_as_upstream() {

@@ -28,7 +28,7 @@ use kubelet_types::{Clock, PodSource, SystemClock};
 use tokio::sync::{mpsc, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::cli::Cli;
 use crate::node;
@@ -129,6 +129,17 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     let root_dir = cli.root_dir.clone();
     let pods_dir = root_dir.join("pods");
     std::fs::create_dir_all(&pods_dir).with_context(|| format!("create {}", pods_dir.display()))?;
+    // As upstream's setupDataDirs: the root directory is a shared mount, so mounts made below it (subPath binds,
+    // Bidirectional volumes, CSI drivers' mounts) propagate. An operator's shared mount is left as it is.
+    let real_root = std::fs::canonicalize(&root_dir).with_context(|| format!("resolve {}", root_dir.display()))?;
+    match kubelet_volume::mountinfo::make_rshared(&real_root)? {
+        kubelet_volume::mountinfo::Rshared::AlreadyShared => {
+            debug!(path = %real_root.display(), "root directory is already on a shared mount")
+        }
+        kubelet_volume::mountinfo::Rshared::Made => {
+            info!(path = %real_root.display(), "bind-mounted the root directory with shared mount propagation")
+        }
+    }
     let pod_logs_dir =
         PathBuf::from(if cfg.pod_logs_dir.is_empty() { "/var/log/pods" } else { cfg.pod_logs_dir.as_str() });
     std::fs::create_dir_all(&pod_logs_dir).with_context(|| format!("create {}", pod_logs_dir.display()))?;
@@ -277,6 +288,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         Arc::new(kubelet::admission::NodeOs),
         Arc::new(kubelet::predicate::PredicateAdmit { node: node_rx.clone() }),
         Arc::new(kubelet::admission::SupportedVolumes),
+        Arc::new(kubelet::admission::UserNamespaces),
     ];
     let volumes = Arc::new(
         kubelet_volume::VolumeManager::new(

@@ -382,6 +382,9 @@ impl Node {
 impl Drop for Node {
     fn drop(&mut self) {
         self.kill9();
+        // The root directory is a shared bind of itself and may hold volume and subPath mounts: unmount them all
+        // before the temporary directory is removed.
+        kubelet_volume::mountinfo::unmount_below(&self.dir);
         if std::thread::panicking() {
             eprintln!("rkubelet log ({}):\n{}", self.log.display(), tail(&self.log(), 120));
         }
