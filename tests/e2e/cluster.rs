@@ -485,6 +485,39 @@ async fn a_pod_for_another_os_is_refused_at_admission() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_with_an_unmasked_proc_in_its_own_user_namespace_is_refused_never_run_in_the_hosts() {
+    let (_g, rt) = fresh_runtime().await;
+    let env = TestEnv::new().await;
+    let mut node = env.start_node(&[]);
+    // The apiserver takes `procMount: Unmasked` only with `hostUsers: false`; rkubelet makes no user namespaces
+    // yet, so the pod is refused rather than run as the host's root with a writable /proc/sys.
+    let yaml = env.pod_yaml(
+        "unmasked",
+        &[("app", SERVE_SH)],
+        "  hostUsers: false
+",
+    ) + "    securityContext:\n      procMount: Unmasked\n";
+    env.create(&yaml).await;
+    let p = node
+        .wait_for("the pod Failed", Duration::from_secs(60), || async {
+            env.pod("unmasked").await.filter(|p| p["status"]["phase"] == "Failed")
+        })
+        .await;
+    assert_eq!(p["status"]["reason"], "UserNamespacesNotSupported", "{p}");
+    let msg = p["status"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("Pod was rejected: can't set `spec.hostUsers: false`"), "{msg}");
+    let events = env
+        .wait("the rejection event", Duration::from_secs(30), || async {
+            let e = env.get(&["events", "--field-selector", "reason=UserNamespacesNotSupported"]).await?;
+            e["items"].as_array().filter(|i| !i.is_empty()).cloned()
+        })
+        .await;
+    assert_eq!(events[0]["type"], "Warning");
+    assert!(containers_of(&rt, "unmasked").await.is_empty(), "nothing started");
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_static_pod_the_apiserver_would_refuse_is_refused_with_an_event_naming_file_and_field() {
     let (_g, rt) = fresh_runtime().await;
     let env = TestEnv::new().await;
