@@ -34,7 +34,8 @@
 #                   Concurrent execs are fine. ~0.5 s for `true` (TCG).
 #   containerd DIR [IMAGE.oci.tar...]
 #                   start Debian's containerd inside (idempotent; cgroupfs
-#                   driver: SystemdCgroup = false, cgroup v2; root
+#                   driver: SystemdCgroup = false, cgroup v2; hugetlb limits
+#                   of containers applied (disable_hugetlb_controller = false); root
 #                   /var/lib/containerd, socket /run/containerd/containerd.sock,
 #                   both the VM's own; log /var/log/containerd.log; CNI bridge
 #                   cni0 10.88.0.0/16 inside), then `ctr -n k8s.io images
@@ -625,6 +626,9 @@ oom_score = 0
     disable_apparmor = true
     enable_selinux = false
     restrict_oom_score_adj = true
+    # The VM's cgroup v2 has hugetlb: containers get the huge page limits the kubelet sends (containerd 1.6
+    # drops them by default).
+    disable_hugetlb_controller = false
     stream_server_address = "127.0.0.1"
     stream_server_port = "0"
     [plugins."io.containerd.grpc.v1.cri".containerd]

@@ -1,7 +1,8 @@
 //! Pods on a pure cgroup v2 hierarchy, for real: this machine binds cpu, memory and pids to cgroup v1, so the
 //! test boots a qemu VM with Debian's kernel and `cgroup_no_v1=all` (`scripts/lib/vm-cgroup2.sh`; software
 //! emulation here, about 20 s to boot), runs Debian's containerd and the real rkubelet binary in it, and reads
-//! the pod's v2 files and the kubelet's stats.
+//! the pod's v2 files and the kubelet's stats. The VM boots with 8 huge pages of 2 MiB (`hugepages=8`), so the same
+//! run also shows a pod with only pod-level resources and a pod with huge pages and a `HugePages-2Mi` emptyDir.
 
 mod common;
 
@@ -44,6 +45,7 @@ impl Vm {
             .args(&cmd[1..])
             .args(args)
             .env("RK_VM_HOSTFWD", format!("tcp:127.0.0.1:{RO_PORT}-:10255"))
+            .env("RK_VM_CMDLINE", "hugepages=8")
             .output()
             .unwrap();
         let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
@@ -92,6 +94,8 @@ async fn pods_on_cgroup_v2_get_weight_max_and_pids_files_and_stats() {
         "    resources:\n      requests: {cpu: 100m, memory: 16Mi}\n      limits: {cpu: 500m, memory: 64Mi}\n    command:",
     );
     std::fs::write(vm.dir.join("manifests/web.yaml"), web).unwrap();
+    std::fs::write(vm.dir.join("manifests/plr.yaml"), PLR).unwrap();
+    std::fs::write(vm.dir.join("manifests/huge.yaml"), HUGE).unwrap();
     let bin = env!("CARGO_BIN_EXE_rkubelet");
     let start = format!(
         "nohup {bin} --config={d}/config.yaml --root-dir=/var/lib/kubelet --hostname-override=vm-node --v=3 \
@@ -102,16 +106,19 @@ async fn pods_on_cgroup_v2_get_weight_max_and_pids_files_and_stats() {
 
     // Running, as the read-only API says (forwarded to the host).
     let deadline = Instant::now() + Duration::from_secs(240);
-    let pod = loop {
+    let pods = loop {
         if let Some((200, body)) = http_get(RO_PORT, "/pods").await {
             let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-            if let Some(p) = v["items"].as_array().and_then(|i| i.first()).filter(|p| all_running(p)) {
-                break p.clone();
+            let items = v["items"].as_array().cloned().unwrap_or_default();
+            if items.len() == 3 && items.iter().all(all_running) {
+                break items;
             }
         }
-        assert!(Instant::now() < deadline, "pod Running in the VM within 4 minutes:\n{}", tail(&log(), 40));
+        assert!(Instant::now() < deadline, "pods Running in the VM within 4 minutes:\n{}", tail(&log(), 40));
         tokio::time::sleep(Duration::from_secs(2)).await;
     };
+    let named = |n: &str| pods.iter().find(|p| p["metadata"]["name"] == format!("{n}-vm-node")).unwrap().clone();
+    let pod = named("web");
     drill::report(format_args!("FIGURE cgroup v2: static pod Running {:?} after the VM was started", t0.elapsed()));
     let uid = pod["metadata"]["uid"].as_str().unwrap();
     let id =
@@ -136,5 +143,70 @@ async fn pods_on_cgroup_v2_get_weight_max_and_pids_files_and_stats() {
     let p = &s["pods"][0];
     assert!(p["memory"]["workingSetBytes"].as_u64().unwrap_or(0) > 0, "pod memory from memory.current: {p}");
     assert!(p["containers"][0]["cpu"]["usageCoreNanoSeconds"].as_u64().is_some(), "container cpu from cpu.stat: {p}");
+
+    pod_level_resources_and_huge_pages(&vm, &named("plr"), &named("huge")).await;
     assert!(!log().contains("panicked"));
+}
+
+/// Only pod-level limits: Guaranteed, the pod cgroup and the container get them (the container prints what it
+/// sees).
+const PLR: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: plr\nspec:\n  hostNetwork: true\n  \
+                   resources:\n    limits: {cpu: 500m, memory: 64Mi}\n  containers:\n  - name: app\n    \
+                   image: localhost/busybox:1\n    command: [sh, -c, 'cat /sys/fs/cgroup/memory.max \
+                   /sys/fs/cgroup/cpu.max; exec sleep 3600']\n";
+
+/// Huge pages of 2 MiB, limited and mounted as a hugetlbfs emptyDir.
+const HUGE: &str = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: huge\nspec:\n  hostNetwork: true\n  \
+                    terminationGracePeriodSeconds: 2\n  volumes:\n  - name: hp\n    emptyDir: {medium: HugePages-2Mi}\n  \
+                    containers:\n  - name: app\n    image: localhost/busybox:1\n    resources:\n      limits: {cpu: \
+                    100m, memory: 32Mi, hugepages-2Mi: 4Mi}\n    volumeMounts:\n    - {name: hp, mountPath: /hp}\n    \
+                    command: [sh, -c, 'grep \" /hp \" /proc/mounts; exec sleep 3600']\n";
+
+async fn pod_level_resources_and_huge_pages(vm: &Vm, plr: &serde_json::Value, huge: &serde_json::Value) {
+    let cgroup = |pod: &serde_json::Value, file: &str| {
+        let uid = pod["metadata"]["uid"].as_str().unwrap();
+        let id =
+            container_status(pod, "app").unwrap()["containerID"].as_str().unwrap().trim_start_matches("containerd://");
+        let path = file.replace("{pod}", &format!("/sys/fs/cgroup/kubepods/pod{uid}")).replace("{ctr}", id);
+        vm.exec(&["cat", &path])
+    };
+    let app_log = |pod: &serde_json::Value| {
+        let m = &pod["metadata"];
+        let path =
+            format!("/var/log/pods/default_{}_{}/app/0.log", m["name"].as_str().unwrap(), m["uid"].as_str().unwrap());
+        texts(&vm.exec(&["cat", &path]))
+    };
+    assert_eq!(plr["status"]["qosClass"], "Guaranteed");
+    // 500m = 512 shares → weight 1 + (510 × 9999) / 262142 = 20.
+    assert_eq!(cgroup(plr, "{pod}/cpu.weight"), "20");
+    assert_eq!(cgroup(plr, "{pod}/cpu.max"), "50000 100000");
+    assert_eq!(cgroup(plr, "{pod}/memory.max"), "67108864");
+    assert_eq!(cgroup(plr, "{pod}/{ctr}/memory.max"), "67108864", "the container takes the pod-level limit");
+    assert_eq!(app_log(plr), ["67108864", "50000 100000"], "and sees it");
+
+    // Huge pages: the pod cgroup's hugetlb limit, the container's (sent over CRI), the QoS tiers unbounded.
+    assert_eq!(cgroup(huge, "{pod}/hugetlb.2MB.max"), "4194304");
+    assert_eq!(cgroup(huge, "{pod}/{ctr}/hugetlb.2MB.max"), "4194304");
+    assert_eq!(cgroup(plr, "{pod}/{ctr}/hugetlb.2MB.max"), "0", "every size of the node is limited, 0 when unasked");
+    assert_eq!(vm.exec(&["cat", "/sys/fs/cgroup/kubepods/burstable/hugetlb.2MB.max"]), (1u64 << 62).to_string());
+    // The emptyDir is a hugetlbfs of 2 MiB pages, in the container too.
+    let uid = huge["metadata"]["uid"].as_str().unwrap();
+    let dir = format!("/var/lib/kubelet/pods/{uid}/volumes/kubernetes.io~empty-dir/hp");
+    let mounts = vm.exec(&["grep", "hugetlbfs", "/proc/mounts"]);
+    assert!(
+        mounts.lines().any(|l| l.starts_with(&format!("nodev {dir} hugetlbfs ")) && l.contains("pagesize=2M")),
+        "{mounts}"
+    );
+    let seen = app_log(huge);
+    assert!(seen.len() == 1 && seen[0].contains(" /hp hugetlbfs ") && seen[0].contains("pagesize=2M"), "{seen:?}");
+
+    // Removed, the pod leaves neither its mount nor its cgroup.
+    vm.exec(&["rm", &format!("{}/manifests/huge.yaml", vm.dir.display())]);
+    let present = |args: &[&str]| !vm.exec(args).is_empty();
+    let cgroup_dir = format!("/sys/fs/cgroup/kubepods/pod{uid}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while present(&["grep", "-c", &dir, "/proc/mounts"]) || present(&["ls", "-d", &cgroup_dir]) {
+        assert!(Instant::now() < deadline, "the removed pod's hugetlbfs mount and cgroup are gone within a minute");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
 }

@@ -256,3 +256,127 @@ async fn pods_on_the_systemd_driver_are_slices_systemd_knows() {
     assert!(!node.log().contains("panicked"));
     node.kill9();
 }
+
+/// The pod cgroup of `uid` in the v1 hierarchy `controller` (Guaranteed pods sit in `kubepods` itself).
+fn pod_dir(controller: &str, qos: &str, uid: &str) -> PathBuf {
+    Path::new(CGROUPS).join(controller).join("kubepods").join(qos).join(format!("pod{uid}"))
+}
+
+fn container_id(pod: &serde_json::Value, name: &str) -> String {
+    let id = container_status(pod, name).unwrap()["containerID"].as_str().unwrap();
+    id.trim_start_matches("containerd://").to_string()
+}
+
+/// The app of the pod-level resources pod: prints the limits it sees in its own cgroups, then sleeps.
+const SHOW_LIMITS: &str = "cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/cpu/cpu.cfs_quota_us \
+                           /sys/fs/cgroup/cpu/cpu.shares; exec sleep 3600";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_with_only_pod_level_resources_runs_with_upstreams_cgroups_through_the_apiserver() {
+    let (_g, rt) = fresh_runtime().await;
+    assert!(!Path::new(CGROUPS).join("cgroup.controllers").exists(), "this test reads cgroup v1 files");
+    let env = common::cluster::TestEnv::new().await;
+    let mut node = env.start_node(&[]);
+    env.wait_node_ready(&mut node).await;
+    // Pod-level limits only: the apiserver defaults the pod-level requests to them and calls the pod Guaranteed.
+    let plr = env.pod_yaml("plr", &[("app", SHOW_LIMITS)], "  resources:\n    limits: {cpu: 500m, memory: 64Mi}\n");
+    env.create(&plr).await;
+    let pod = env.wait_pod_running(&mut node, "plr").await;
+    assert_eq!(pod["status"]["qosClass"], "Guaranteed");
+    assert_eq!(pod["spec"]["resources"]["requests"]["memory"], "64Mi", "defaulted by the apiserver");
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+    let id = container_id(&pod, "app");
+    // The pod cgroup as upstream's ResourceConfigForPod makes it (rkubelet wrote a memory limit of 0 before).
+    assert_eq!(read(pod_dir("memory", "", &uid).join("memory.limit_in_bytes")), "67108864");
+    assert_eq!(read(pod_dir("cpu", "", &uid).join("cpu.shares")), "512");
+    assert_eq!(read(pod_dir("cpu", "", &uid).join("cpu.cfs_quota_us")), "50000");
+    assert_eq!(read(pod_dir("cpu", "", &uid).join("cpu.cfs_period_us")), "100000");
+    // The container has no limits of its own: it gets the pod's (getMemoryLimit, getCPULimit), and sees them.
+    assert_eq!(read(pod_dir("memory", "", &uid).join(&id).join("memory.limit_in_bytes")), "67108864");
+    assert_eq!(read(pod_dir("cpu", "", &uid).join(&id).join("cpu.cfs_quota_us")), "50000");
+    let log = node.logs.join(format!("{}_plr_{uid}/app/0.log", env.ns));
+    let seen = node
+        .wait_for("the app's output", Duration::from_secs(10), || async {
+            let t = texts(&std::fs::read_to_string(&log).unwrap_or_default());
+            (t.len() >= 3).then_some(t)
+        })
+        .await;
+    assert_eq!(seen, ["67108864", "50000", "512"]);
+
+    // Huge pages this node does not have (capacity 0) are refused by the fit, with upstream's reason.
+    let huge = env.pod_yaml("huge", &[("app", "exec sleep 3600")], "").replace(
+        "    command:",
+        "    resources:\n      limits: {cpu: 100m, memory: 32Mi, hugepages-2Mi: 2Mi}\n    command:",
+    );
+    env.create(&huge).await;
+    let refused = node
+        .wait_for("pod huge Failed", Duration::from_secs(60), || async {
+            env.pod("huge").await.filter(|p| p["status"]["phase"] == "Failed")
+        })
+        .await;
+    assert_eq!(refused["status"]["reason"], "OutOfhugepages-2Mi");
+    assert!(sandboxes_of(&rt, "huge").await.is_empty(), "nothing started");
+
+    // Deleted, the pod leaves no cgroup behind.
+    env.kubectl(&["delete", "pod", "plr", "--wait=false"]).await;
+    node.wait_for("the pod cgroup removed", Duration::from_secs(60), || async {
+        (!pod_cgroup_exists(&uid)).then_some(())
+    })
+    .await;
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_overhead_is_in_the_pod_cgroup_and_huge_pages_are_refused_without_a_hugetlb_hierarchy() {
+    let (_g, rt) = fresh_runtime().await;
+    assert!(!Path::new(CGROUPS).join("hugetlb").exists(), "this machine's v1 hierarchies have no hugetlb");
+    let sleeper = |name: &str, spec: &str, limits: &str, mounts: &str| {
+        manifest(name, &[], &[("app", "exec sleep 3600")], spec)
+            .replace("    command:", &format!("    resources:\n      limits: {limits}\n{mounts}    command:"))
+    };
+    let overhead = "  terminationGracePeriodSeconds: 2\n  overhead: {cpu: 250m, memory: 32Mi}\n";
+    let ovh = sleeper("ovh", overhead, "{cpu: 500m, memory: 64Mi}", "");
+    let volume = "  volumes:\n  - name: hp\n    emptyDir: {medium: HugePages}\n";
+    let mounts = "    volumeMounts:\n    - {name: hp, mountPath: /hp}\n";
+    let huge = sleeper("huge", volume, "{cpu: 100m, memory: 32Mi, hugepages-2Mi: 2Mi}", mounts);
+    let mut node = Node::start(&[("ovh.yaml", &ovh), ("huge.yaml", &huge)]);
+    let pod = node.wait_running("ovh-e2e-node").await;
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+    // The overhead adds to the pod cgroup's request and limits (ResourceConfigForPod): 750m, 96Mi.
+    assert_eq!(read(pod_dir("memory", "", &uid).join("memory.limit_in_bytes")), (96u64 << 20).to_string());
+    assert_eq!(read(pod_dir("cpu", "", &uid).join("cpu.shares")), "768");
+    assert_eq!(read(pod_dir("cpu", "", &uid).join("cpu.cfs_quota_us")), "75000");
+    // The container keeps its own limits.
+    let id = container_id(&pod, "app");
+    assert_eq!(read(pod_dir("memory", "", &uid).join(&id).join("memory.limit_in_bytes")), (64u64 << 20).to_string());
+
+    // A pod with huge pages is refused (upstream would run it without any hugetlb limit), with an event.
+    let refused = node
+        .wait_for("pod huge Failed", Duration::from_secs(30), || async {
+            common::pod("huge-e2e-node").await.filter(|p| p["status"]["phase"] == "Failed")
+        })
+        .await;
+    assert_eq!(refused["status"]["reason"], "HugePagesNotSupported");
+    let message = refused["status"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(
+            "Pod was rejected: pod asks for hugepages-2Mi, but this node cannot limit huge pages: no cgroup v1 \
+             hugetlb hierarchy is mounted at /sys/fs/cgroup/hugetlb"
+        ),
+        "{message}"
+    );
+    assert!(sandboxes_of(&rt, "huge-e2e-node").await.is_empty(), "nothing started");
+    let log = node.log();
+    assert!(
+        log.contains("reason=\"HugePagesNotSupported\"") || log.contains("reason=HugePagesNotSupported"),
+        "the event: {}",
+        tail(&log, 20)
+    );
+
+    node.remove_manifest("ovh.yaml");
+    node.wait_for("the pod cgroup removed", Duration::from_secs(60), || async {
+        (!pod_cgroup_exists(&uid)).then_some(())
+    })
+    .await;
+    node.stop_and_clean(&rt).await;
+}

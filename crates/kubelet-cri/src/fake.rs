@@ -290,6 +290,11 @@ impl FakeRuntime {
         self.state.lock().unwrap().containers.get(id).map(|c| c.config.clone())
     }
 
+    /// The config a sandbox was run with.
+    pub fn sandbox_config(&self, id: &str) -> Option<api::PodSandboxConfig> {
+        self.state.lock().unwrap().sandboxes.get(id).map(|s| s.config.clone())
+    }
+
     /// Number of sandboxes and containers held.
     pub fn object_counts(&self) -> (usize, usize) {
         let st = self.state.lock().unwrap();

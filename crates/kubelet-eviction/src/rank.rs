@@ -1,5 +1,6 @@
 //! Which pod goes first, and what its eviction says (`pkg/kubelet/eviction/helpers.go` rankMemoryPressure,
-//! rankPIDPressure, rankDiskPressureFunc, evictionMessage). Pure functions of the pods and their usage.
+//! rankPIDPressure, rankDiskPressureFunc, evictionMessage). Pure functions of the pods and their usage. Requests
+//! are `GetResourceRequestQuantity`'s: a pod with pod-level resources is ranked by its pod-level requests.
 
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -7,6 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Volume;
 use kubelet_types::Pod;
 use kubelet_types::qos::{container_request, pod_priority, pod_request};
+use kubelet_types::resources;
 
 use crate::stats::{FsUsage, PodUsage};
 use crate::threshold::{Observations, Resource, Signal, Threshold, binary_si};
@@ -129,6 +131,17 @@ pub fn eviction_message(
         message += &format!("Threshold quantity: {}, available: {available}. ", t.value.display(o.capacity));
     }
     let Some(usage) = usage else { return (message, vec![]) };
+    let mut annotations = vec![];
+    // A pod with pod-level resources is named with its pod-level memory request and its usage.
+    if resource == Resource::Memory
+        && let Some(request) = pod_level_memory_request(pod)
+        && let Some(used) = usage.memory_working_set
+    {
+        let (name, used) = (pod.metadata.name.clone().unwrap_or_default(), binary_si(used as i64));
+        message += &format!("Pod {name} was using {used}, request is {request}, has larger consumption of memory. ");
+        annotations.push(("offending_pod".to_string(), name));
+        annotations.push(("offending_pod_usage".to_string(), used));
+    }
     let spec = pod.spec.as_ref();
     let containers: Vec<_> =
         spec.into_iter().flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten())).collect();
@@ -161,10 +174,89 @@ pub fn eviction_message(
             usages.push(used);
         }
     }
-    let annotations = vec![
+    annotations.extend([
         ("offending_containers".to_string(), names.join(",")),
         ("offending_containers_usage".to_string(), usages.join(",")),
         ("starved_resource".to_string(), resource.as_str().to_string()),
-    ];
+    ]);
     (message, annotations)
+}
+
+/// The pod-level memory request as written (or as the API defaults it, from the pod-level limit or the
+/// containers' requests), when the pod has pod-level resources.
+fn pod_level_memory_request(pod: &Pod) -> Option<String> {
+    if !resources::is_pod_level_resources_set(pod) {
+        return None;
+    }
+    let written = |l: Option<
+        &std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >| { l.and_then(|l| l.get("memory")).map(|q| q.0.clone()) };
+    let r = pod.spec.as_ref()?.resources.as_ref()?;
+    if let Some(q) = written(r.requests.as_ref()) {
+        return Some(q);
+    }
+    let defaulted = *resources::pod_level_requests(pod).get("memory")?;
+    let limit = written(r.limits.as_ref()).filter(|l| kubelet_types::quantity::parse_quantity(l) == Some(defaulted));
+    Some(limit.unwrap_or_else(|| binary_si(defaulted as i64)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::ContainerUsage;
+    use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+    const MI: u64 = 1 << 20;
+
+    fn pod(name: &str, pod_level: Option<&str>, container_request: Option<&str>) -> Arc<Pod> {
+        let req = |q: Option<&str>| {
+            q.map(|q| ResourceRequirements {
+                requests: Some([("memory".to_string(), Quantity(q.into()))].into()),
+                ..Default::default()
+            })
+        };
+        let mut p = Pod {
+            spec: Some(PodSpec {
+                resources: req(pod_level),
+                containers: vec![Container {
+                    name: "app".into(),
+                    resources: req(container_request),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        p.metadata.name = Some(name.into());
+        Arc::new(p)
+    }
+
+    fn usage(mem: u64) -> PodUsage {
+        let c = ContainerUsage { name: "app".into(), memory_working_set: Some(mem), ..Default::default() };
+        PodUsage { memory_working_set: Some(mem), containers: vec![c], ..Default::default() }
+    }
+
+    #[test]
+    fn a_pod_with_pod_level_requests_is_ranked_and_named_by_them() {
+        // Both use 150Mi; "pod-level" requests 200Mi at pod level (its container 10Mi), "containers" 10Mi.
+        let mut pods = vec![pod("pod-level", Some("200Mi"), Some("10Mi")), pod("containers", None, Some("10Mi"))];
+        let stats = |_: &Pod| Some(usage(150 * MI));
+        rank(&mut pods, Signal::MemoryAvailable, &stats, false);
+        let order: Vec<_> = pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+        assert_eq!(order, ["containers", "pod-level"], "only the container-level pod uses more than it requested");
+        let (message, annotations) =
+            eviction_message(Resource::Memory, &pods[1], Some(&usage(150 * MI)), &[], &Observations::new());
+        assert_eq!(
+            message,
+            "The node was low on resource: memory. Pod pod-level was using 150Mi, request is 200Mi, has larger \
+             consumption of memory. Container app was using 150Mi, request is 10Mi, has larger consumption of memory. "
+        );
+        assert!(annotations.contains(&("offending_pod".to_string(), "pod-level".to_string())), "{annotations:?}");
+        assert!(annotations.contains(&("offending_pod_usage".to_string(), "150Mi".to_string())));
+        let (message, annotations) =
+            eviction_message(Resource::Memory, &pods[0], Some(&usage(150 * MI)), &[], &Observations::new());
+        assert!(!message.contains("Pod containers"), "{message}");
+        assert!(!annotations.iter().any(|(k, _)| k == "offending_pod"));
+    }
 }

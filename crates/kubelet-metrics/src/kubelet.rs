@@ -245,6 +245,15 @@ metric!(
     ))
 );
 metric!(
+    /// `kubelet_preemptions{preemption_signal}`: pods preempted to admit a critical pod, by the first resource it
+    /// lacked.
+    PREEMPTIONS: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_preemptions",
+        "Cumulative number of pod preemptions by preemption resource",
+        &["preemption_signal"],
+    ))
+);
+metric!(
     /// `kubelet_eviction_stats_age_seconds{eviction_signal}`: age of the figures an eviction was decided on.
     EVICTION_STATS_AGE: HistogramVec = HistogramVec::new(
         Opts::alpha(
@@ -294,6 +303,7 @@ pub fn register_all() {
         LazyLock::force(&HTTP_REQUESTS_DURATION);
         LazyLock::force(&HTTP_INFLIGHT);
         LazyLock::force(&EVICTIONS);
+        LazyLock::force(&PREEMPTIONS);
         LazyLock::force(&EVICTION_STATS_AGE);
         LazyLock::force(&IMAGE_GARBAGE_COLLECTED);
         crate::global().register(Arc::new(crate::process::ProcessCollector));

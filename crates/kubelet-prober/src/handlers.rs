@@ -327,7 +327,7 @@ mod tests {
                 let n = s.read(&mut buf).await.unwrap();
                 let req = String::from_utf8_lossy(&buf[..n]).to_string();
                 let path = req.split_whitespace().nth(1).unwrap_or("/").to_string();
-                let agent_ok = req.contains("user-agent: kube-probe/1.34") && req.contains("x-probe: 1");
+                let agent_ok = req.contains("user-agent: kube-probe/1.35") && req.contains("x-probe: 1");
                 let resp = match path.as_str() {
                     "/ok" if agent_ok => "HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok".to_string(),
                     "/moved" => "HTTP/1.1 302 Found\r\nlocation: /ok\r\ncontent-length: 0\r\n\r\n".to_string(),

@@ -20,7 +20,7 @@ pub use manager::{ProbeManager, ProbeManagerDeps, UPDATE_CHANNEL_CAPACITY};
 pub use results::ResultsCache;
 
 /// `kube-probe/<major>.<minor>`, the User-Agent of HTTP and gRPC probes.
-pub const USER_AGENT: &str = "kube-probe/1.34";
+pub const USER_AGENT: &str = "kube-probe/1.35";
 
 #[cfg(test)]
 mod tests;

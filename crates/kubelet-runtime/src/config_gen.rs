@@ -10,7 +10,7 @@ use kubelet_cri::api;
 
 use crate::labels;
 use crate::manager::RuntimeManagerConfig;
-use crate::qos::{self, QosClass, parse_quantity};
+use crate::qos;
 
 /// Upstream's limits on resolv.conf (`validation.MaxDNSSearchPaths`, `MaxDNSNameservers`).
 const MAX_DNS_SEARCH: usize = 32;
@@ -303,6 +303,7 @@ pub fn sandbox_config_with_warnings(
         .flatten()
         .map(|s| (sysctl_dots(&s.name), s.value.clone()))
         .collect();
+    let (sandbox_resources, sandbox_overhead) = crate::resources::sandbox_resources(cfg, pod);
     let config = api::PodSandboxConfig {
         metadata: Some(api::PodSandboxMetadata {
             name: pod.metadata.name.clone().unwrap_or_default(),
@@ -332,7 +333,8 @@ pub fn sandbox_config_with_warnings(
                 ..Default::default()
             }),
             sysctls,
-            ..Default::default()
+            overhead: Some(sandbox_overhead),
+            resources: Some(sandbox_resources),
         }),
         ..Default::default()
     };
@@ -383,51 +385,6 @@ pub fn sysctl_dots(name: &str) -> String {
             })
             .collect(),
         _ => name.to_string(),
-    }
-}
-
-fn linux_resources(cfg: &RuntimeManagerConfig, pod: &Pod, c: &Container) -> api::LinuxContainerResources {
-    let req = c.resources.as_ref().and_then(|r| r.requests.as_ref());
-    let lim = c.resources.as_ref().and_then(|r| r.limits.as_ref());
-    let get =
-        |m: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>,
-         k: &str| m.and_then(|m| m.get(k)).and_then(|q| parse_quantity(&q.0));
-    let cpu_req = get(req, "cpu").or_else(|| get(lim, "cpu"));
-    let cpu_lim = get(lim, "cpu");
-    let mem_lim = get(lim, "memory");
-    let cpu_shares = milli_cpu_to_shares(cpu_req.map(|c| (c * 1000.0).round() as i64).unwrap_or(0));
-    let period = cfg.cpu_cfs_quota_period_us;
-    // With CFS quota enforced the period is always sent; the quota only with a limit (`calculateLinuxResources`).
-    let cpu_period = if cfg.cpu_cfs_quota { period } else { 0 };
-    let cpu_quota = match cpu_lim {
-        Some(l) if cfg.cpu_cfs_quota && l > 0.0 => milli_cpu_to_quota((l * 1000.0).round() as i64, period),
-        _ => 0,
-    };
-    let qos = qos::pod_qos(pod);
-    // OOM score: -997 for Guaranteed, 1000 for BestEffort, scaled by memory request for Burstable
-    // (`pkg/kubelet/qos/policy.go`); the runtime may refuse negative values (restrict_oom_score_adj).
-    // Static pods of priority class system-node-critical are protected like Guaranteed ones.
-    let oom_score_adj = if is_node_critical_pod(pod) {
-        -997
-    } else {
-        match qos {
-            QosClass::Guaranteed => -997,
-            QosClass::BestEffort => 1000,
-            QosClass::Burstable => {
-                let mem_req = get(req, "memory").unwrap_or(0.0);
-                let cap = cfg.memory_capacity.max(1) as f64;
-                let adj = 1000 - ((1000.0 * mem_req) / cap) as i64;
-                adj.clamp(3, 999)
-            }
-        }
-    };
-    api::LinuxContainerResources {
-        cpu_shares,
-        cpu_quota,
-        cpu_period,
-        memory_limit_in_bytes: mem_lim.map(|m| m as i64).unwrap_or(0),
-        oom_score_adj,
-        ..Default::default()
     }
 }
 
@@ -613,7 +570,7 @@ pub fn container_config(
         stdin_once: c.stdin_once.unwrap_or(false),
         tty: c.tty.unwrap_or(false),
         linux: Some(api::LinuxContainerConfig {
-            resources: Some(linux_resources(cfg, pod, c)),
+            resources: Some(crate::resources::container_resources(cfg, pod, c)),
             security_context: Some(security),
         }),
         ..Default::default()

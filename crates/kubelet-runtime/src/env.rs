@@ -138,8 +138,10 @@ pub fn field_value(pod: &Pod, path: &str, pod_ips: &[String], host_ips: &[String
 }
 
 /// The value of a `resourceFieldRef` (`ExtractContainerResourceValue`): the request or limit divided by the
-/// divisor, rounded up; a missing limit is the node's allocatable amount.
+/// divisor, rounded up; a missing limit is the pod-level one, else the node's allocatable amount
+/// (`defaultPodLimitsForDownwardAPI`).
 pub fn resource_value(
+    pod: &Pod,
     c: &Container,
     resource: &str,
     divisor: Option<&str>,
@@ -156,11 +158,17 @@ pub fn resource_value(
     if !matches!(kind, "limits" | "requests") || !matches!(name, "cpu" | "memory" | "ephemeral-storage") {
         return Err(format!("unsupported container resource : {resource}"));
     }
-    let allocatable = match name {
+    let mut allocatable = match name {
         "cpu" => node.allocatable_milli_cpu as f64 / 1000.0,
         "memory" => node.allocatable_memory as f64,
         _ => node.allocatable_ephemeral_storage as f64,
     };
+    if kubelet_types::resources::is_pod_level_limits_set(pod)
+        && kubelet_types::resources::is_supported_pod_level_resource(name)
+        && let Some(l) = kubelet_types::resources::pod_level_limits(pod).get(name).filter(|l| **l != 0.0)
+    {
+        allocatable = *l;
+    }
     let value = match kind {
         "limits" => get("limits", name).unwrap_or(allocatable),
         _ => get("requests", name).or_else(|| get("limits", name)).unwrap_or(0.0),
@@ -292,7 +300,7 @@ pub async fn make_environment(i: EnvInputs<'_>) -> Result<Environment, String> {
                     Some(n) => find_container(i.pod, n).ok_or_else(|| format!("container {n} not found"))?,
                     None => i.container,
                 };
-                resource_value(target, &r.resource, r.divisor.as_ref().map(|d| d.0.as_str()), i.node)?
+                resource_value(i.pod, target, &r.resource, r.divisor.as_ref().map(|d| d.0.as_str()), i.node)?
             } else if let Some(r) = &from.config_map_key_ref {
                 let optional = r.optional == Some(true);
                 match config_map(i.objects, &mut cms, ns, &r.name).await? {

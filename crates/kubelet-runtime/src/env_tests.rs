@@ -469,3 +469,27 @@ async fn static_pods_start_without_service_links_when_the_apiserver_is_down() {
     let e = make_environment(inputs(&pod, &c, &node)).await.unwrap();
     assert_eq!(e.vars, vec![("A".to_string(), "1".to_string())]);
 }
+
+#[test]
+fn a_missing_limit_is_the_pod_level_one_before_the_nodes_allocatable() {
+    let node = NodeFacts {
+        host_ips: vec![],
+        allocatable_milli_cpu: 2000,
+        allocatable_memory: 8 << 30,
+        allocatable_ephemeral_storage: 100 << 30,
+    };
+    let c = Container { name: "app".into(), ..Default::default() };
+    let limits = BTreeMap::from([("memory".to_string(), Quantity("64Mi".into()))]);
+    let pod = Pod {
+        spec: Some(PodSpec {
+            resources: Some(ResourceRequirements { limits: Some(limits), ..Default::default() }),
+            containers: vec![c.clone()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert_eq!(resource_value(&pod, &c, "limits.memory", Some("1Mi"), &node).unwrap(), "64");
+    assert_eq!(resource_value(&pod, &c, "limits.cpu", None, &node).unwrap(), "2", "no pod-level cpu: allocatable");
+    let plain = Pod { spec: Some(PodSpec { containers: vec![c.clone()], ..Default::default() }), ..Default::default() };
+    assert_eq!(resource_value(&plain, &c, "limits.memory", Some("1Mi"), &node).unwrap(), "8192");
+}

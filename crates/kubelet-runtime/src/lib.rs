@@ -24,6 +24,7 @@ pub mod manager;
 pub mod pleg;
 pub use kubelet_types::qos;
 pub mod reasons;
+pub mod resources;
 
 pub use backoff::Backoff;
 pub use cache::{Cached, PodCache, SyncGuard};

@@ -74,6 +74,8 @@ pub struct RuntimeManagerConfig {
     pub node_hosts_file: PathBuf,
     /// The node's IPs (for pods' DNS without a resolv.conf).
     pub node_ips: Vec<String>,
+    /// The node's huge page sizes as cgroups name them (`2MB`, `1GB`): each container gets a limit of each.
+    pub hugepage_sizes: Vec<String>,
 }
 
 impl Default for RuntimeManagerConfig {
@@ -93,6 +95,7 @@ impl Default for RuntimeManagerConfig {
             seccomp_default: false,
             node_hosts_file: "/etc/hosts".into(),
             node_ips: vec![],
+            hugepage_sizes: vec![],
         }
     }
 }

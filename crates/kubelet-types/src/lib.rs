@@ -14,6 +14,7 @@ pub mod pod_update;
 pub mod probe;
 pub mod qos;
 pub mod quantity;
+pub mod resources;
 pub mod runtime;
 pub mod scheduling;
 pub mod systemd_names;

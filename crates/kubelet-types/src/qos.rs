@@ -1,10 +1,12 @@
-//! Pod QoS class and the pod's cgroup parent (`pkg/apis/core/v1/helper/qos/qos.go`,
-//! `pkg/kubelet/cm/pod_container_manager_linux.go`).
+//! Pod QoS class, the pod's cgroup parent and its limits (`pkg/apis/core/v1/helper/qos/qos.go`,
+//! `pkg/kubelet/cm/pod_container_manager_linux.go`, `pkg/kubelet/cm/helpers_linux.go` ResourceConfigForPod).
+//! Requests and limits are added up by [`crate::resources`], pod-level resources and overhead included.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Pod};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use crate::resources::{self, PodResourcesOptions, ResourceList};
 
 /// The three QoS classes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -28,16 +30,8 @@ impl QosClass {
     }
 }
 
-fn non_zero(m: Option<&BTreeMap<String, Quantity>>, key: &str) -> Option<String> {
-    m.and_then(|m| m.get(key)).map(|q| q.0.clone()).filter(|v| parse_quantity(v).is_some_and(|n| n > 0.0))
-}
-
-fn all_containers(pod: &Pod) -> impl Iterator<Item = &Container> {
-    let spec = pod.spec.as_ref();
-    spec.into_iter().flat_map(|s| s.init_containers.iter().flatten().chain(s.containers.iter()))
-}
-
-/// The QoS class of a pod, as upstream's `GetPodQOS` (a `status.qosClass` already set wins).
+/// The QoS class of a pod, as upstream's `GetPodQOS` (a `status.qosClass` already set wins, else
+/// `ComputePodQOS`).
 pub fn pod_qos(pod: &Pod) -> QosClass {
     if let Some(q) = pod.status.as_ref().and_then(|s| s.qos_class.as_deref()) {
         match q {
@@ -47,40 +41,49 @@ pub fn pod_qos(pod: &Pod) -> QosClass {
             _ => {}
         }
     }
-    let mut any = false;
+    compute_pod_qos(pod)
+}
+
+/// Adds the positive cpu and memory amounts of `from` (`processResourceList`); the names of those it had.
+fn add_qos_resources(to: &mut ResourceList, from: &ResourceList) -> (bool, bool) {
+    let mut seen = (false, false);
+    for (k, v) in from.iter().filter(|(k, v)| (*k == "cpu" || *k == "memory") && **v > 0.0) {
+        *to.entry(k.clone()).or_default() += v;
+        if k == "cpu" {
+            seen.0 = true;
+        } else {
+            seen.1 = true;
+        }
+    }
+    seen
+}
+
+/// `ComputePodQOS`: from the pod-level resources when the pod has `spec.resources` (its containers' are then not
+/// looked at), else from every container's. BestEffort without any cpu or memory request or limit; Guaranteed
+/// when cpu and memory limits are set (at pod level, or by every container) and the summed requests equal them.
+pub fn compute_pod_qos(pod: &Pod) -> QosClass {
+    let (mut requests, mut limits) = (ResourceList::new(), ResourceList::new());
     let mut guaranteed = true;
-    let mut has_limits_for = (false, false);
-    for c in all_containers(pod) {
-        let req = c.resources.as_ref().and_then(|r| r.requests.as_ref());
-        let lim = c.resources.as_ref().and_then(|r| r.limits.as_ref());
-        for res in ["cpu", "memory"] {
-            let r = non_zero(req, res);
-            let l = non_zero(lim, res);
-            if r.is_some() || l.is_some() {
-                any = true;
-            }
-            // A request defaults to the limit when unset.
-            let r_eff = r.clone().or_else(|| l.clone());
-            match (&r_eff, &l) {
-                (Some(a), Some(b)) if parse_quantity(a) == parse_quantity(b) => {}
-                _ => guaranteed = false,
-            }
-            if l.is_some() {
-                if res == "cpu" {
-                    has_limits_for.0 = true;
-                } else {
-                    has_limits_for.1 = true;
-                }
+    if resources::has_pod_level_field(pod) {
+        add_qos_resources(&mut requests, &resources::pod_level_requests(pod));
+        let pod_limits = resources::pod_level_limits(pod);
+        if !pod_limits.is_empty() && add_qos_resources(&mut limits, &pod_limits) != (true, true) {
+            guaranteed = false;
+        }
+    } else {
+        let spec = pod.spec.as_ref();
+        for c in spec.into_iter().flat_map(|s| s.containers.iter().chain(s.init_containers.iter().flatten())) {
+            add_qos_resources(&mut requests, &resources::container_requests(c));
+            if add_qos_resources(&mut limits, &resources::container_limits(c)) != (true, true) {
+                guaranteed = false;
             }
         }
     }
-    if !any {
-        QosClass::BestEffort
-    } else if guaranteed && has_limits_for.0 && has_limits_for.1 {
-        QosClass::Guaranteed
-    } else {
-        QosClass::Burstable
+    if requests.is_empty() && limits.is_empty() {
+        return QosClass::BestEffort;
     }
+    guaranteed = guaranteed && requests.iter().all(|(k, r)| limits.get(k).is_some_and(|l| l == r));
+    if guaranteed && requests.len() == limits.len() { QosClass::Guaranteed } else { QosClass::Burstable }
 }
 
 /// The cgroupfs path of the pod's cgroup relative to the cgroup root: `/kubepods/burstable/pod<uid>`,
@@ -106,65 +109,27 @@ pub fn pod_slice(qos: QosClass, uid: &str) -> String {
 
 pub use crate::quantity::parse_quantity;
 
-/// A container's request of `res`, defaulting to its limit (as API defaulting does), in base units.
-fn request(c: &Container, res: &str) -> f64 {
-    let r = c.resources.as_ref();
-    let get = |m: Option<&BTreeMap<String, Quantity>>| m.and_then(|m| m.get(res)).and_then(|q| parse_quantity(&q.0));
-    get(r.and_then(|r| r.requests.as_ref())).or_else(|| get(r.and_then(|r| r.limits.as_ref()))).unwrap_or(0.0)
-}
-
-fn limit(c: &Container, res: &str) -> Option<f64> {
-    let m = c.resources.as_ref().and_then(|r| r.limits.as_ref());
-    m.and_then(|m| m.get(res)).and_then(|q| parse_quantity(&q.0)).filter(|v| *v > 0.0)
-}
-
-/// The pod's effective request or limit of `res` (`resource.PodRequests`/`PodLimits`): app containers and
-/// sidecars add up; a regular init container needs its own amount plus the sidecars started before it; the
-/// larger of the two. `value` gives a container's amount.
-fn pod_total(pod: &Pod, value: &dyn Fn(&Container) -> f64) -> f64 {
-    let Some(spec) = pod.spec.as_ref() else { return 0.0 };
-    let mut sidecars = 0.0;
-    let mut init_max: f64 = 0.0;
-    for c in spec.init_containers.iter().flatten() {
-        if c.restart_policy.as_deref() == Some("Always") {
-            sidecars += value(c);
-            init_max = init_max.max(sidecars);
-        } else {
-            init_max = init_max.max(sidecars + value(c));
-        }
-    }
-    let apps: f64 = spec.containers.iter().map(value).sum::<f64>() + sidecars;
-    apps.max(init_max)
-}
-
-/// The pod's request of `res` in base units (`resource.PodRequests`, `GetResourceRequestQuantity`): app containers
-/// and sidecars add up, init containers as they run, plus the pod overhead. A request defaults to the limit.
+/// The pod's request of `res` in base units as eviction ranks pods (`GetResourceRequestQuantity`): the pod-level
+/// request when the pod has pod-level resources, else its containers' (app containers and sidecars add up, init
+/// containers as they run, a request defaulting to the limit), plus the overhead when not zero.
 pub fn pod_request(pod: &Pod, res: &str) -> f64 {
-    let overhead = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.overhead.as_ref())
-        .and_then(|o| o.get(res))
-        .and_then(|q| parse_quantity(&q.0))
-        .unwrap_or(0.0);
-    pod_total(pod, &|c| request(c, res)) + overhead
+    resources::resource_request(pod, res)
 }
 
-/// The pod's limit of `res` in base units (`resource.PodLimits`), None when no container sets one.
+/// The pod's limit of `res` in base units (`resource.PodLimits`, with pod-level limits and overhead), None when
+/// neither a container nor the pod level lists one.
 pub fn pod_limit(pod: &Pod, res: &str) -> Option<f64> {
-    let spec = pod.spec.as_ref()?;
-    let any = spec.init_containers.iter().flatten().chain(spec.containers.iter()).any(|c| limit(c, res).is_some());
-    any.then(|| pod_total(pod, &|c| limit(c, res).unwrap_or(0.0)))
+    resources::pod_limits(pod, PodResourcesOptions::default(), &mut |_| {}).get(res).copied()
 }
 
 /// A container's limit of `res` in base units, when set and not zero.
 pub fn container_limit(c: &Container, res: &str) -> Option<f64> {
-    limit(c, res)
+    resources::container_limits(c).get(res).copied().filter(|v| *v > 0.0)
 }
 
 /// A container's request of `res` in base units (0 when unset), defaulting to its limit.
 pub fn container_request(c: &Container, res: &str) -> f64 {
-    request(c, res)
+    resources::container_requests(c).get(res).copied().unwrap_or(0.0)
 }
 
 /// `scheduling.SystemCriticalPriority`: pods at or above it are critical.
@@ -183,8 +148,8 @@ pub fn is_critical_pod(pod: &Pod) -> bool {
         || pod_priority(pod) >= SYSTEM_CRITICAL_PRIORITY
 }
 
-/// The limits of the pod's cgroup (`ResourceConfigForPod`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The limits of the pod's cgroup (`ResourceConfigForPod`'s `ResourceConfig`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodResources {
     /// `cpu.shares`.
     pub cpu_shares: i64,
@@ -194,25 +159,40 @@ pub struct PodResources {
     pub cpu_period: Option<i64>,
     /// Memory limit in bytes, when set.
     pub memory: Option<i64>,
+    /// Huge page limits in bytes by page size in bytes, from the pod's huge page requests.
+    pub hugepage_limits: BTreeMap<u64, u64>,
 }
 
-/// What the pod cgroup gets: shares from the summed CPU requests for every class but BestEffort (2 shares); quota
-/// and memory limit for Guaranteed pods, and for Burstable pods whose every container declares that limit.
+/// An amount in millis as `Quantity.MilliValue` gives it (rounded up).
+pub fn milli_value(v: f64) -> i64 {
+    (v * 1000.0 - 1e-6).ceil() as i64
+}
+
+/// An amount as `Quantity.Value` gives it (rounded up).
+pub fn int_value(v: f64) -> i64 {
+    (v - 1e-6).ceil() as i64
+}
+
+/// What the pod cgroup gets (`ResourceConfigForPod`), from the pod's requests and limits (pod-level ones in
+/// place of the containers', the overhead added): shares from the cpu request for every class but BestEffort (2
+/// shares); quota and memory limit for Guaranteed pods, and for Burstable pods whose every container (or the pod
+/// level) declares that limit; huge page limits from the huge page requests.
 pub fn pod_resources(pod: &Pod, cfs_quota: bool, period: i64) -> PodResources {
-    let qos = pod_qos(pod);
-    if qos == QosClass::BestEffort {
-        return PodResources { cpu_shares: 2, cpu_quota: None, cpu_period: None, memory: None };
+    let reqs = resources::pod_requests(pod, PodResourcesOptions::default());
+    let (mut cpu_declared, mut mem_declared) = (true, true);
+    let limits = resources::pod_limits(pod, PodResourcesOptions::default(), &mut |l| {
+        cpu_declared &= l.get("cpu").is_some_and(|v| *v != 0.0);
+        mem_declared &= l.get("memory").is_some_and(|v| *v != 0.0);
+    });
+    if resources::is_pod_level_resources_set(pod) {
+        let pod_limits = resources::pod_level_limits(pod);
+        cpu_declared |= pod_limits.get("cpu").is_some_and(|v| *v != 0.0);
+        mem_declared |= pod_limits.get("memory").is_some_and(|v| *v != 0.0);
     }
-    let containers = || {
-        let spec = pod.spec.as_ref();
-        spec.into_iter().flat_map(|s| s.init_containers.iter().flatten().chain(s.containers.iter()))
-    };
-    let cpu_declared = containers().all(|c| limit(c, "cpu").is_some());
-    let mem_declared = containers().all(|c| limit(c, "memory").is_some());
-    let milli = |v: f64| (v * 1000.0).round() as i64;
-    let cpu_req = milli(pod_total(pod, &|c| request(c, "cpu")));
-    let cpu_lim = milli(pod_total(pod, &|c| limit(c, "cpu").unwrap_or(0.0)));
-    let mem_lim = pod_total(pod, &|c| limit(c, "memory").unwrap_or(0.0)) as i64;
+    let hugepage_limits = resources::hugepage_limits(&reqs);
+    let cpu_req = reqs.get("cpu").copied().map(milli_value).unwrap_or(0);
+    let cpu_lim = limits.get("cpu").copied().map(milli_value).unwrap_or(0);
+    let mem_lim = limits.get("memory").copied().map(int_value).unwrap_or(0);
     let shares = if cpu_req <= 0 { 2 } else { (cpu_req * 1024 / 1000).clamp(2, 262_144) };
     let quota = if !cfs_quota {
         -1
@@ -221,12 +201,19 @@ pub fn pod_resources(pod: &Pod, cfs_quota: bool, period: i64) -> PodResources {
     } else {
         (cpu_lim * period / 1000).max(1000)
     };
-    let guaranteed = qos == QosClass::Guaranteed;
+    let (cpu, mem) = match pod_qos(pod) {
+        QosClass::BestEffort => {
+            return PodResources { cpu_shares: 2, cpu_quota: None, cpu_period: None, memory: None, hugepage_limits };
+        }
+        QosClass::Guaranteed => (true, true),
+        QosClass::Burstable => (cpu_declared, mem_declared),
+    };
     PodResources {
         cpu_shares: shares,
-        cpu_quota: (guaranteed || cpu_declared).then_some(quota),
-        cpu_period: (guaranteed || cpu_declared).then_some(period),
-        memory: (guaranteed || mem_declared).then_some(mem_lim),
+        cpu_quota: cpu.then_some(quota),
+        cpu_period: cpu.then_some(period),
+        memory: mem.then_some(mem_lim),
+        hugepage_limits,
     }
 }
 
@@ -234,6 +221,7 @@ pub fn pod_resources(pod: &Pod, cfs_quota: bool, period: i64) -> PodResources {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     fn pod_with(req: &[(&str, &str)], lim: &[(&str, &str)]) -> Pod {
         let m = |v: &[(&str, &str)]| {
@@ -283,13 +271,20 @@ mod tests {
                 cpu_shares: 512,
                 cpu_quota: Some(50_000),
                 cpu_period: Some(100_000),
-                memory: Some(128 << 20)
+                memory: Some(128 << 20),
+                hugepage_limits: BTreeMap::new(),
             }
         );
         let burstable_mem = pod_with(&[("cpu", "250m")], &[("memory", "64Mi")]);
         assert_eq!(
             pod_resources(&burstable_mem, true, 100_000),
-            PodResources { cpu_shares: 256, cpu_quota: None, cpu_period: None, memory: Some(64 << 20) }
+            PodResources {
+                cpu_shares: 256,
+                cpu_quota: None,
+                cpu_period: None,
+                memory: Some(64 << 20),
+                hugepage_limits: BTreeMap::new(),
+            }
         );
         assert_eq!(pod_resources(&pod_with(&[], &[]), true, 100_000).cpu_shares, 2);
         assert_eq!(pod_resources(&guaranteed, false, 100_000).cpu_quota, Some(-1), "cpuCFSQuota off");

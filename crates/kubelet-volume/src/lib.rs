@@ -9,6 +9,7 @@
 //! (`FailedMount`) and retry; volume types rkubelet does not support are refused with an error naming the type.
 
 pub mod atomic_writer;
+pub mod empty_dir;
 pub mod hostpath;
 mod manager;
 pub mod mountinfo;
@@ -18,7 +19,7 @@ pub mod subpath;
 pub mod token;
 
 pub use manager::{Mounter, SystemMounter, VolumeManager, unsupported_volume, volume_kind};
-pub use sources::DownwardValues;
+pub use sources::{DownwardValues, GatedProjections};
 pub use token::{NoTokens, TokenFetcher, TokenManager};
 
 /// Why a volume could not be set up or torn down.
@@ -64,6 +65,14 @@ pub enum VolumeError {
         /// The error.
         message: String,
     },
+    /// A projected source whose feature is not served on this node (`clusterTrustBundle`, `podCertificate`), in
+    /// upstream's words while its feature gate is off.
+    #[error("{0}")]
+    Unavailable(String),
+    /// An emptyDir medium that cannot be set up (unknown, or huge pages the pod does not ask for), in upstream's
+    /// words.
+    #[error("{0}")]
+    Medium(String),
     /// A volume type rkubelet does not support.
     #[error("volume type {kind} is not supported by rkubelet")]
     Unsupported {

@@ -11,14 +11,22 @@ use kubelet_types::{PodUid, pod_update::pod_ref};
 use tracing::{debug, info};
 
 use crate::atomic_writer::{FileProjection, Ownership};
-use crate::sources::{DEFAULT_MODE, DownwardValues, KeyedSource, config_map_payload, downward_payload, secret_payload};
+use crate::sources::{
+    DEFAULT_MODE, DownwardValues, GatedProjections, KeyedSource, config_map_payload, downward_payload,
+    gated_source_error, secret_payload,
+};
 use crate::token::{NoTokens, TokenManager};
-use crate::{MOUNT_WAIT_TIMEOUT, MountFailure, MountFailures, VolumeError, atomic_writer, hostpath};
+use crate::{MOUNT_WAIT_TIMEOUT, MountFailure, MountFailures, VolumeError, atomic_writer, empty_dir, hostpath};
 
-/// Mounting of tmpfs (memory-backed emptyDir, secret and projected volumes).
+/// Mounting of tmpfs (memory-backed emptyDir, secret and projected volumes) and hugetlbfs (huge page emptyDir).
 pub trait Mounter: Send + Sync + 'static {
     /// Mounts a tmpfs at `path`, of at most `size` bytes.
     fn mount_tmpfs(&self, path: &Path, size: Option<u64>) -> Result<(), String>;
+    /// Mounts a hugetlbfs at `path` with `option` (`pagesize=2Mi`), as upstream's
+    /// `mount -t hugetlbfs -o pagesize=2Mi nodev <path>`.
+    fn mount_hugetlbfs(&self, path: &Path, option: &str) -> Result<(), String> {
+        Err(format!("cannot mount hugetlbfs ({option}) at {}: not supported by this mounter", path.display()))
+    }
     /// Unmounts `path` (lazily, as nothing of the pod runs any more).
     fn unmount(&self, path: &Path) -> Result<(), String>;
     /// Mount points at or below `path`.
@@ -34,6 +42,11 @@ impl Mounter for SystemMounter {
         use nix::mount::{MsFlags, mount};
         let data = size.map(|s| format!("size={s}"));
         mount(Some("tmpfs"), path, Some("tmpfs"), MsFlags::empty(), data.as_deref()).map_err(|e| e.to_string())
+    }
+
+    fn mount_hugetlbfs(&self, path: &Path, option: &str) -> Result<(), String> {
+        use nix::mount::{MsFlags, mount};
+        mount(Some("nodev"), path, Some("hugetlbfs"), MsFlags::empty(), Some(option)).map_err(|e| e.to_string())
     }
 
     fn unmount(&self, path: &Path) -> Result<(), String> {
@@ -57,6 +70,7 @@ pub struct VolumeManager {
     downward: Arc<dyn DownwardValues>,
     mounter: Arc<dyn Mounter>,
     tokens: Arc<TokenManager>,
+    gated: GatedProjections,
     mounted: Mutex<HashMap<PodUid, HashMap<String, MountedVolume>>>,
     /// Pods whose volumes are not all set up, since when they wait (or the last timeout).
     waiting: Mutex<HashMap<PodUid, tokio::time::Instant>>,
@@ -133,15 +147,16 @@ fn timestamp() -> String {
     t.strftime("%Y_%m_%d_%H_%M_%S.%f").to_string()
 }
 
-/// The memory limit of the pod (the sum of its containers' limits when every container has one).
-fn pod_memory_limit(pod: &Pod) -> Option<u64> {
-    let spec = pod.spec.as_ref()?;
-    let mut total = 0u64;
-    for c in &spec.containers {
-        let q = c.resources.as_ref()?.limits.as_ref()?.get("memory")?;
-        total += parse_bytes(&q.0)?;
+/// The size of a memory-backed emptyDir (`calculateEmptyDirMemorySize`): the pod cgroup's memory limit
+/// (`ResourceConfigForPod`: pod-level limits and overhead included) when it has one, the volume's `sizeLimit`
+/// when smaller; None (the node's memory) without either.
+fn tmpfs_size(pod: &Pod, v: &Volume) -> Option<u64> {
+    let pod_limit = kubelet_types::qos::pod_resources(pod, false, 100_000).memory.filter(|m| *m > 0).map(|m| m as u64);
+    let volume = v.empty_dir.as_ref().and_then(|e| e.size_limit.as_ref()).and_then(|q| parse_bytes(&q.0));
+    match (pod_limit, volume.filter(|v| *v > 0)) {
+        (Some(p), Some(v)) => Some(p.min(v)),
+        (p, v) => v.or(p),
     }
-    Some(total)
 }
 
 /// The user every init and app container runs as, when they all run as the same declared user (`FsUserFrom`).
@@ -178,6 +193,7 @@ impl VolumeManager {
             downward,
             mounter,
             tokens,
+            gated: GatedProjections::default(),
             mounted: Mutex::new(HashMap::new()),
             waiting: Mutex::new(HashMap::new()),
         }
@@ -186,6 +202,14 @@ impl VolumeManager {
     /// The same manager, with service account tokens from `tokens` (without: projected tokens fail to mount).
     pub fn with_tokens(mut self, tokens: Arc<TokenManager>) -> Self {
         self.tokens = tokens;
+        self
+    }
+
+    /// The same manager, told which gated projected sources upstream would serve on this node (without: none, as
+    /// with upstream's default feature gates); rkubelet fails their set-up either way, see
+    /// [`gated_source_error`].
+    pub fn with_gated_projections(mut self, gated: GatedProjections) -> Self {
+        self.gated = gated;
         self
     }
 
@@ -258,7 +282,9 @@ impl VolumeManager {
         } else {
             std::fs::symlink_metadata(dir.join(atomic_writer::DATA_DIR)).is_ok()
         };
-        if !done || (tmpfs && !self.mounter.mounts_under(&dir).contains(&dir)) {
+        let hugetlbfs =
+            v.empty_dir.as_ref().is_some_and(|e| matches!(empty_dir::medium(e), Ok(empty_dir::Medium::HugePages(_))));
+        if !done || ((tmpfs || hugetlbfs) && !self.mounter.mounts_under(&dir).contains(&dir)) {
             return None;
         }
         info!(pod = %pod_ref(pod), volume = %v.name, path = %dir.display(), "volume reconstructed from the pod directory");
@@ -310,6 +336,7 @@ impl VolumeManager {
 
     fn set_up_dir(&self, dir: &Path, tmpfs: bool, v: &Volume, pod: &Pod) -> Result<(), VolumeError> {
         let io = |e: std::io::Error| VolumeError::Io { path: dir.display().to_string(), message: e.to_string() };
+        let medium = v.empty_dir.as_ref().map(empty_dir::medium).transpose().map_err(VolumeError::Medium)?;
         if !dir.is_dir() {
             std::fs::create_dir_all(dir).map_err(io)?;
             // emptyDir is world-writable, as upstream (0777 with the sticky bit off).
@@ -318,13 +345,19 @@ impl VolumeManager {
                 std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).map_err(io)?;
             }
         }
+        if let Some(empty_dir::Medium::HugePages(medium)) = &medium {
+            // setupHugepages: the directory, then the mount unless it is there.
+            if self.mounter.mounts_under(dir).iter().all(|m| m != dir) {
+                let option = empty_dir::page_size_mount_option(medium, pod).map_err(VolumeError::Medium)?;
+                self.mounter
+                    .mount_hugetlbfs(dir, &option)
+                    .map_err(|message| VolumeError::Mount { path: dir.display().to_string(), message })?;
+                debug!(pod = %pod_ref(pod), volume = %v.name, path = %dir.display(), option, "mounted hugetlbfs");
+            }
+            return Ok(());
+        }
         if tmpfs && self.mounter.mounts_under(dir).iter().all(|m| m != dir) {
-            let size = v
-                .empty_dir
-                .as_ref()
-                .and_then(|e| e.size_limit.as_ref())
-                .and_then(|q| parse_bytes(&q.0))
-                .or_else(|| pod_memory_limit(pod));
+            let size = tmpfs_size(pod, v);
             self.mounter
                 .mount_tmpfs(dir, size)
                 .map_err(|message| VolumeError::Mount { path: dir.display().to_string(), message })?;
@@ -374,6 +407,8 @@ impl VolumeManager {
                 } else if let Some(t) = &src.service_account_token {
                     let (path, file) = self.token_file(pod, t, mode).await?;
                     all.insert(path, file);
+                } else if let Some(e) = gated_source_error(src, self.gated) {
+                    return Err(e);
                 }
             }
             all
@@ -586,5 +621,102 @@ mod tests {
         assert_eq!(m.mount_pod(&pod).await.unwrap(), vec![], "hostPath is checked once, at set-up");
         m.unmount_pod(&PodUid("u1".into())).unwrap();
         assert!(!tmp.path().join("pods/u1/volumes").exists());
+    }
+
+    /// Records tmpfs mounts instead of making them.
+    #[derive(Default)]
+    struct RecordingMounter(Mutex<Vec<PathBuf>>);
+
+    impl Mounter for RecordingMounter {
+        fn mount_tmpfs(&self, path: &Path, _size: Option<u64>) -> Result<(), String> {
+            self.0.lock().unwrap().push(path.to_path_buf());
+            Ok(())
+        }
+        fn unmount(&self, path: &Path) -> Result<(), String> {
+            self.0.lock().unwrap().retain(|m| m != path);
+            Ok(())
+        }
+        fn mounts_under(&self, path: &Path) -> Vec<PathBuf> {
+            self.0.lock().unwrap().iter().filter(|m| m.starts_with(path)).cloned().collect()
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn gated_projected_sources_fail_the_mount_with_upstreams_text_and_are_never_skipped() {
+        use k8s_openapi::api::core::v1::{
+            ClusterTrustBundleProjection, DownwardAPIProjection, PodCertificateProjection, ProjectedVolumeSource,
+            VolumeProjection,
+        };
+        let projected = |name: &str, source: VolumeProjection| {
+            // A source that works comes first: the volume still fails as a whole.
+            let fine = VolumeProjection { downward_api: Some(DownwardAPIProjection::default()), ..Default::default() };
+            Volume {
+                name: name.into(),
+                projected: Some(ProjectedVolumeSource { sources: Some(vec![fine, source]), default_mode: None }),
+                ..Default::default()
+            }
+        };
+        let bundle = |name: Option<&str>, signer: Option<&str>| VolumeProjection {
+            cluster_trust_bundle: Some(ClusterTrustBundleProjection {
+                name: name.map(Into::into),
+                signer_name: signer.map(Into::into),
+                path: "ca.pem".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let cert = VolumeProjection {
+            pod_certificate: Some(PodCertificateProjection {
+                signer_name: "example.com/signer".into(),
+                key_type: "ED25519".into(),
+                credential_bundle_path: Some("creds.pem".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut pod = Pod::default();
+        pod.metadata.uid = Some("u1".into());
+        pod.spec = Some(PodSpec {
+            volumes: Some(vec![
+                projected("by-name", bundle(Some("root-ca"), None)),
+                projected("by-signer", bundle(None, Some("example.com/signer"))),
+                projected("neither", bundle(None, None)),
+                projected("cert", cert),
+            ]),
+            ..Default::default()
+        });
+        let tmp = tempfile::tempdir().unwrap();
+        let manager = |gated: GatedProjections| {
+            let mounter = Arc::new(RecordingMounter::default());
+            VolumeManager::new(tmp.path().join("pods"), Arc::new(NoObjects), Arc::new(NoDownward), mounter)
+                .with_gated_projections(gated)
+        };
+        let failures = |e: MountFailures| -> Vec<(String, String)> {
+            e.failures.into_iter().map(|f| (f.volume, f.error.to_string())).collect()
+        };
+        let off = manager(GatedProjections::default());
+        let e = off.mount_pod(&pod).await.expect_err("the pod waits for its volumes");
+        let static_mode = "ClusterTrustBundle projection is not supported in static kubelet mode";
+        let want = [
+            ("by-name", static_mode),
+            ("by-signer", static_mode),
+            ("neither", "ClusterTrustBundle projection requires either name or signerName to be set"),
+            ("cert", "unimplemented"),
+        ];
+        assert_eq!(failures(e), want.map(|(v, m)| (v.to_string(), m.to_string())));
+        assert!(off.volumes(&PodUid("u1".into())).is_empty(), "no volume is handed to the containers");
+        let dir = tmp.path().join("pods/u1/volumes/kubernetes.io~projected/by-name");
+        assert!(!dir.join(atomic_writer::DATA_DIR).exists(), "nothing was written");
+        // The next sync fails the same way: the pod is never started without the content.
+        assert_eq!(off.mount_pod(&pod).await.unwrap_err().failures.len(), 4);
+
+        let on = manager(GatedProjections { cluster_trust_bundle: true, pod_certificate: true });
+        let e = failures(on.mount_pod(&pod).await.unwrap_err());
+        assert_eq!(e.len(), 4);
+        assert!(e[0].1.starts_with("ClusterTrustBundle projection is not implemented by rkubelet yet"), "{e:?}");
+        assert_eq!(e[2].1, want[2].1, "an invalid source is named as upstream whatever the gate");
+        assert!(e[3].1.starts_with("PodCertificate projection is not implemented by rkubelet yet"), "{e:?}");
+        assert!(on.volumes(&PodUid("u1".into())).is_empty());
+        on.unmount_pod(&PodUid("u1".into())).unwrap();
     }
 }

@@ -1,9 +1,15 @@
 //! Payloads of the API-backed volumes (`pkg/volume/configmap`, `secret`, `downwardapi`, `projected` MakePayload):
 //! which files a volume holds, with their modes, from the objects and the pod.
+//!
+//! The projected sources behind feature gates (`clusterTrustBundle`, `podCertificate`) are never skipped: while
+//! their gate is off they fail the volume's set-up with the text of upstream's no-op managers
+//! (`pkg/kubelet/clustertrustbundle` NoopManager, `pkg/kubelet/podcertificate` NoOpManager), as
+//! `pkg/volume/projected/projected.go` collectData does; rkubelet does not serve them with the gate on either, and
+//! says so in the same place, so a pod never runs without the content its volume promises.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{ConfigMap, DownwardAPIVolumeFile, KeyToPath, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, VolumeProjection};
 use kubelet_types::objects::ObjectSource;
 
 use crate::VolumeError;
@@ -133,6 +139,46 @@ pub fn downward_payload(
         out.insert(f.path.clone(), FileProjection::new(v.into_bytes(), f.mode.unwrap_or(mode) as u32));
     }
     Ok(out)
+}
+
+/// The feature gate of `clusterTrustBundle` projections.
+pub const CLUSTER_TRUST_BUNDLE_PROJECTION: &str = "ClusterTrustBundleProjection";
+/// The feature gate of `podCertificate` projections.
+pub const POD_CERTIFICATE_REQUEST: &str = "PodCertificateRequest";
+
+/// Which gated projected sources upstream's kubelet would serve on this node: each is true when its feature gate is
+/// on and the node has an apiserver (`kubelet.go` NewMainKubelet picks the no-op managers otherwise).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GatedProjections {
+    /// `ClusterTrustBundleProjection` is on and the node has an apiserver.
+    pub cluster_trust_bundle: bool,
+    /// `PodCertificateRequest` is on and the node has an apiserver.
+    pub pod_certificate: bool,
+}
+
+/// Why a `clusterTrustBundle` or `podCertificate` source cannot be projected (None for the other sources). With
+/// the gate off (or no apiserver) the error is upstream's text; with it on, rkubelet names what it lacks.
+pub fn gated_source_error(src: &VolumeProjection, gates: GatedProjections) -> Option<VolumeError> {
+    let text = if let Some(b) = &src.cluster_trust_bundle {
+        if b.name.is_none() && b.signer_name.is_none() {
+            "ClusterTrustBundle projection requires either name or signerName to be set"
+        } else if !gates.cluster_trust_bundle {
+            "ClusterTrustBundle projection is not supported in static kubelet mode"
+        } else {
+            "ClusterTrustBundle projection is not implemented by rkubelet yet (the ClusterTrustBundleProjection \
+             feature gate is on): the volume cannot be set up"
+        }
+    } else if src.pod_certificate.is_some() {
+        if !gates.pod_certificate {
+            "unimplemented"
+        } else {
+            "PodCertificate projection is not implemented by rkubelet yet (the PodCertificateRequest feature gate \
+             is on): the volume cannot be set up"
+        }
+    } else {
+        return None;
+    };
+    Some(VolumeError::Unavailable(text.into()))
 }
 
 #[cfg(test)]

@@ -153,6 +153,26 @@ impl PodAdmitHandler for UserNamespaces {
     }
 }
 
+/// The pod features admit handler (`lifecycle/handlers.go` podFeaturesAdmitHandler, `features_linux.go`
+/// isPodLevelResourcesSupported): with the PodLevelResources gate off, a pod with pod-level resources is refused.
+#[derive(Debug, Clone, Copy)]
+pub struct PodFeatures {
+    /// The PodLevelResources feature gate (on by default since 1.34).
+    pub pod_level_resources: bool,
+}
+
+impl PodAdmitHandler for PodFeatures {
+    fn admit(&self, pod: &Pod, _others: &[std::sync::Arc<Pod>]) -> Option<AdmitResult> {
+        if self.pod_level_resources || !kubelet_types::resources::is_pod_level_resources_set(pod) {
+            return None;
+        }
+        Some(AdmitResult {
+            reason: "PodLevelResourcesNotSupported".into(),
+            message: "PodLevelResources feature gate is disabled".into(),
+        })
+    }
+}
+
 /// The operating system checks of upstream's predicate admit handler (`lifecycle/predicate.go`
 /// rejectPodAdmissionBasedOnOSSelector and rejectPodAdmissionBasedOnOSField): a pod labelled `kubernetes.io/os`
 /// with another OS than the node's, or whose `spec.os.name` is not the node's, is refused. rkubelet runs on Linux
@@ -200,6 +220,23 @@ mod tests {
         let r = UserNamespaces.admit(&p, &[]).unwrap();
         assert_eq!(r.reason, "UserNamespacesNotSupported");
         assert!(r.message.starts_with("can't set `spec.hostUsers: false`"), "{}", r.message);
+    }
+
+    #[test]
+    fn pod_level_resources_are_refused_only_with_their_gate_off() {
+        use k8s_openapi::api::core::v1::ResourceRequirements;
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let limits = [("cpu".to_string(), Quantity("1".into()))].into();
+        let resources = Some(ResourceRequirements { limits: Some(limits), ..Default::default() });
+        let p = Pod { spec: Some(PodSpec { resources, ..Default::default() }), ..Default::default() };
+        assert_eq!(PodFeatures { pod_level_resources: true }.admit(&p, &[]), None);
+        let r = PodFeatures { pod_level_resources: false }.admit(&p, &[]).unwrap();
+        assert_eq!(
+            (r.reason.as_str(), r.message.as_str()),
+            ("PodLevelResourcesNotSupported", "PodLevelResources feature gate is disabled")
+        );
+        let plain = Pod { spec: Some(PodSpec::default()), ..Default::default() };
+        assert_eq!(PodFeatures { pod_level_resources: false }.admit(&plain, &[]), None);
     }
 
     #[test]

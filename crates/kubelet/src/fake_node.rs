@@ -48,10 +48,32 @@ pub fn fake_runtime_on_test_clock(images: &[&str]) -> (Arc<FakeRuntime>, Arc<kub
     (fake, clock)
 }
 
+/// What a [`FakeNode`] admits with, beyond the defaults (no admit handlers, events only logged).
+#[derive(Default)]
+pub struct FakeNodeOptions {
+    /// The Node admission reads: with it, new pods go through the predicate handler and critical pods that lack
+    /// resources preempt others.
+    pub node: Option<k8s_openapi::api::core::v1::Node>,
+    /// Where events are recorded.
+    pub recorder: Option<Arc<dyn kubelet_types::events::Recorder>>,
+}
+
 impl FakeNode {
     /// Starts the core over `fake`, with its files under `dir`, reading wall time from `clock`; housekeeping waits
     /// for `sources_ready`. Call inside a tokio runtime.
     pub fn start(fake: Arc<FakeRuntime>, clock: Arc<dyn Clock>, dir: &Path, sources_ready: Arc<SourcesReady>) -> Self {
+        Self::start_with(fake, clock, dir, sources_ready, FakeNodeOptions::default())
+    }
+
+    /// As [`FakeNode::start`], with `opts`.
+    pub fn start_with(
+        fake: Arc<FakeRuntime>,
+        clock: Arc<dyn Clock>,
+        dir: &Path,
+        sources_ready: Arc<SourcesReady>,
+        opts: FakeNodeOptions,
+    ) -> Self {
+        let recorder = opts.recorder.unwrap_or_else(|| Arc::new(kubelet_types::events::LogRecorder));
         let cfg = RuntimeManagerConfig {
             pod_logs_dir: dir.join("logs"),
             container_logs_dir: dir.join("containers"),
@@ -65,7 +87,7 @@ impl FakeNode {
         let (probes, probe_updates) = kubelet_prober::ProbeManager::new(kubelet_prober::ProbeManagerDeps {
             runtime: fake.clone(),
             status: status.clone(),
-            recorder: Arc::new(kubelet_types::events::LogRecorder),
+            recorder: recorder.clone(),
             clock: clock.clone(),
             cancel: cancel.clone(),
             tracker: tracker.clone(),
@@ -97,6 +119,16 @@ impl FakeNode {
             volumes: volumes.clone(),
         });
         let workers = PodWorkers::new(syncer, Duration::from_secs(60), cancel.clone(), tracker.clone());
+        let (admit, preemption) = match opts.node {
+            Some(node) => {
+                let node = watch::channel(Some(node)).1;
+                let predicate = crate::predicate::PredicateAdmit { node: node.clone() };
+                let killer = Arc::new(crate::pressure::WorkerKiller(workers.clone()));
+                let preemption = crate::preemption::CriticalPodPreemption::new(node, killer, recorder.clone());
+                (vec![Arc::new(predicate) as Arc<dyn crate::admission::PodAdmitHandler>], Some(Arc::new(preemption)))
+            }
+            None => (vec![], None),
+        };
         let (updates, upd_rx) = mpsc::channel(10);
         let sync_loop = SyncLoop::new(SyncLoopDeps {
             updates: upd_rx,
@@ -113,11 +145,15 @@ impl FakeNode {
             pods_dir: dir.join("root/pods"),
             mirror: None,
             volumes: volumes.clone(),
-            admit: vec![],
+            admit,
             status: status.clone(),
-            recorder: Arc::new(kubelet_types::events::LogRecorder),
+            recorder,
             node_name: "fake-node".into(),
         });
+        let sync_loop = match preemption {
+            Some(p) => sync_loop.with_preemption(p),
+            None => sync_loop,
+        };
         tracker.spawn(sync_loop.run(cancel.clone()));
         Self { runtime, status, updates, cancel, tracker }
     }

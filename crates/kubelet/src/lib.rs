@@ -9,6 +9,7 @@
 //! - [`server`]: `/healthz` and the read-only API (`pkg/kubelet/server`).
 //! - [`stats`]: the Summary API (`pkg/kubelet/stats`).
 //! - [`runtime_state`]: whether the container runtime answers (`runtime.go` runtimeState).
+//! - [`preemption`]: room for critical pods at admission (`pkg/kubelet/preemption`).
 
 pub mod admission;
 pub mod cm;
@@ -23,6 +24,7 @@ pub mod oom;
 pub mod pod_manager;
 pub mod pod_workers;
 pub mod predicate;
+pub mod preemption;
 pub mod pressure;
 pub mod probes;
 pub mod runtime_state;

@@ -5,14 +5,15 @@
 //! included); reads the Node as last seen (the registered Node, refreshed at every status update; the initial
 //! Node when standalone). Every check runs and the first failure, in upstream's order (pods, cpu, memory,
 //! ephemeral-storage, extended resources, NodeAffinity, NodeName, NodePorts, TaintToleration), is reported with
-//! upstream's reason and message. Critical pods (static, mirror, system-critical priority) are refused only for
-//! non-resource reasons: upstream would preempt other pods to make room for them; rkubelet admits them without
-//! preempting.
+//! upstream's reason and message. Critical pods (static, mirror, system-critical priority) are refused here only for
+//! non-resource reasons (`HandleAdmissionFailure`); their resource failures are left to [`crate::preemption`],
+//! which the sync loop asks once every handler admitted the pod, and which stops other pods to make room or
+//! refuses the critical pod.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Container, Node, NodeSelectorRequirement, NodeSelectorTerm};
+use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, NodeSelectorTerm};
 use kubelet_types::Pod;
 use kubelet_types::qos::is_critical_pod;
 use kubelet_types::quantity::parse_quantity;
@@ -52,68 +53,13 @@ fn amount(name: &str, v: f64) -> i64 {
     if name == "cpu" { (v * 1000.0 - 1e-9).ceil() as i64 } else { (v - 1e-9).ceil() as i64 }
 }
 
-/// The pod's requests (`resource.PodRequests`): containers and sidecars add up, init containers as they run,
-/// pod-level requests override, plus overhead; `skip` drops resources (extended ones the node lacks).
+/// The pod's requests (`resource.PodRequests`, [`kubelet_types::resources::pod_requests`]): containers and
+/// sidecars add up, init containers as they run, pod-level requests (as the API defaults them) override, plus
+/// overhead; `skip` drops resources (extended ones the node lacks).
 fn pod_requests(pod: &Pod, skip: &dyn Fn(&str) -> bool) -> HashMap<String, i64> {
-    let Some(spec) = pod.spec.as_ref() else { return HashMap::new() };
-    let reqs = |c: &Container| -> BTreeMap<String, f64> {
-        let r = c.resources.as_ref();
-        let mut m: BTreeMap<String, f64> = BTreeMap::new();
-        // A limit without a request is the request (API defaulting).
-        for src in [r.and_then(|r| r.limits.as_ref()), r.and_then(|r| r.requests.as_ref())].into_iter().flatten() {
-            for (k, q) in src {
-                if let Some(v) = parse_quantity(&q.0) {
-                    m.insert(k.clone(), v);
-                }
-            }
-        }
-        m.retain(|k, _| !skip(k));
-        m
-    };
-    let add = |a: &mut BTreeMap<String, f64>, b: &BTreeMap<String, f64>| {
-        for (k, v) in b {
-            *a.entry(k.clone()).or_default() += v;
-        }
-    };
-    let max = |a: &mut BTreeMap<String, f64>, b: &BTreeMap<String, f64>| {
-        for (k, v) in b {
-            let e = a.entry(k.clone()).or_default();
-            *e = e.max(*v);
-        }
-    };
-    let mut sum = BTreeMap::new();
-    for c in &spec.containers {
-        add(&mut sum, &reqs(c));
-    }
-    let (mut sidecars, mut init_max) = (BTreeMap::new(), BTreeMap::new());
-    for c in spec.init_containers.iter().flatten() {
-        let r = reqs(c);
-        if c.restart_policy.as_deref() == Some("Always") {
-            add(&mut sum, &r);
-            add(&mut sidecars, &r);
-            max(&mut init_max, &sidecars);
-        } else {
-            let mut use_ = r;
-            add(&mut use_, &sidecars);
-            max(&mut init_max, &use_);
-        }
-    }
-    max(&mut sum, &init_max);
-    if let Some(pod_level) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) {
-        for (k, q) in pod_level {
-            if (k == "cpu" || k == "memory" || k.starts_with("hugepages-"))
-                && let Some(v) = parse_quantity(&q.0)
-            {
-                sum.insert(k.clone(), v);
-            }
-        }
-    }
-    for (k, q) in spec.overhead.iter().flatten() {
-        if let Some(v) = parse_quantity(&q.0) {
-            *sum.entry(k.clone()).or_default() += v;
-        }
-    }
-    sum.into_iter()
+    kubelet_types::resources::pod_requests(pod, Default::default())
+        .into_iter()
+        .filter(|(k, _)| !skip(k))
         .filter(|(k, _)| k == "cpu" || k == "memory" || k == "ephemeral-storage" || is_scalar(k))
         .map(|(k, v)| (k.clone(), amount(&k, v)))
         .collect()
@@ -165,6 +111,18 @@ fn fits(pod: &Pod, others: &[Arc<Pod>], node: &Node) -> Vec<Failure> {
         check(name);
     }
     out
+}
+
+/// The resources `pod` lacks on `node` with `others` admitted, in upstream's order, each with the amount missing
+/// (`InsufficientResourceError.GetInsufficientAmount`: requested minus what is free); empty when it fits.
+pub(crate) fn insufficient_resources(pod: &Pod, others: &[Arc<Pod>], node: &Node) -> Vec<(String, i64)> {
+    fits(pod, others, node)
+        .into_iter()
+        .filter_map(|f| match f {
+            Failure::Resource { name, requested, used, capacity } => Some((name, requested - (capacity - used))),
+            Failure::Predicate { .. } => None,
+        })
+        .collect()
 }
 
 fn label_ok(s: &str) -> bool {

@@ -95,6 +95,26 @@ fn init_containers_and_sidecars_count_as_upstream() {
 }
 
 #[test]
+fn pod_level_requests_defaulted_from_pod_level_limits_and_overhead_count() {
+    let n = node(ALLOC);
+    let others = vec![Arc::new(pod("a", &[("memory", "256Mi")]))];
+    // Only pod-level limits: the API defaults the pod-level requests to them, and so does the fit.
+    let mut p = pod("b", &[]);
+    p.spec.as_mut().unwrap().resources = Some(ResourceRequirements {
+        limits: Some(qmap(&[("cpu", "500m"), ("memory", "800Mi")])),
+        ..Default::default()
+    });
+    let r = admit_on(&p, &others, &n).unwrap();
+    assert_eq!(r.reason, "OutOfmemory");
+    assert!(r.message.contains(&format!("requested: {}", 800 << 20)), "{}", r.message);
+    // The overhead adds to the requests.
+    let mut q = pod("c", &[("cpu", "900m")]);
+    q.spec.as_mut().unwrap().overhead = Some(qmap(&[("cpu", "200m")]));
+    let r = admit_on(&q, &[], &n).unwrap();
+    assert_eq!(r.message, "Node didn't have enough resource: cpu, requested: 1100, used: 0, capacity: 1000");
+}
+
+#[test]
 fn node_selector_affinity_name_ports_and_no_execute_taints() {
     let n = node(ALLOC);
     let mut p = pod("a", &[]);

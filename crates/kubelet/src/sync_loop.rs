@@ -7,7 +7,9 @@
 //! manifest it has not read yet — stops pods the runtime runs that no source wants, removes their leftovers
 //! (pod directories, cgroups), forgets finished workers, and every minute starts a garbage collection of dead
 //! containers on its own task. The loop itself never waits on the runtime, so a pod whose runtime calls hang holds
-//! back only its own worker. The loop ends when cancelled or when the update stream closes.
+//! back only its own worker. A critical pod admitted by preempting others ([`crate::preemption`]) is held back
+//! (its updates too) until they have stopped, on a task of its own. The loop ends when cancelled or when the update
+//! stream closes.
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -27,6 +29,7 @@ use crate::cm::PodCgroups;
 use crate::mirror::{MirrorClient, is_mirror_pod};
 use crate::pod_manager::PodManager;
 use crate::pod_workers::{PodWorkers, UpdatePodOptions, UpdateType, WorkerPhase};
+use crate::preemption::{CriticalPodPreemption, Plan, Requirements};
 use crate::probes::PodProbes;
 use crate::server::SyncLoopHealth;
 use crate::status::StatusManager;
@@ -93,7 +96,22 @@ pub struct SyncLoop {
     unpublished_since: Option<tokio::time::Instant>,
     /// Pods refused at admission: never run, only stopped (cleaned up) when deleted.
     rejected: HashSet<PodUid>,
+    /// Critical pod preemption (None: critical pods that lack resources are admitted as the handlers said).
+    preemption: Option<Arc<CriticalPodPreemption>>,
+    /// Critical pods admitted whose preemptions are under way: started (with their latest update) once those end.
+    preempting: HashSet<PodUid>,
+    /// Pods being preempted: admission counts them as gone.
+    victims: HashSet<PodUid>,
+    /// Preemptions that ended.
+    preempted: (mpsc::Sender<Preempted>, mpsc::Receiver<Preempted>),
 }
+
+/// An ended preemption: the critical pod and the pods stopped for it.
+type Preempted = (PodUid, Vec<PodUid>);
+
+/// Ended preemptions waiting for the loop: one per critical pod admitted by preempting, which are rare; a full
+/// channel only makes the preemption's task wait.
+const PREEMPTED_CHANNEL_CAPACITY: usize = 16;
 
 /// The pod list for the read-only API is published at most this long after a change: building it costs O(pods),
 /// and while thousands of pods start, updates arrive faster than that is worth paying for each.
@@ -115,7 +133,17 @@ impl SyncLoop {
             ticks: 0,
             unpublished_since: None,
             rejected: HashSet::new(),
+            preemption: None,
+            preempting: HashSet::new(),
+            victims: HashSet::new(),
+            preempted: mpsc::channel(PREEMPTED_CHANNEL_CAPACITY),
         }
+    }
+
+    /// The same loop, making room for critical pods that lack resources (`CriticalPodAdmissionHandler`).
+    pub fn with_preemption(mut self, preemption: Arc<CriticalPodPreemption>) -> Self {
+        self.preemption = Some(preemption);
+        self
     }
 
     /// Runs until cancelled.
@@ -135,6 +163,7 @@ impl SyncLoop {
                     Some(u) => self.handle_update(u),
                     None => return,
                 },
+                Some(done) = self.preempted.1.recv() => self.preemption_done(done),
                 Some(e) = self.deps.pleg_events.recv() => self.handle_pleg(e),
                 Some(u) = self.deps.probe_updates.recv() => self.handle_probe(u),
                 _ = housekeeping.tick() => self.housekeeping(),
@@ -203,6 +232,10 @@ impl SyncLoop {
                     if self.rejected.contains(&uid) && p.metadata.deletion_timestamp.is_none() {
                         continue;
                     }
+                    // A pod waiting for its preemption starts with its latest update once that ends.
+                    if self.preempting.contains(&uid) {
+                        continue;
+                    }
                     self.dispatch(UpdateType::Update, &p, false);
                 }
             }
@@ -211,6 +244,7 @@ impl SyncLoop {
                     let uid = kubelet_types::pod_update::pod_uid(&p);
                     self.pods.remove(&uid);
                     self.rejected.remove(&uid);
+                    self.preempting.remove(&uid);
                     self.dispatch(UpdateType::Kill, &p, true);
                 }
             }
@@ -220,7 +254,7 @@ impl SyncLoop {
                     // asks for a sync, as upstream's HandlePodReconcile.
                     let resync = crate::status::generate::needs_readiness_reconcile(&p);
                     self.pods.add_or_update(p.clone());
-                    if resync {
+                    if resync && !self.preempting.contains(&kubelet_types::pod_update::pod_uid(&p)) {
                         self.dispatch(UpdateType::Sync, &p, false);
                     }
                 }
@@ -230,14 +264,26 @@ impl SyncLoop {
     }
 
     /// Runs the admit handlers on a new pod (`canAdmitPod`); a rejected pod gets its Failed status and an event
-    /// (`rejectPod`) and is not run. Pods already terminal are not checked.
+    /// (`rejectPod`) and is not run. Pods already terminal are not checked. A critical pod that lacks resources
+    /// is refused, or admitted by preempting other pods, after which it starts ([`SyncLoop::preemption_done`]).
+    /// Returns whether the pod is to be run now.
     fn admit(&mut self, pod: &Arc<Pod>) -> bool {
         if is_terminal_phase(pod.status.as_ref().and_then(|s| s.phase.as_deref())) {
             return true;
         }
         let uid = kubelet_types::pod_update::pod_uid(pod);
         let others = self.admitted_pods(&uid);
-        let Some(r) = self.deps.admit.iter().find_map(|h| h.admit(pod, &others)) else { return true };
+        let r = match self.deps.admit.iter().find_map(|h| h.admit(pod, &others)) {
+            Some(r) => r,
+            None => match self.preemption.as_ref().map(|p| p.plan(pod, &others)) {
+                None | Some(Plan::Admit) => return true,
+                Some(Plan::Preempt { victims, requirements }) => {
+                    self.start_preemption(pod, victims, requirements);
+                    return false;
+                }
+                Some(Plan::Refuse(r)) => r,
+            },
+        };
         warn!(pod = %kubelet_types::pod_update::pod_ref(pod), podUID = %uid, reason = %r.reason, message = %r.message, "pod rejected at admission");
         self.deps.recorder.event(&pod_reference(pod), WARNING, &r.reason, r.message.clone());
         let status = k8s_openapi::api::core::v1::PodStatus {
@@ -252,14 +298,40 @@ impl SyncLoop {
         false
     }
 
+    /// Stops `victims` for the critical `pod` on a task of its own; the loop is told when they are stopped.
+    fn start_preemption(&mut self, pod: &Arc<Pod>, victims: Vec<Arc<Pod>>, requirements: Requirements) {
+        let Some(preemption) = self.preemption.clone() else { return };
+        let uid = kubelet_types::pod_update::pod_uid(pod);
+        let stopped: Vec<PodUid> = victims.iter().map(|v| kubelet_types::pod_update::pod_uid(v)).collect();
+        self.victims.extend(stopped.iter().cloned());
+        self.preempting.insert(uid.clone());
+        let (done, pod) = (self.preempted.0.clone(), pod.clone());
+        tokio::spawn(async move {
+            preemption.preempt(&pod, &victims, &requirements).await;
+            let _ = done.send((uid, stopped)).await;
+        });
+    }
+
+    /// A preemption ended: the critical pod starts with its latest update (unless removed meanwhile).
+    fn preemption_done(&mut self, (uid, stopped): Preempted) {
+        for v in &stopped {
+            self.victims.remove(v);
+        }
+        if self.preempting.remove(&uid)
+            && let Some(p) = self.pods.get(&uid).cloned()
+        {
+            self.dispatch(UpdateType::Create, &p, false);
+        }
+    }
+
     /// The pods admitted and still active (`GetActivePods` as admission sees it): neither refused, nor finished,
-    /// nor terminal unless still stopping. Pods admitted earlier in the same batch count.
+    /// nor terminal unless still stopping, nor being preempted. Pods admitted earlier in the same batch count.
     fn admitted_pods(&self, except: &PodUid) -> Vec<Arc<Pod>> {
         self.pods
             .pods()
             .filter(|p| {
                 let uid = kubelet_types::pod_update::pod_uid(p);
-                if &uid == except || self.rejected.contains(&uid) {
+                if &uid == except || self.rejected.contains(&uid) || self.victims.contains(&uid) {
                     return false;
                 }
                 let worker = self.deps.workers.phase(&uid);

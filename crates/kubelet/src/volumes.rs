@@ -48,6 +48,6 @@ impl DownwardValues for PodDownward {
             .chain(spec.init_containers.iter().flatten())
             .find(|c| c.name == container)
             .ok_or_else(|| format!("container {container} not found"))?;
-        resource_value(c, resource, divisor, &self.0)
+        resource_value(pod, c, resource, divisor, &self.0)
     }
 }

@@ -90,6 +90,23 @@ fn signals(cancel: CancellationToken) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Which gated projected sources upstream would serve here (`kubelet.go`: the gate on and an apiserver client);
+/// rkubelet serves none yet and fails their mounts either way, with upstream's text when the gate is off.
+fn gated_projections(cfg: &KubeletConfiguration, api: bool) -> kubelet_volume::GatedProjections {
+    let on = |gate| api && cfg.feature_gate(gate) == Some(true);
+    let gated = kubelet_volume::GatedProjections {
+        cluster_trust_bundle: on(kubelet_volume::sources::CLUSTER_TRUST_BUNDLE_PROJECTION),
+        pod_certificate: on(kubelet_volume::sources::POD_CERTIFICATE_REQUEST),
+    };
+    if gated.cluster_trust_bundle || gated.pod_certificate {
+        warn!(
+            ?gated,
+            "feature gates on for projected sources rkubelet does not serve yet: their volumes fail to mount"
+        );
+    }
+    gated
+}
+
 /// Runs the node agent until a signal.
 pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
@@ -122,7 +139,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         }
         (None, None) => None,
     };
-    info!(nodeName = %node_name, nodeIPs = ?host_ips, version = crate::KUBERNETES_VERSION, "starting rkubelet");
+    info!(nodeName = %node_name, nodeIPs = ?host_ips, version = crate::KUBERNETES_VERSION, rkubeletVersion = env!("CARGO_PKG_VERSION"), "starting rkubelet");
 
     let eviction_cfg = crate::pressure::eviction_config(&cfg)?;
     let pressure = Arc::new(kubelet_eviction::PressureState::default());
@@ -206,6 +223,9 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
 
     let mut allocatable_events = vec![];
     let systemd = cfg.cgroup_driver == "systemd";
+    let hugepage_sizes = kubelet_runtime::resources::node_hugepage_sizes(std::path::Path::new(
+        kubelet_runtime::resources::HUGEPAGES_SYSFS,
+    ));
     let cgroups: Arc<dyn PodCgroups> = if cfg.cgroups_per_qos.unwrap_or(true) && systemd {
         kubelet::cm::systemd::SystemdCgroups::check(std::path::Path::new("/run"))
             .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
@@ -225,7 +245,8 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     } else if cfg.cgroups_per_qos.unwrap_or(true) {
         let root = PathBuf::from("/sys/fs/cgroup");
         let m = CgroupfsManager::new(root.join(cfg.cgroup_root.trim_start_matches('/')))
-            .with_limits(cfg.cpu_cfs_quota.unwrap_or(true), cfg.pod_pids_limit.unwrap_or(-1));
+            .with_limits(cfg.cpu_cfs_quota.unwrap_or(true), cfg.pod_pids_limit.unwrap_or(-1))
+            .with_hugepage_sizes(hugepage_sizes.clone());
         m.setup_qos().context("create the kubepods QoS cgroups (is /sys/fs/cgroup writable?)")?;
         allocatable_events = crate::node::enforce_node_allocatable(&cfg, &inputs, &root)?;
         Arc::new(m)
@@ -248,6 +269,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         seccomp_default: cfg.seccomp_default.unwrap_or(false),
         node_hosts_file: "/etc/hosts".into(),
         node_ips: host_ips.clone(),
+        hugepage_sizes,
     };
     // With an apiserver, events go to it as well as to the log.
     let events = kubeconfig.as_ref().map(|_| EventSink::new());
@@ -287,6 +309,10 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         Arc::new(sysctls),
         Arc::new(kubelet::admission::NodeOs),
         Arc::new(kubelet::predicate::PredicateAdmit { node: node_rx.clone() }),
+        Arc::new(kubelet::admission::PodFeatures {
+            pod_level_resources: cfg.feature_gate("PodLevelResources").unwrap_or(true),
+        }),
+        Arc::new(kubelet::cm::hugetlb::HugePagesAdmit::new("/sys/fs/cgroup", systemd)),
         Arc::new(kubelet::admission::SupportedVolumes),
         Arc::new(kubelet::admission::UserNamespaces),
     ];
@@ -297,7 +323,8 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
             Arc::new(kubelet::volumes::PodDownward(Arc::new(node_facts.clone()))),
             Arc::new(kubelet_volume::SystemMounter),
         )
-        .with_tokens(Arc::new(kubelet_volume::TokenManager::new(objects.clone(), clock.clone()))),
+        .with_tokens(Arc::new(kubelet_volume::TokenManager::new(objects.clone(), clock.clone())))
+        .with_gated_projections(gated_projections(&cfg, kubeconfig.is_some())),
     );
     let runtime = RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone())
         .with_volumes(volumes.clone())
@@ -480,6 +507,12 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     )
     .with_state(pressure);
     tracker.spawn(eviction.run(cancel.clone()));
+    // Critical pods that lack resources preempt others through the eviction path (`CriticalPodAdmissionHandler`).
+    let preemption = Arc::new(kubelet::preemption::CriticalPodPreemption::new(
+        node_rx.clone(),
+        Arc::new(kubelet::pressure::WorkerKiller(workers.clone())),
+        recorder.clone(),
+    ));
     let sync_loop = SyncLoop::new(SyncLoopDeps {
         updates: upd_rx,
         pleg_events: pleg_rx,
@@ -502,7 +535,8 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         status: status.clone(),
         recorder,
         node_name: node_name.clone(),
-    });
+    })
+    .with_preemption(preemption);
     tracker.spawn(sync_loop.run(cancel.clone()));
     info!("started kubelet");
     // Once every pod source has been read and the first syncs and registration had time to run, the code that only

@@ -90,11 +90,11 @@ pub async fn client_api(
             ..Default::default()
         })
     });
-    let bootstrap_csr = match bootstrap_kubeconfig {
-        Some(b) => Some(Arc::new(KubeApi::from_kubeconfig(b).await.context("bootstrap kubeconfig")?.csr_client())
-            as Arc<dyn CsrClient>),
-        None => None,
-    };
+    // Read only when a certificate has to be had with it (none, or expired), as upstream: on a kubeadm control
+    // plane node there is no bootstrap file at all.
+    let bootstrap_csr = bootstrap_kubeconfig.map(|b| {
+        Arc::new(LazyBootstrapCsr { path: b.to_path_buf(), client: Default::default() }) as Arc<dyn CsrClient>
+    });
     std::sync::LazyLock::force(&certs::CLIENT_RENEW_ERRORS);
     let manager = Arc::new(
         Manager::new(ManagerConfig {
@@ -117,6 +117,44 @@ pub async fn client_api(
     tracker.spawn(transport::close_on_rotation(manager.subscribe(), conns, cancel.clone()));
     info!(certDir = %cert_dir.display(), "client certificate rotation is on");
     Ok(api)
+}
+
+/// The CSR API with the `--bootstrap-kubeconfig` credentials, read from the file at first use.
+struct LazyBootstrapCsr {
+    path: std::path::PathBuf,
+    client: tokio::sync::OnceCell<kubelet_kube::certificate::csr::KubeCsr>,
+}
+
+impl LazyBootstrapCsr {
+    async fn client(
+        &self,
+    ) -> Result<&kubelet_kube::certificate::csr::KubeCsr, kubelet_kube::certificate::csr::CsrError> {
+        self.client
+            .get_or_try_init(|| async {
+                let api = KubeApi::from_kubeconfig(&self.path).await.map_err(|e| {
+                    kubelet_kube::certificate::csr::CsrError::Api(kubelet_apiclient::ApiError::Other {
+                        code: 0,
+                        message: format!("bootstrap kubeconfig: {e}"),
+                    })
+                })?;
+                Ok(api.csr_client())
+            })
+            .await
+    }
+}
+
+#[async_trait::async_trait]
+impl CsrClient for LazyBootstrapCsr {
+    async fn create(
+        &self,
+        req: &kubelet_kube::certificate::csr::CsrRequest,
+    ) -> Result<(String, String), kubelet_kube::certificate::csr::CsrError> {
+        self.client().await?.create(req).await
+    }
+
+    async fn wait(&self, name: &str, uid: &str) -> Result<Vec<u8>, kubelet_kube::certificate::csr::CsrError> {
+        self.client().await?.wait(name, uid).await
+    }
 }
 
 /// The node's hostnames and IPs as upstream's `addressesToHostnamesAndIPs` (sorted, deduplicated).

@@ -1,9 +1,14 @@
 //! Command-line flags with upstream's names (`cmd/kubelet/app/options/options.go`). Flags given on the command
-//! line override the configuration file, as upstream.
+//! line override the configuration file, as upstream. [`Cli::from_command_line`] first lets `crate::flags` take
+//! every other flag the upstream kubelet registers (the configuration flags, and those rkubelet accepts without
+//! effect); clap then parses the flags below and refuses anything unknown, naming it.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
+
+use crate::flags;
 
 /// rkubelet: the Kubernetes node agent.
 #[derive(Debug, Clone, Parser)]
@@ -12,12 +17,19 @@ use clap::Parser;
     disable_version_flag = true,
     // A flag given twice takes its last value, as Go's flag package does.
     args_override_self = true,
-    about = "The Kubernetes node agent, in Rust: a drop-in kubelet."
+    about = "The Kubernetes node agent, in Rust: a drop-in kubelet.",
+    after_help = "Every other flag of the upstream kubelet v1.35 is accepted too. Those that set a \
+        KubeletConfiguration field (-v/--v LEVEL, --pod-manifest-path, --container-runtime-endpoint, --max-pods, \
+        --feature-gates, ...) override the --config file, most with upstream's deprecation warning; the others are \
+        accepted with a warning when they have no effect in rkubelet."
 )]
 pub struct Cli {
     /// The kubelet reads its configuration (KubeletConfiguration, kubelet.config.k8s.io/v1beta1) from this file.
     #[arg(long, value_name = "PATH")]
     pub config: Option<PathBuf>,
+    /// A directory of drop-in configuration files (`*.conf`, in lexical order) merged over --config.
+    #[arg(long = "config-dir", value_name = "DIR")]
+    pub config_dir: Option<PathBuf>,
     /// Path to a kubeconfig file for connecting to the apiserver. Omit it to run standalone.
     #[arg(long, value_name = "PATH")]
     pub kubeconfig: Option<PathBuf>,
@@ -30,38 +42,48 @@ pub struct Cli {
     /// IP address(es) of the node (comma-separated, at most one per family).
     #[arg(long = "node-ip", value_name = "IP")]
     pub node_ip: Option<String>,
-    /// The endpoint of the container runtime service (unix:///path); overrides containerRuntimeEndpoint.
-    #[arg(long = "container-runtime-endpoint", value_name = "ENDPOINT")]
-    pub container_runtime_endpoint: Option<String>,
     /// Directory for the kubelet's files (volume mounts, pod directories).
     #[arg(long = "root-dir", value_name = "DIR", default_value = "/var/lib/kubelet")]
     pub root_dir: PathBuf,
     /// Directory of the TLS certificates.
     #[arg(long = "cert-dir", value_name = "DIR", default_value = "/var/lib/kubelet/pki")]
     pub cert_dir: PathBuf,
-    /// Path to the static pod manifests (a folder or a file); overrides staticPodPath.
-    #[arg(long = "pod-manifest-path", value_name = "PATH")]
-    pub pod_manifest_path: Option<String>,
     /// Labels to add when registering the node (`key=value,...`).
     #[arg(long = "node-labels", value_name = "LABELS", value_parser = parse_labels, default_value = "")]
     pub node_labels: std::collections::BTreeMap<String, String>,
-    /// Log verbosity (0-10), as klog's -v.
-    #[arg(short = 'v', long = "v", value_name = "LEVEL", default_value_t = 0)]
-    pub v: u8,
     /// Print version information and quit.
     #[arg(long)]
     pub version: bool,
+    /// The flags that set configuration fields (`-v`, `--pod-manifest-path`, `--max-pods`, ...), in order.
+    #[arg(skip)]
+    pub config_flags: Vec<flags::Occurrence>,
+    /// Deprecation and no-effect warnings of the flags given, for stderr.
+    #[arg(skip)]
+    pub warnings: Vec<String>,
 }
 
-/// Parses `key=value,key2=value2` as upstream's `--node-labels`.
+impl Cli {
+    /// Parses a command line (the program name first) as the upstream kubelet reads it: see `crate::flags`.
+    pub fn from_command_line<I, T>(args: I) -> Result<Cli, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString>,
+    {
+        let split = flags::split(args).map_err(|e| Cli::command().error(clap::error::ErrorKind::InvalidValue, e))?;
+        let mut cli = Cli::try_parse_from(split.clap_args)?;
+        cli.config_flags = split.config_flags;
+        cli.warnings = split.warnings;
+        Ok(cli)
+    }
+}
+
+/// Parses `key=value,key2=value2` as upstream's `--node-labels` (a `ConfigurationMap`: `key` alone is an empty
+/// value, keys and values are trimmed), then checks the labels as `ValidateKubeletFlags`.
 pub fn parse_labels(s: &str) -> Result<std::collections::BTreeMap<String, String>, String> {
     let mut m = std::collections::BTreeMap::new();
-    for kv in s.split(',').map(str::trim).filter(|kv| !kv.is_empty()) {
-        let (k, v) = kv.split_once('=').ok_or_else(|| format!("invalid label {kv:?}: expected key=value"))?;
-        if k.is_empty() {
-            return Err(format!("invalid label {kv:?}: empty key"));
-        }
-        m.insert(k.to_string(), v.to_string());
+    for kv in s.split(',').filter(|kv| !kv.is_empty()) {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        m.insert(k.trim().to_string(), v.trim().to_string());
     }
     let unknown: Vec<&str> =
         m.keys().map(String::as_str).filter(|k| is_kubernetes_label(k) && !is_kubelet_label(k)).collect();
@@ -130,7 +152,7 @@ mod tests {
 
     #[test]
     fn upstream_flag_spellings() {
-        let c = Cli::try_parse_from([
+        let c = Cli::from_command_line([
             "rkubelet",
             "--config=/etc/kubernetes/kubelet.yaml",
             "--pod-manifest-path",
@@ -141,13 +163,32 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.config.unwrap(), PathBuf::from("/etc/kubernetes/kubelet.yaml"));
-        assert_eq!(c.pod_manifest_path.as_deref(), Some("/etc/kubernetes/manifests"));
-        assert_eq!(c.v, 4);
-        assert_eq!(Cli::try_parse_from(["rkubelet", "-v", "2"]).unwrap().v, 2);
-        assert!(Cli::try_parse_from(["rkubelet", "--no-such-flag"]).is_err());
-        let c = Cli::try_parse_from(["rkubelet", "--node-labels=role=edge,zone=a"]).unwrap();
+        assert_eq!(c.hostname_override.as_deref(), Some("node-a"));
+        let set: Vec<(&str, &str)> = c.config_flags.iter().map(|o| (o.flag.name, o.value.as_str())).collect();
+        assert_eq!(
+            set,
+            [
+                ("pod-manifest-path", "/etc/kubernetes/manifests"),
+                ("v", "4"),
+                ("container-runtime-endpoint", "unix:///run/containerd/containerd.sock")
+            ]
+        );
+        let e = Cli::from_command_line(["rkubelet", "--no-such-flag"]).unwrap_err().to_string();
+        assert!(e.contains("'--no-such-flag'"), "{e}");
+        let c = Cli::from_command_line(["rkubelet", "--node-labels=role=edge,zone=a"]).unwrap();
         assert_eq!(c.node_labels.get("zone").map(String::as_str), Some("a"));
-        assert!(Cli::try_parse_from(["rkubelet", "--node-labels=broken"]).is_err());
+        // A `ConfigurationMap`: a key alone has an empty value, and repeated flags add up (later keys win).
+        let c = Cli::from_command_line(["rkubelet", "--node-labels=solo,zone=a", "--node-labels", "zone=b,x=1"]);
+        let labels = c.unwrap().node_labels;
+        assert_eq!(
+            labels.into_iter().collect::<Vec<_>>(),
+            [("solo".into(), "".into()), ("x".into(), "1".into()), ("zone".into(), "b".into())]
+        );
+        assert!(Cli::from_command_line(["rkubelet", "--node-labels=a=b=c"]).is_err(), "the value 'b=c' is no label");
+        let c = Cli::from_command_line(["rkubelet", "--hostname-override=", "--kubeconfig=/a", "--kubeconfig="]);
+        let c = c.unwrap();
+        assert_eq!((c.hostname_override, c.kubeconfig), (None, None), "an empty value is upstream's default");
+        assert_eq!(c.root_dir, PathBuf::from("/var/lib/kubelet"));
         // Labels NodeRestriction would refuse stop start-up, as upstream's ValidateKubeletFlags.
         let e = parse_labels("node-role.kubernetes.io/worker=,a.k8s.io/x=1,node.kubernetes.io/pool=a").unwrap_err();
         assert!(
@@ -162,7 +203,7 @@ mod tests {
         );
         let ok = parse_labels("node.kubernetes.io/pool=a,x.kubelet.kubernetes.io/y=b,topology.kubernetes.io/zone=z");
         assert_eq!(ok.unwrap().len(), 3);
-        let twice = Cli::try_parse_from(["rkubelet", "--cert-dir=/a", "--cert-dir=/b"]).unwrap();
+        let twice = Cli::from_command_line(["rkubelet", "--cert-dir=/a", "--cert_dir", "/b"]).unwrap();
         assert_eq!(twice.cert_dir, PathBuf::from("/b"), "the last value wins, as with Go's flags");
     }
 

@@ -6,6 +6,8 @@ mod app;
 mod certs;
 mod cli;
 mod cluster;
+mod dropin;
+mod flags;
 mod node;
 mod objects;
 mod pressure;
@@ -14,13 +16,12 @@ mod server;
 
 use std::process::ExitCode;
 
-use clap::Parser;
 use kubelet_config::kubelet_config::{KubeletConfiguration, load_file};
 
 use crate::cli::Cli;
 
 /// The Kubernetes version whose kubelet rkubelet mirrors.
-pub const KUBERNETES_VERSION: &str = "v1.34.0";
+pub const KUBERNETES_VERSION: &str = "v1.35.0";
 
 fn load_config(cli: &Cli) -> anyhow::Result<KubeletConfiguration> {
     let mut cfg = match &cli.config {
@@ -37,12 +38,11 @@ fn load_config(cli: &Cli) -> anyhow::Result<KubeletConfiguration> {
             c
         }
     };
-    if let Some(e) = &cli.container_runtime_endpoint {
-        cfg.container_runtime_endpoint = e.clone();
+    if let Some(dir) = &cli.config_dir {
+        dropin::merge(&mut cfg, dir)?;
     }
-    if let Some(p) = &cli.pod_manifest_path {
-        cfg.static_pod_path = p.clone();
-    }
+    // Flags override the file and the drop-ins, as upstream's kubeletConfigFlagPrecedence.
+    flags::apply(&mut cfg, &cli.config_flags)?;
     cfg.validate()?;
     if !cfg.container_runtime_endpoint.starts_with("unix://") && !cfg.container_runtime_endpoint.starts_with('/') {
         anyhow::bail!(
@@ -53,7 +53,7 @@ fn load_config(cli: &Cli) -> anyhow::Result<KubeletConfiguration> {
     Ok(cfg)
 }
 
-fn init_tracing(v: u8) {
+fn init_tracing(v: u32) {
     use tracing_subscriber::EnvFilter;
     let level = match v {
         0..=2 => "info",
@@ -89,9 +89,14 @@ fn raise_open_files_limit() {
 fn main() -> ExitCode {
     residency::map_code_on_demand();
     raise_open_files_limit();
-    let cli = Cli::parse();
+    let cli = Cli::from_command_line(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    for warning in &cli.warnings {
+        eprintln!("{warning}");
+    }
     if cli.version {
-        println!("Kubernetes {KUBERNETES_VERSION} (rkubelet {})", env!("CARGO_PKG_VERSION"));
+        // Exactly what the upstream kubelet prints: kubeadm's preflight parses it with an anchored pattern.
+        // rkubelet's own version is in the start-up log line.
+        println!("Kubernetes {KUBERNETES_VERSION}");
         return ExitCode::SUCCESS;
     }
     let cfg = match load_config(&cli) {
@@ -101,7 +106,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    init_tracing(cli.v);
+    init_tracing(cfg.logging.verbosity);
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -133,7 +138,7 @@ mod tests {
     }
 
     fn load(path: &Path) -> anyhow::Result<KubeletConfiguration> {
-        let cli = Cli::try_parse_from(["rkubelet".as_ref(), "--config".as_ref(), path.as_os_str()]).unwrap();
+        let cli = Cli::from_command_line(["rkubelet".as_ref(), "--config".as_ref(), path.as_os_str()]).unwrap();
         load_config(&cli)
     }
 
@@ -165,5 +170,33 @@ mod tests {
         std::fs::write(&path, original.replace("\ncgroupDriver: cgroupfs\n", "\ncgroupDriver: openrc\n")).unwrap();
         let err = load(&path).expect_err("an unknown driver is refused");
         assert!(format!("{err:#}").contains("cgroupDriver"), "{err:#}");
+    }
+
+    #[test]
+    fn command_line_flags_override_the_config_file_and_are_validated() {
+        let cluster = config_dir().join("kubelet-cluster.yaml");
+        let with = |flags: &[&str]| {
+            let args = ["rkubelet".as_ref(), "--config".as_ref(), cluster.as_os_str()];
+            load_config(&Cli::from_command_line(args.into_iter().chain(flags.iter().map(|f| f.as_ref()))).unwrap())
+        };
+        let file = with(&[]).unwrap();
+        assert_ne!(file.max_pods, 42);
+        let cfg = with(&["--max-pods=42", "--pod-manifest-path", "/srv/manifests", "--v=5"]).unwrap();
+        assert_eq!((cfg.max_pods, cfg.static_pod_path.as_str(), cfg.logging.verbosity), (42, "/srv/manifests", 5));
+        assert_eq!(cfg, KubeletConfiguration { max_pods: 42, static_pod_path: "/srv/manifests".into(), ..cfg.clone() });
+        let err = with(&["--cgroup-driver=openrc"]).expect_err("validated after the flags, as upstream");
+        assert!(format!("{err:#}").contains("cgroupDriver"), "{err:#}");
+        let err = with(&["--container-runtime-endpoint=tcp://10.0.0.1:1"]).expect_err("only unix sockets");
+        assert!(format!("{err:#}").contains("containerRuntimeEndpoint"), "{err:#}");
+        // Drop-ins apply over the file, flags over both.
+        let dir = tempfile::tempdir().unwrap();
+        let head = "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n";
+        std::fs::write(dir.path().join("10-pods.conf"), format!("{head}maxPods: 30\n")).unwrap();
+        let dropins = format!("--config-dir={}", dir.path().display());
+        assert_eq!(with(&[&dropins]).unwrap().max_pods, 30);
+        assert_eq!(with(&[&dropins, "--max-pods=42"]).unwrap().max_pods, 42);
+        // Without a file, the flags apply over upstream's built-in defaults.
+        let cfg = load_config(&Cli::from_command_line(["rkubelet", "--max-pods=42", "--read-only-port=0"]).unwrap());
+        assert_eq!(cfg.unwrap().max_pods, 42);
     }
 }

@@ -8,7 +8,8 @@
 //!
 //! Contract: [`ControlPlane::ensure`] is called by every test binary (and by `scripts/test.sh` through the
 //! `rkubelet-test-cluster up` command before the suite); the first call starts the processes detached and later
-//! calls reuse them while the apiserver answers `/readyz`, so one control plane serves the whole run (the
+//! calls reuse them while the apiserver answers `/readyz` (an apiserver started with other flags by an
+//! older build is restarted with today's), so one control plane serves the whole run (the
 //! apiserver needs 5–10 s to start on two cores). Calls are serialised by a lock file in the state directory.
 //! `rkubelet-test-cluster down` stops it. Everything listens on 127.0.0.1 only. The apiserver reaches kubelets by
 //! their `Hostname` address: node names come from a pool ([`ControlPlane::next_node_name`]) that resolves to
@@ -110,6 +111,41 @@ fn k8s_places(name: &str) -> Vec<PathBuf> {
     vec![project.join("../shared/k8s/bin").join(name), PathBuf::from("/work/shared/k8s/bin").join(name)]
 }
 
+/// A program of `../shared` that is kept xz-compressed there (`k8s/bin/kubeadm`, `tools/bin/crictl`, ...): `env`
+/// names it if set, else `../shared/unpack.sh` (beside the project, or `/work/shared`) unpacks it into its cache
+/// (`$RKUBELET_SHARED_BIN`, `/var/cache/rkubelet-shared`) and its path there is returned.
+pub fn unpacked_binary(env: &str, rel: &str) -> Result<PathBuf, Error> {
+    if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(Error::Setup(format!("{env}={} does not name a file", p.display())))
+        };
+    }
+    let project = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let script = [project.join("../shared/unpack.sh"), PathBuf::from("/work/shared/unpack.sh")]
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| {
+            Error::Setup(format!("{rel} not found: set {env} to its path, or put shared/ beside the project"))
+        })?;
+    let out = std::process::Command::new("sh")
+        .arg(&script)
+        .output()
+        .map_err(|e| Error::Setup(format!("{}: {e}", script.display())))?;
+    if !out.status.success() {
+        return Err(Error::Setup(format!(
+            "{} failed: {}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    let dest = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let p = dest.join(rel);
+    if p.is_file() { Ok(p) } else { Err(Error::Setup(format!("{} not unpacked by {}", p.display(), script.display()))) }
+}
+
 /// The kube-apiserver binary.
 pub fn apiserver_binary() -> Result<PathBuf, Error> {
     find_binary("KUBE_APISERVER", "kube-apiserver", &k8s_places("kube-apiserver"))
@@ -174,6 +210,7 @@ impl ControlPlane {
                 break;
             }
             if cp.apiserver_ready() {
+                cp.restart_stale_apiserver()?;
                 return Ok(cp);
             }
             if attempt < 4 {
@@ -183,6 +220,24 @@ impl ControlPlane {
         cp.stop_all();
         cp.start_all()?;
         Ok(cp)
+    }
+
+    /// Restarts an apiserver that runs with other flags than [`ControlPlane::apiserver_args`] (started by an older
+    /// build of this crate) with today's, on the same etcd data: a change of its flags takes effect at the next
+    /// test instead of at the next `rkubelet-test-cluster down`. Tests call this under the end-to-end lock, so no
+    /// other test sees the short outage.
+    fn restart_stale_apiserver(&self) -> Result<(), Error> {
+        let p = self.proc("kube-apiserver");
+        let Some(pid) = p.running_pid() else { return Ok(()) };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { return Ok(()) };
+        let running: Vec<String> =
+            cmdline.split(|b| *b == 0).skip(1).map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let want = self.apiserver_args();
+        if running.iter().filter(|a| !a.is_empty()).eq(want.iter()) {
+            return Ok(());
+        }
+        p.stop();
+        self.start_apiserver_locked()
     }
 
     /// Stops every process of the control plane in `dir` and removes etcd's data (the PKI stays).
@@ -507,6 +562,10 @@ impl ControlPlane {
             format!("--audit-log-path={}", self.audit_log().display()),
             "--audit-log-mode=blocking".into(),
             "--audit-log-maxsize=500".into(),
+            // Pods keep their `clusterTrustBundle` projections (dropped on create while the gate is off, beta and off
+            // by default): the kubelet must then fail their mounts, which a test checks. Nothing else of the
+            // apiserver reads this gate; the ClusterTrustBundle API itself stays off.
+            "--feature-gates=ClusterTrustBundleProjection=true".into(),
         ]
     }
 

@@ -528,3 +528,44 @@ fn load_file_defaults_and_resolves_paths() {
     assert!(matches!(missing, ConfigError::Read { .. }));
     assert!(missing.to_string().contains("absent.yaml"), "{missing}");
 }
+
+/// The leaves of `v` that are zero values (`0s`, `0`, `"0"`, `{}`), as JSON pointers.
+fn zero_leaves(v: &Value, at: String, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) if m.is_empty() => out.push(at),
+        Value::Object(m) => m.iter().for_each(|(k, v)| zero_leaves(v, format!("{at}/{k}"), out)),
+        Value::String(s) if s == "0s" || s == "0" => out.push(at),
+        Value::Number(n) if n.as_f64() == Some(0.0) => out.push(at),
+        _ => {}
+    }
+}
+
+#[test]
+fn kubeadms_zero_values_get_upstream_defaults_field_by_field() {
+    // What kubeadm v1.35 wrote on a real node (../shared/fixtures): every `0s`, `0` and `{}` it leaves in means
+    // "the default", as upstream's SetDefaults_KubeletConfiguration reads them.
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/fixtures/kubeadm-v1.35-init/var/lib/kubelet/config.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let raw = parse_document(&text, "kubeadm").unwrap();
+    let mut zeros = vec![];
+    zero_leaves(&raw, String::new(), &mut zeros);
+    assert!(zeros.len() >= 20, "the fixture's zero values: {zeros:?}");
+    let mut kubeadm = from_yaml_str(&text, "kubeadm").unwrap();
+    kubeadm.set_defaults();
+    let kubeadm = serde_json::to_value(&kubeadm).unwrap();
+    let plain = serde_json::to_value(defaulted("")).unwrap();
+    for p in &zeros {
+        assert_eq!(kubeadm.pointer(p), plain.pointer(p), "{p}: kubeadm's zero value is not read as the default");
+    }
+    // A few by name, as upstream's defaults give them.
+    let c: KubeletConfiguration = serde_json::from_value(kubeadm).unwrap();
+    assert_eq!(c.sync_frequency, Duration::from_mins(1));
+    assert_eq!(c.file_check_frequency, Duration::from_secs(20));
+    assert_eq!(c.runtime_request_timeout, Duration::from_mins(2));
+    assert_eq!(c.authentication.webhook.cache_ttl, Duration::from_mins(2));
+    assert_eq!(c.authorization.webhook.cache_unauthorized_ttl, Duration::from_secs(30));
+    assert_eq!(c.streaming_connection_idle_timeout, Duration::from_hours(4));
+    assert_eq!(c.logging.flush_frequency.duration, Duration::from_secs(5));
+    assert_eq!(c.cgroup_root, "/kubeadm-node");
+}

@@ -137,6 +137,9 @@ fn volume_reference(v: &Volume) -> Result<Option<&'static str>, String> {
             if s.cluster_trust_bundle.is_some() {
                 return Ok(Some("clustertrustbundles"));
             }
+            if s.pod_certificate.is_some() {
+                return Ok(Some("podcertificates"));
+            }
             if s.downward_api.is_some() {
                 continue;
             }
@@ -179,6 +182,15 @@ mod tests {
         assert_eq!(api_object_reference(&pod(&token)), Ok(Some("serviceaccounts (via projected volumes)")));
         let downward = vol("    projected:\n      sources:\n      - downwardAPI:\n          items: []\n");
         assert_eq!(api_object_reference(&pod(&downward)), Ok(None));
+        let bundle = vol(
+            "    projected:\n      sources:\n      - clusterTrustBundle:\n          name: ca\n          path: ca\n",
+        );
+        assert_eq!(api_object_reference(&pod(&bundle)), Ok(Some("clustertrustbundles")));
+        let cert = vol(
+            "    projected:\n      sources:\n      - podCertificate:\n          signerName: example.com/s\n          \
+             keyType: ED25519\n          credentialBundlePath: creds.pem\n",
+        );
+        assert_eq!(api_object_reference(&pod(&cert)), Ok(Some("podcertificates")));
         let sourceless: Pod = {
             let mut p = pod(base);
             p.spec.as_mut().unwrap().volumes = Some(vec![Volume { name: "v".into(), ..Default::default() }]);

@@ -15,21 +15,43 @@ pub struct Env {
 }
 
 /// A manager over a fake runtime with `busybox:1`, its folders in a temporary directory.
+#[allow(dead_code)] // not every test binary uses every helper
 pub fn env() -> Env {
+    env_with(|_| {})
+}
+
+/// As [`env`], with the configuration changed by `edit`.
+pub fn env_with(edit: impl FnOnce(&mut RuntimeManagerConfig)) -> Env {
     let clock = Arc::new(TestClock::fixed());
     let c2 = clock.clone();
     let time = Box::new(move || c2.now().duration_since(UNIX_EPOCH).unwrap().as_nanos() as i64);
     let fake = Arc::new(FakeRuntime::with_time(&["busybox:1"], time));
     let dir = tempfile::tempdir().unwrap();
-    let cfg = RuntimeManagerConfig {
+    let mut cfg = RuntimeManagerConfig {
         pod_logs_dir: dir.path().join("pods-logs"),
         container_logs_dir: dir.path().join("containers"),
         root_dir: dir.path().join("root"),
         resolv_conf: None,
         ..Default::default()
     };
+    edit(&mut cfg);
     let mgr = RuntimeManager::new(fake.clone(), fake.clone(), cfg, clock);
     Env { fake, mgr, _dir: dir }
+}
+
+/// Pod `default/p` (UID `uid-1`) with `spec`.
+#[allow(dead_code)] // not every test binary uses every helper
+pub fn pod_p(spec: k8s_openapi::api::core::v1::PodSpec) -> k8s_openapi::api::core::v1::Pod {
+    k8s_openapi::api::core::v1::Pod {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("p".into()),
+            namespace: Some("default".into()),
+            uid: Some("uid-1".into()),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        ..Default::default()
+    }
 }
 
 /// The runtime status of pod `default/p` (UID `uid-1`).

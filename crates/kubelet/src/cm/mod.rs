@@ -5,9 +5,10 @@
 //! `kubepods/besteffort`); pod workers call [`PodCgroups::ensure_pod`] before a pod's sandbox is created and
 //! [`PodCgroups::destroy_pod`] once nothing of the pod runs; housekeeping lists pod cgroups to remove orphans.
 //! Works on cgroup v1 (one folder per controller hierarchy) and v2 (one unified tree). Writing a limit that
-//! the kernel refuses is a warning, not an error.
+//! the kernel refuses is a warning, not an error. Huge page limits: [`hugetlb`].
 
 pub mod dbus;
+pub mod hugetlb;
 pub mod systemd;
 
 use std::collections::HashSet;
@@ -38,17 +39,42 @@ pub struct CgroupfsManager {
     cfs_quota: bool,
     /// `podPidsLimit` (-1: none).
     pids_limit: i64,
+    /// The node's huge page sizes (`2MB`, ...).
+    hugepage_sizes: Vec<String>,
 }
 
 /// v1 hierarchies where the kubelet creates the pod cgroup and writes limits; runc creates the others.
-const V1_MANAGED: [&str; 3] = ["cpu", "memory", "pids"];
+const V1_MANAGED: [&str; 4] = ["cpu", "memory", "pids", "hugetlb"];
 
 impl CgroupfsManager {
     /// A manager of the cgroups under `root`.
     pub fn new(root: impl Into<PathBuf>) -> Self {
         let root = root.into();
         let v2 = root.join("cgroup.controllers").exists();
-        Self { root, v2, cfs_quota: true, pids_limit: -1 }
+        Self { root, v2, cfs_quota: true, pids_limit: -1, hugepage_sizes: vec![] }
+    }
+
+    /// With the node's huge page sizes (`2MB`, `1GB`), each of which gets a limit where hugetlb is available.
+    pub fn with_hugepage_sizes(mut self, sizes: Vec<String>) -> Self {
+        self.hugepage_sizes = sizes;
+        self
+    }
+
+    /// Writes huge page limits into `dir` when its hierarchy has the hugetlb controller (v1: the `hugetlb`
+    /// hierarchy; v2: the root lists it), as upstream's maybeSetHugetlb.
+    fn write_hugetlb(&self, hierarchy: &Path, dir: &Path, limits: &std::collections::BTreeMap<u64, u64>) {
+        let has = if self.v2 {
+            hugetlb::support(&self.root, false) == hugetlb::HugetlbSupport::Available
+        } else {
+            hierarchy.file_name().is_some_and(|n| n == "hugetlb")
+        };
+        let limits = hugetlb::limits_for(&self.hugepage_sizes, limits);
+        if has
+            && !limits.is_empty()
+            && let Err(e) = hugetlb::write_limits(dir, self.v2, &limits)
+        {
+            warn!(cgroup = %dir.display(), error = %e, "failed to set hugetlb limits");
+        }
     }
 
     /// With `cpuCFSQuota` and `podPidsLimit`.
@@ -112,6 +138,13 @@ impl CgroupfsManager {
     }
 }
 
+/// The bytes of a page size as cgroups name it (`2MB` → 2 MiB).
+fn size_bytes(unit: &str) -> Option<u64> {
+    let units = [("KB", 1u64 << 10), ("MB", 1 << 20), ("GB", 1 << 30), ("TB", 1 << 40), ("PB", 1 << 50), ("B", 1)];
+    let (n, mult) = units.iter().find_map(|(u, m)| Some((unit.strip_suffix(u)?, *m)))?;
+    n.parse::<u64>().ok().map(|n| n * mult)
+}
+
 fn rel(path: &str) -> &str {
     path.trim_start_matches('/')
 }
@@ -127,6 +160,12 @@ impl PodCgroups for CgroupfsManager {
                 for q in Self::qos_parents() {
                     Self::enable_controllers(&h.join(q));
                 }
+            }
+            // The QoS tiers have unbounded huge pages (setHugePagesUnbounded).
+            let unbounded =
+                self.hugepage_sizes.iter().filter_map(|s| Some((size_bytes(s)?, hugetlb::UNBOUNDED))).collect();
+            for q in ["kubepods/burstable", "kubepods/besteffort"] {
+                self.write_hugetlb(&h, &h.join(q), &unbounded);
             }
             // BestEffort pods share the minimum: 2 shares, weight 1 on v2 (upstream's QoS manager).
             if self.v2 {
@@ -146,7 +185,8 @@ impl PodCgroups for CgroupfsManager {
         for h in self.managed() {
             let dir = h.join(rel(&path));
             // Every sync comes here: a stat is cheaper than a mkdir that fails with EEXIST.
-            if !dir.is_dir() {
+            let made = !dir.is_dir();
+            if made {
                 std::fs::create_dir_all(&dir)?;
                 if self.v2 {
                     // The containers' cgroups (made by runc) get the controllers too; once, at creation.
@@ -167,6 +207,10 @@ impl PodCgroups for CgroupfsManager {
                 if self.pids_limit > 0 {
                     Self::write(&dir, "pids.max", &self.pids_limit.to_string());
                 }
+                if made {
+                    // Huge page requests never change: written once.
+                    self.write_hugetlb(&h, &dir, &r.hugepage_limits);
+                }
                 continue;
             }
             let name = h.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -182,6 +226,8 @@ impl PodCgroups for CgroupfsManager {
                 }
             } else if name == "pids" && self.pids_limit > 0 {
                 Self::write(&dir, "pids.max", &self.pids_limit.to_string());
+            } else if name == "hugetlb" && made {
+                self.write_hugetlb(&h, &dir, &r.hugepage_limits);
             }
         }
         Ok(())
@@ -273,6 +319,10 @@ impl PodCgroups for NoCgroups {
         vec![]
     }
 }
+
+#[cfg(test)]
+#[path = "pod_resources_tests.rs"]
+mod pod_resources_tests;
 
 #[cfg(test)]
 mod tests {

@@ -236,10 +236,21 @@ impl NodeStatusManager {
         Ok(true)
     }
 
+    /// The registered Node as admission is to read it until the first status update: the Node the apiserver
+    /// returned, with the capacity and allocatable the kubelet computed when it has none (upstream registers the
+    /// Node with its status, and `getNodeAnyWay` falls back to the initial Node), so a pod admitted meanwhile is not
+    /// refused for a node of no capacity (`OutOfpods`, `capacity: 0`).
+    fn with_initial_status(&self, mut node: Node) -> Node {
+        if node.status.as_ref().is_none_or(|s| s.allocatable.is_none()) {
+            node.status = super::setters::initial_node_with_status(&self.inputs, &Default::default(), &[]).status;
+        }
+        node
+    }
+
     /// Registers, then keeps the status fresh until cancelled.
     pub async fn run(self, cancel: CancellationToken) {
         let Some(node) = self.register(&cancel).await else { return };
-        self.registered.send_replace(Some(node));
+        self.registered.send_replace(Some(self.with_initial_status(node)));
         let mut tick = tokio::time::interval(self.cfg.update_frequency);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_report = None;
@@ -253,7 +264,7 @@ impl NodeStatusManager {
                 if e.is_not_found() {
                     // Someone deleted the Node: register it again, as upstream does after a restart.
                     if let Some(n) = self.register(&cancel).await {
-                        self.registered.send_replace(Some(n));
+                        self.registered.send_replace(Some(self.with_initial_status(n)));
                         last_report = None;
                     }
                 }
@@ -397,7 +408,7 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn existing_node_gets_its_default_labels_back() {
+    async fn existing_node_gets_its_default_labels_back_and_admission_sees_its_allocatable_at_once() {
         let api = Arc::new(FakeApi::new());
         let mut n = Node::default();
         n.metadata.name = Some("n1".into());
@@ -412,8 +423,12 @@ mod tests {
             register_schedulable: true,
         };
         let m = NodeStatusManager::new(api.clone(), signals, inputs(), cfg, Arc::new(TestClock::fixed()));
-        m.try_register().await.unwrap();
+        let registered = m.try_register().await.unwrap();
         assert_eq!(api.node("n1").unwrap().metadata.labels.unwrap()["kubernetes.io/hostname"], "n1");
+        // Until the first status update the Node has no status; admission reads the kubelet's allocatable.
+        assert!(registered.status.is_none());
+        let allocatable = m.with_initial_status(registered).status.and_then(|s| s.allocatable).unwrap_or_default();
+        assert_eq!(allocatable.get("pods").map(|q| q.0.as_str()), Some("110"));
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub struct NodeInputs {
     pub eviction_hard: BTreeMap<String, String>,
     /// `<runtime>://<version>`.
     pub runtime_version: String,
-    /// The kubelet version (`v1.34.0`).
+    /// The kubelet version (`v1.35.0`).
     pub kubelet_version: String,
     /// The kubelet's port (`port`, 10250).
     pub port: i32,
@@ -104,7 +104,9 @@ pub fn allocatable(i: &NodeInputs) -> BTreeMap<String, Quantity> {
         .get("memory.available")
         .and_then(|v| quantity::threshold(v, i.machine.memory_capacity as f64))
         .unwrap_or(0.0);
-    let mem = (i.machine.memory_capacity as f64 - reserved("memory") - mem_evict).max(0.0) as i64;
+    // Memory held as huge pages is not allocatable as memory (the MachineInfo setter).
+    let hugepages: f64 = i.machine.hugepages.iter().map(|(size, pages)| (size * pages) as f64).sum();
+    let mem = (i.machine.memory_capacity as f64 - reserved("memory") - mem_evict - hugepages).max(0.0) as i64;
     a.insert("memory".into(), q(binary_si(mem)));
     let fs_evict = i
         .eviction_hard
@@ -356,6 +358,13 @@ mod tests {
         assert_eq!(a["cpu"].0, "1900m");
         assert_eq!(a["memory"].0, "16290832Ki", "capacity minus 100Mi");
         assert_eq!(a["ephemeral-storage"].0, "9Gi", "capacity minus 10%");
+        // Huge pages the kernel holds are allocatable as such, and no longer as memory.
+        let mut i = inputs();
+        i.machine.hugepages[0].1 = 4;
+        assert_eq!(capacity(&i)["hugepages-2Mi"].0, "8Mi");
+        let a = allocatable(&i);
+        assert_eq!(a["hugepages-2Mi"].0, "8Mi");
+        assert_eq!(a["memory"].0, "16282640Ki", "capacity minus 100Mi and 8Mi of huge pages");
     }
 
     #[test]
