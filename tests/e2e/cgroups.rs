@@ -179,6 +179,29 @@ impl SystemdNs {
     fn unit_state(&self, unit: &str) -> String {
         self.exec(&["systemctl", "show", "-p", "ActiveState", "--value", unit]).trim().to_string()
     }
+
+    /// The node's config edit: this containerd, the systemd driver, then `extra`.
+    fn node_config(&self, extra: &str) -> impl FnOnce(&Node) -> String + use<> {
+        let (socket, extra) = (self.socket.clone(), extra.to_string());
+        move |n: &Node| {
+            std::fs::read_to_string(&n.config).unwrap().replace(
+                &format!("containerRuntimeEndpoint: {}\n", endpoint()),
+                &format!("containerRuntimeEndpoint: unix://{socket}\n"),
+            ) + "cgroupDriver: systemd\n"
+                + &extra
+        }
+    }
+}
+
+/// The static pod `web` whose container requests 100m CPU and 16Mi and is limited to 500m and 64Mi (Burstable);
+/// its `sleep` ignores SIGTERM, so it is stopped after a grace period of 1 s.
+fn burstable_web() -> String {
+    let web = manifest("web", &[], &[("app", "exec sleep 3600")], "  terminationGracePeriodSeconds: 1\n").replace(
+        "    command:",
+        "    resources:\n      requests: {cpu: 100m, memory: 16Mi}\n      limits: {cpu: 500m, memory: 64Mi}\n    command:",
+    );
+    assert!(web.contains("limits"), "{web}");
+    web
 }
 
 impl Drop for SystemdNs {
@@ -192,25 +215,11 @@ impl Drop for SystemdNs {
 async fn pods_on_the_systemd_driver_are_slices_systemd_knows() {
     let _g = serial().await;
     let ns = SystemdNs::start();
-    let socket = ns.socket.clone();
-    let config = move |n: &Node| {
-        std::fs::read_to_string(&n.config).unwrap().replace(
-            &format!("containerRuntimeEndpoint: {}\n", endpoint()),
-            &format!("containerRuntimeEndpoint: unix://{socket}\n"),
-        ) + "cgroupDriver: systemd\nsystemReserved:\n  cpu: 200m\n  memory: 64Mi\nenforceNodeAllocatable: [pods, \
-               system-reserved]\nsystemReservedCgroup: /system.slice\n"
-    };
-    let web = manifest(
-        "web",
-        &[],
-        &[("app", "exec sleep 3600")],
-        "",
-    )
-    .replace(
-        "    command:",
-        "    resources:\n      requests: {cpu: 100m, memory: 16Mi}\n      limits: {cpu: 500m, memory: 64Mi}\n    command:",
+    let config = ns.node_config(
+        "systemReserved:\n  cpu: 200m\n  memory: 64Mi\nenforceNodeAllocatable: [pods, system-reserved]\n\
+         systemReservedCgroup: /system.slice\n",
     );
-    assert!(web.contains("limits"), "{web}");
+    let web = burstable_web();
     let env = vec![(WRAPPER_ENV.to_string(), ns.wrapper().display().to_string())];
     let mut node = Node::start_named_env("e2e-node", &[("web.yaml", &web)], config, vec![], env);
     let pod = node.wait_running("web-e2e-node").await;
@@ -254,6 +263,58 @@ async fn pods_on_the_systemd_driver_are_slices_systemd_knows() {
     })
     .await;
     assert!(!node.log().contains("panicked"));
+    node.kill9();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_a_cgroup_root_the_systemd_driver_s_slices_are_named_as_upstream_s() {
+    let _g = serial().await;
+    let ns = SystemdNs::start();
+    let env = vec![(WRAPPER_ENV.to_string(), ns.wrapper().display().to_string())];
+    let config = ns.node_config("cgroupRoot: /kubeadm-node\n");
+    // As upstream: the root's slice must exist in every hierarchy the kubelet checks.
+    let mut node = Node::start_named_env("e2e-node", &[("web.yaml", &burstable_web())], config, vec![], env);
+    assert!(!node.wait_exit(Duration::from_secs(30)).await.success());
+    let log = node.log();
+    assert!(
+        log.contains(
+            "invalid configuration: cgroup [\"kubeadm-node\"] has some missing paths: \
+             /sys/fs/cgroup/cpu/kubeadm_node.slice"
+        ),
+        "{}",
+        tail(&log, 10)
+    );
+    // The admin's slice: systemd makes it where it accounts (memory, pids), the admin in the other hierarchies.
+    ns.exec(&["systemctl", "start", "kubeadm_node.slice"]);
+    for h in ["cpu", "cpuacct", "cpuset"] {
+        ns.exec(&["mkdir", "-p", &format!("/sys/fs/cgroup/{h}/kubeadm_node.slice")]);
+    }
+    node.spawn();
+    let pod = node.wait_running("web-e2e-node").await;
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+    let id = container_id(&pod, "app");
+
+    // Every slice is named as upstream's ToSystemd names `[kubeadm-node, kubepods, ...]`.
+    let slice = format!("kubeadm_node-kubepods-burstable-pod{}.slice", uid.replace('-', "_"));
+    for unit in ["kubeadm_node-kubepods.slice", "kubeadm_node-kubepods-besteffort.slice", slice.as_str()] {
+        assert_eq!(ns.unit_state(unit), "active", "{unit}");
+    }
+    assert!(matches!(ns.unit_state("kubepods.slice").as_str(), "inactive" | ""), "nothing at the default root");
+    let status = ns.exec(&["systemctl", "status", "--no-pager", &slice]);
+    assert!(status.contains(&format!("cri-containerd-{id}.scope")), "the container's scope:\n{status}");
+    let path = format!("kubeadm_node.slice/kubeadm_node-kubepods.slice/kubeadm_node-kubepods-burstable.slice/{slice}");
+    let read = |f: &str| ns.exec(&["cat", &format!("/sys/fs/cgroup/{f}")]).trim().to_string();
+    assert_eq!(read(&format!("memory/{path}/memory.limit_in_bytes")), "67108864");
+    assert_eq!(
+        read("memory/kubeadm_node.slice/kubeadm_node-kubepods.slice/memory.limit_in_bytes"),
+        mem_total().to_string()
+    );
+
+    node.remove_manifest("web.yaml");
+    node.wait_for("the pod's slice stopped", Duration::from_secs(60), || async {
+        matches!(ns.unit_state(&slice).as_str(), "inactive" | "").then_some(())
+    })
+    .await;
     node.kill9();
 }
 

@@ -7,6 +7,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use common::cluster::TestEnv;
 use common::*;
@@ -70,9 +71,39 @@ async fn kubeadms_preflight_finds_no_fault_with_rkubelet_as_the_kubelet() {
     assert!(complaints.is_empty(), "kubeadm complains about the kubelet: {complaints:?}");
 }
 
-/// Removes the cgroups below `root` of every v1 hierarchy, deepest first (nothing runs in them any more).
+/// The hierarchies where upstream's kubelet checks that the cgroup root exists (`cgroupV1impl.Validate`).
+const CHECKED: [&str; 7] = ["cpu", "cpuacct", "cpuset", "memory", "pids", "systemd", "hugetlb"];
+
+const CGROUPS: &str = "/sys/fs/cgroup";
+
+/// A cgroup root of the test, absent at first (what a failed run left is removed); removed with everything below
+/// it when dropped, also when the test fails.
+struct CgroupRoot(&'static str);
+
+impl CgroupRoot {
+    fn absent(root: &'static str) -> CgroupRoot {
+        remove_cgroups(root);
+        CgroupRoot(root)
+    }
+
+    /// Makes the root as a node's admin does: its folder in every hierarchy the kubelet checks.
+    fn make(&self) {
+        for h in CHECKED.iter().map(|h| Path::new(CGROUPS).join(h)).filter(|h| h.join("cgroup.procs").exists()) {
+            std::fs::create_dir_all(h.join(self.0.trim_start_matches('/'))).unwrap();
+        }
+    }
+}
+
+impl Drop for CgroupRoot {
+    fn drop(&mut self) {
+        remove_cgroups(self.0);
+    }
+}
+
+/// Removes the cgroups below `root` of every v1 hierarchy, deepest first; a process still in them (the containers
+/// of a failed run) is killed first.
 fn remove_cgroups(root: &str) {
-    let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") else { return };
+    let Ok(hierarchies) = std::fs::read_dir(CGROUPS) else { return };
     for h in hierarchies.flatten() {
         let top = h.path().join(root.trim_start_matches('/'));
         let mut dirs = vec![];
@@ -84,7 +115,16 @@ fn remove_cgroups(root: &str) {
             }
         }
         for d in dirs.iter().rev() {
-            let _ = std::fs::remove_dir(d);
+            for _ in 0..50 {
+                let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+                for pid in procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
+                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::SIGKILL);
+                }
+                if std::fs::remove_dir(d).is_ok() || !d.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
         }
     }
 }
@@ -96,14 +136,15 @@ async fn rkubelet_starts_from_kubeadms_own_files_and_flags_and_the_node_turns_re
     let fx = fixture();
     let kubeadm_cfg = std::fs::read_to_string(fx.join("var/lib/kubelet/config.yaml")).unwrap();
     let ca = env.cp.pki.path("ca.crt");
-    remove_cgroups("/kubeadm-node");
     let edit = |n: &Node| {
         let text = kubeadm_cfg
             .replace("unix:///run/containerd/containerd.sock", &endpoint())
             .replace("/etc/kubernetes/manifests", &n.manifests.display().to_string())
             .replace("/etc/kubernetes/pki/ca.crt", &ca.display().to_string())
             .replace("healthzPort: 10248", &format!("healthzPort: {HEALTHZ_PORT}"));
-        format!("{text}address: 127.0.0.1\nport: {SECURE_PORT}\npodLogsDir: {}\n", n.logs.display())
+        // The test nodes' eviction thresholds: upstream's default percentages put a fuller build disk under
+        // DiskPressure at once, and no pod would be admitted.
+        format!("{text}address: 127.0.0.1\nport: {SECURE_PORT}\npodLogsDir: {}\n{EVICTION_HARD}", n.logs.display())
     };
     // kubeadm's flags as its drop-in passes them, the node name substituted.
     let mut args: Vec<String> =
@@ -115,7 +156,22 @@ async fn rkubelet_starts_from_kubeadms_own_files_and_flags_and_the_node_turns_re
             .collect();
     assert!(args.iter().any(|a| a.starts_with("--pod-infra-container-image=")), "{args:?}");
     args.push(format!("--kubeconfig={}", env.kubelet_kubeconfig.display()));
+    // As upstream's kubelet: the cgroup root must exist; the kubelet makes `<cgroupRoot>/kubepods` in it.
+    let cgroup_root = CgroupRoot::absent("/kubeadm-node");
     let mut node = Node::start_named_env(&env.node, &[], edit, args, vec![]);
+    let status = node.wait_exit(Duration::from_secs(60)).await;
+    let log = node.log();
+    assert!(!status.success(), "{}", tail(&log, 20));
+    assert!(
+        log.contains(
+            "invalid configuration: cgroup [\"kubeadm-node\"] has some missing paths: /sys/fs/cgroup/cpu/kubeadm-node"
+        ),
+        "upstream's refusal of a missing cgroup root:\n{}",
+        tail(&log, 20)
+    );
+    assert!(!Path::new("/sys/fs/cgroup/cpu/kubeadm-node").exists(), "the root is not made");
+    cgroup_root.make();
+    node.spawn();
     let n = env.wait_node_ready(&mut node).await;
     assert_eq!(n["status"]["nodeInfo"]["kubeletVersion"], "v1.35.0");
     let log = node.log();
@@ -125,12 +181,32 @@ async fn rkubelet_starts_from_kubeadms_own_files_and_flags_and_the_node_turns_re
         tail(&log, 40)
     );
 
-    // A pod runs under the configured cgroup root.
+    // A pod runs under the configured cgroup root, its containers too (the sandbox's cgroup parent).
     env.create(&env.pod_yaml("web", &[("app", SERVE_SH)], "")).await;
     let p = env.wait_pod_running(&mut node, "web").await;
     let uid = p["metadata"]["uid"].as_str().unwrap();
-    let pod_cgroup = Path::new("/sys/fs/cgroup/cpu/kubeadm-node/kubepods/besteffort").join(format!("pod{uid}"));
-    assert!(pod_cgroup.is_dir(), "{} exists", pod_cgroup.display());
+    let pod_cgroup =
+        |h: &str| Path::new(CGROUPS).join(h).join("kubeadm-node/kubepods/besteffort").join(format!("pod{uid}"));
+    assert!(pod_cgroup("cpu").is_dir(), "{} exists", pod_cgroup("cpu").display());
+    let busy = std::fs::read_dir(pod_cgroup("memory"))
+        .unwrap()
+        .flatten()
+        .filter(|e| std::fs::read_to_string(e.path().join("cgroup.procs")).is_ok_and(|p| !p.trim().is_empty()))
+        .count();
+    assert_eq!(busy, 2, "the sandbox's and the container's cgroups hold their processes");
+    // Node allocatable on `<cgroupRoot>/kubepods` (kubeadm reserves nothing: the capacity); BestEffort's minimum.
+    let read = |f: &str| std::fs::read_to_string(f).unwrap().trim().to_string();
+    let cores = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(read("/sys/fs/cgroup/cpu/kubeadm-node/kubepods/cpu.shares"), (cores * 1024).to_string());
+    assert_eq!(read("/sys/fs/cgroup/pids/kubeadm-node/kubepods/pids.max"), read("/proc/sys/kernel/pid_max"));
+    assert_eq!(read("/sys/fs/cgroup/cpu/kubeadm-node/kubepods/besteffort/cpu.shares"), "2");
+
+    // A deleted pod's cgroups go, in every hierarchy.
+    env.kubectl(&["delete", "pod", "web", "--grace-period=1", "--wait=false"]).await;
+    node.wait_for("the pod's cgroups removed", Duration::from_secs(60), || {
+        let gone = !["cpu", "memory", "pids", "freezer"].iter().any(|h| pod_cgroup(h).exists());
+        async move { gone.then_some(()) }
+    })
+    .await;
     node.stop_and_clean(&rt).await;
-    remove_cgroups("/kubeadm-node");
 }

@@ -48,7 +48,8 @@ pub struct NotifierConfig {
     pub cgroup_root: PathBuf,
     /// `/proc`.
     pub proc: PathBuf,
-    /// The pods cgroup (`/kubepods`), when pods have one.
+    /// The pods cgroup (`<cgroupRoot>/kubepods` in the driver's form: `/kubepods`, `/kubepods.slice`), when pods
+    /// have one.
     pub pods_cgroup: Option<String>,
     /// The memory thresholds (others are ignored).
     pub thresholds: Vec<Threshold>,

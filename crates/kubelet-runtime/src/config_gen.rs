@@ -265,17 +265,16 @@ pub fn pod_hostname(cfg: &RuntimeManagerConfig, pod: &Pod) -> String {
     h
 }
 
-/// The cgroup parent of the pod, or empty when the kubelet does not manage pod cgroups.
+/// The cgroup parent of the pod, or empty when the kubelet does not manage pod cgroups: the pod's cgroup under
+/// `<cgroupRoot>/kubepods` as the driver writes it (upstream's `cgroupManager.Name`: `/kubepods/burstable/pod<uid>`,
+/// or the slice's path `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`).
 pub fn cgroup_parent(cfg: &RuntimeManagerConfig, pod: &Pod) -> String {
     if !cfg.cgroups_per_qos {
         return String::new();
     }
     let (class, uid) = (qos::pod_qos(pod), pod.metadata.uid.as_deref().unwrap_or(""));
-    if cfg.systemd_cgroup {
-        // The slice's path, as upstream's `cgroupManager.Name` with the systemd driver gives it.
-        return kubelet_types::systemd_names::expand_slice(&qos::pod_slice(class, uid)).unwrap_or_default();
-    }
-    qos::pod_cgroup_parent(class, uid)
+    let pods = kubelet_types::cgroup_name::pods_cgroup(&cfg.cgroup_root);
+    kubelet_types::cgroup_name::pod_cgroup(&pods, class, uid).literal(cfg.systemd_cgroup)
 }
 
 /// The `PodSandboxConfig` of a pod for sandbox `attempt`.

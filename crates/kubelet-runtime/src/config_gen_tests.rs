@@ -209,3 +209,27 @@ fn an_ephemeral_target_replaces_only_a_private_pid_namespace() {
     host.spec.as_mut().unwrap().host_pid = Some(true);
     assert_eq!(pid_of(&host, &c, Some("c1")), (api::NamespaceMode::Node as i32, String::new()));
 }
+
+#[test]
+fn the_sandbox_s_cgroup_parent_is_under_the_cgroup_root_for_both_drivers() {
+    let (pod, _) = sc_pod(k8s_openapi::api::core::v1::PodSecurityContext::default(), None);
+    let parent = |root: &str, systemd: bool| {
+        let cfg = RuntimeManagerConfig { cgroup_root: root.into(), systemd_cgroup: systemd, ..Default::default() };
+        sandbox_config(&cfg, &pod, 0).linux.unwrap().cgroup_parent
+    };
+    assert_eq!(parent("/", false), "/kubepods/besteffort/podu");
+    assert_eq!(parent("/", true), "/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-podu.slice");
+    assert_eq!(parent("/kubeadm-node", false), "/kubeadm-node/kubepods/besteffort/podu");
+    assert_eq!(
+        parent("/kubeadm-node", true),
+        "/kubeadm_node.slice/kubeadm_node-kubepods.slice/kubeadm_node-kubepods-besteffort.slice/\
+         kubeadm_node-kubepods-besteffort-podu.slice"
+    );
+    assert_eq!(parent("/a/b", false), "/a/b/kubepods/besteffort/podu");
+    assert_eq!(
+        parent("/a/b", true),
+        "/a.slice/a-b.slice/a-b-kubepods.slice/a-b-kubepods-besteffort.slice/a-b-kubepods-besteffort-podu.slice"
+    );
+    let cfg = RuntimeManagerConfig { cgroups_per_qos: false, cgroup_root: "/a".into(), ..Default::default() };
+    assert_eq!(sandbox_config(&cfg, &pod, 0).linux.unwrap().cgroup_parent, "", "no pod cgroups");
+}

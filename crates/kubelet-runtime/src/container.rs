@@ -592,7 +592,7 @@ impl RuntimeManager {
             // running task"): its never-started process (`runc init`) is killed so it holds nothing, and a new
             // instance is made under the next attempt, as upstream would. The container stays in the runtime until
             // its task is deleted (`ctr -n k8s.io tasks delete -f <id>`) or containerd is replaced by a fixed one.
-            let killed = kill_container_processes(pod.metadata.uid.as_deref().unwrap_or(""), &s.id);
+            let killed = kill_container_processes(&self.cfg, pod, &s.id);
             warn!(pod = %pod_ref(pod), containerName = %c.name, containerID = %s.id, error = %e, killed, "the runtime cannot remove a container whose start was cancelled; making a new one");
             return Unstarted::None;
         }
@@ -625,17 +625,18 @@ enum Unstarted {
     Retry(String),
 }
 
-/// Kills the processes left in a container's cgroup (any hierarchy, cgroupfs layout `kubepods[/<qos>]/pod<uid>/<id>`);
-/// returns how many were signalled.
-fn kill_container_processes(pod_uid: &str, container_id: &str) -> usize {
-    let mut killed = 0;
-    let roots = std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten().map(|h| h.path());
-    for root in roots.chain(std::iter::once(PathBuf::from("/sys/fs/cgroup"))) {
-        for qos in ["kubepods", "kubepods/burstable", "kubepods/besteffort"] {
-            killed += kill_cgroup_tree(&root.join(qos).join(format!("pod{pod_uid}")).join(container_id));
-        }
+/// Kills the processes left in a container's cgroup, in every hierarchy: `<pod cgroup>/<id>` with the cgroupfs
+/// driver, `<pod slice>/cri-containerd-<id>.scope` with systemd's (the pod cgroup under `cgroupRoot`, as the
+/// sandbox's cgroup parent gives it); returns how many were signalled.
+fn kill_container_processes(cfg: &crate::RuntimeManagerConfig, pod: &Pod, container_id: &str) -> usize {
+    let parent = config_gen::cgroup_parent(cfg, pod);
+    if parent.is_empty() {
+        return 0;
     }
-    killed
+    let leaf = if cfg.systemd_cgroup { format!("cri-containerd-{container_id}.scope") } else { container_id.into() };
+    let rel = PathBuf::from(parent.trim_start_matches('/')).join(leaf);
+    let roots = std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten().map(|h| h.path());
+    roots.chain(std::iter::once(PathBuf::from("/sys/fs/cgroup"))).map(|root| kill_cgroup_tree(&root.join(&rel))).sum()
 }
 
 /// Sends SIGKILL to every process of a cgroup folder and of its child cgroups; returns how many were signalled.

@@ -62,6 +62,8 @@ pub struct RuntimeManagerConfig {
     pub cgroups_per_qos: bool,
     /// `cgroupDriver: systemd`: pod cgroups are slices.
     pub systemd_cgroup: bool,
+    /// `cgroupRoot` (`/`, `/kubeadm-node`): the pods cgroup is `<cgroupRoot>/kubepods`.
+    pub cgroup_root: String,
     /// `cpuCFSQuota`.
     pub cpu_cfs_quota: bool,
     /// `cpuCFSQuotaPeriod` in microseconds.
@@ -89,6 +91,7 @@ impl Default for RuntimeManagerConfig {
             resolv_conf: Some("/etc/resolv.conf".into()),
             cgroups_per_qos: true,
             systemd_cgroup: false,
+            cgroup_root: "/".into(),
             cpu_cfs_quota: true,
             cpu_cfs_quota_period_us: 100_000,
             memory_capacity: 8 << 30,

@@ -5,6 +5,7 @@
 //! `pkg/kubelet/pleg` (lifecycle events). Every other crate depends on this one; it depends on nothing of the
 //! project.
 
+pub mod cgroup_name;
 pub mod clock;
 pub mod events;
 pub mod labels;

@@ -1,6 +1,6 @@
-//! Pod QoS class, the pod's cgroup parent and its limits (`pkg/apis/core/v1/helper/qos/qos.go`,
-//! `pkg/kubelet/cm/pod_container_manager_linux.go`, `pkg/kubelet/cm/helpers_linux.go` ResourceConfigForPod).
-//! Requests and limits are added up by [`crate::resources`], pod-level resources and overhead included.
+//! Pod QoS class and its limits (`pkg/apis/core/v1/helper/qos/qos.go`, `pkg/kubelet/cm/helpers_linux.go`
+//! ResourceConfigForPod). Requests and limits are added up by [`crate::resources`], pod-level resources and
+//! overhead included; the pod's cgroup is named by [`crate::cgroup_name`].
 
 use std::collections::BTreeMap;
 
@@ -84,27 +84,6 @@ pub fn compute_pod_qos(pod: &Pod) -> QosClass {
     }
     guaranteed = guaranteed && requests.iter().all(|(k, r)| limits.get(k).is_some_and(|l| l == r));
     if guaranteed && requests.len() == limits.len() { QosClass::Guaranteed } else { QosClass::Burstable }
-}
-
-/// The cgroupfs path of the pod's cgroup relative to the cgroup root: `/kubepods/burstable/pod<uid>`,
-/// `/kubepods/besteffort/pod<uid>` or `/kubepods/pod<uid>` (Guaranteed).
-pub fn pod_cgroup_parent(qos: QosClass, uid: &str) -> String {
-    match qos {
-        QosClass::Guaranteed => format!("/kubepods/pod{uid}"),
-        QosClass::Burstable => format!("/kubepods/burstable/pod{uid}"),
-        QosClass::BestEffort => format!("/kubepods/besteffort/pod{uid}"),
-    }
-}
-
-/// The pod's slice with the systemd driver: its unit name (`kubepods-burstable-pod<uid>.slice`, dashes of the
-/// UID written `_`); the cgroup is at [`crate::systemd_names::expand_slice`] of it.
-pub fn pod_slice(qos: QosClass, uid: &str) -> String {
-    let pod = format!("pod{uid}");
-    match qos {
-        QosClass::Guaranteed => crate::systemd_names::slice_name(&["kubepods", &pod]),
-        QosClass::Burstable => crate::systemd_names::slice_name(&["kubepods", "burstable", &pod]),
-        QosClass::BestEffort => crate::systemd_names::slice_name(&["kubepods", "besteffort", &pod]),
-    }
 }
 
 pub use crate::quantity::parse_quantity;
@@ -250,7 +229,6 @@ mod tests {
             QosClass::Guaranteed
         );
         assert_eq!(pod_qos(&pod_with(&[("cpu", "500m")], &[("cpu", "1"), ("memory", "1Gi")])), QosClass::Burstable);
-        assert_eq!(pod_cgroup_parent(QosClass::BestEffort, "u1"), "/kubepods/besteffort/podu1");
     }
 
     #[test]

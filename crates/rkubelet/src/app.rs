@@ -226,11 +226,18 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     let hugepage_sizes = kubelet_runtime::resources::node_hugepage_sizes(std::path::Path::new(
         kubelet_runtime::resources::HUGEPAGES_SYSFS,
     ));
+    let cgroup_root = if cfg.cgroup_root.is_empty() { "/" } else { cfg.cgroup_root.as_str() };
+    if cfg.cgroups_per_qos.unwrap_or(true) {
+        // As upstream's NewContainerManager: the root must exist; `<cgroupRoot>/kubepods` is made below it.
+        kubelet::cm::root::validate_cgroup_root(std::path::Path::new("/sys/fs/cgroup"), cgroup_root, systemd)?;
+        info!(cgroupRoot = cgroup_root, "container manager verified user specified cgroup-root exists");
+    }
     let cgroups: Arc<dyn PodCgroups> = if cfg.cgroups_per_qos.unwrap_or(true) && systemd {
         kubelet::cm::systemd::SystemdCgroups::check(std::path::Path::new("/run"))
             .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
         let (pods, reserved) = crate::node::pods_allocatable(&cfg, &inputs);
         let m = kubelet::cm::systemd::SystemdCgroups::new("/run/systemd/private", "/sys/fs/cgroup")
+            .with_cgroup_root(cgroup_root)
             .with_limits(cfg.cpu_cfs_quota.unwrap_or(true), cfg.pod_pids_limit.unwrap_or(-1))
             .with_pods_allocatable(pods.cpu_milli, pods.memory, pods.pids);
         m.setup_qos().context("create the kubepods slices through systemd")?;
@@ -240,11 +247,12 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
             m.enforce_existing(&t.cgroup, a.cpu_milli, a.memory, a.pids).map_err(|e| t.failed(&e))?;
             allocatable_events.push(t.applied().message);
         }
-        info!("cgroupDriver systemd: kubepods.slice and the QoS slices made through systemd");
+        info!(cgroupRoot = cgroup_root, "cgroupDriver systemd: the pods slice and the QoS slices made through systemd");
         Arc::new(m)
     } else if cfg.cgroups_per_qos.unwrap_or(true) {
         let root = PathBuf::from("/sys/fs/cgroup");
-        let m = CgroupfsManager::new(root.join(cfg.cgroup_root.trim_start_matches('/')))
+        let m = CgroupfsManager::new(&root)
+            .with_cgroup_root(cgroup_root)
             .with_limits(cfg.cpu_cfs_quota.unwrap_or(true), cfg.pod_pids_limit.unwrap_or(-1))
             .with_hugepage_sizes(hugepage_sizes.clone());
         m.setup_qos().context("create the kubepods QoS cgroups (is /sys/fs/cgroup writable?)")?;
@@ -263,6 +271,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         resolv_conf: cfg.resolver_config.clone().filter(|s| !s.is_empty()).map(PathBuf::from),
         cgroups_per_qos: cfg.cgroups_per_qos.unwrap_or(true),
         systemd_cgroup: systemd,
+        cgroup_root: cgroup_root.to_string(),
         cpu_cfs_quota: cfg.cpu_cfs_quota.unwrap_or(true),
         cpu_cfs_quota_period_us: cfg.cpu_cfs_quota_period.map(|d| d.0.as_micros() as i64).unwrap_or(100_000),
         memory_capacity: node::memory_capacity(),

@@ -76,16 +76,14 @@ pub fn node_inputs(
     }
 }
 
-/// The pods cgroup relative to the hierarchy roots (`/kubepods`, or `/kubepods.slice` with the systemd driver);
-/// none without `cgroupsPerQOS`.
+/// The pods cgroup relative to the hierarchy roots, `<cgroupRoot>/kubepods` as the driver writes it (upstream's
+/// `GetPodCgroupRoot`): `/kubepods`, `/kubeadm-node/kubepods`, or `/kubepods.slice`,
+/// `/kubeadm_node.slice/kubeadm_node-kubepods.slice` with the systemd driver; none without `cgroupsPerQOS`.
 pub fn pods_cgroup(cfg: &kubelet_config::kubelet_config::KubeletConfiguration) -> Option<String> {
     if !cfg.cgroups_per_qos.unwrap_or(true) {
         return None;
     }
-    if cfg.cgroup_driver == "systemd" {
-        return Some("/kubepods.slice".into());
-    }
-    Some(format!("{}/kubepods", cfg.cgroup_root.trim_end_matches('/')))
+    Some(kubelet_types::cgroup_name::pods_cgroup(&cfg.cgroup_root).literal(cfg.cgroup_driver == "systemd"))
 }
 
 fn enforce_config(
@@ -103,7 +101,7 @@ fn enforce_config(
     let pid_max = std::fs::read_to_string("/proc/sys/kernel/pid_max").ok().and_then(|s| s.trim().parse().ok());
     EnforceConfig {
         mount: mount.to_path_buf(),
-        pods_cgroup: format!("{}/kubepods", cfg.cgroup_root.trim_end_matches('/')),
+        pods_cgroup: kubelet_types::cgroup_name::pods_cgroup(&cfg.cgroup_root).to_cgroupfs(),
         capacity: Amounts {
             cpu_milli: Some(inputs.machine.num_cores as i64 * 1000),
             memory: Some(inputs.machine.memory_capacity as i64),
@@ -137,4 +135,54 @@ pub fn enforce_node_allocatable(
     let c = enforce_config(cfg, inputs, mount);
     let applied = kubelet::node_allocatable::enforce(&c)?;
     Ok(applied.into_iter().map(|a| a.message).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubelet::cm::PodCgroups;
+    use kubelet_config::kubelet_config::KubeletConfiguration;
+
+    fn cfg(root: &str, driver: &str) -> KubeletConfiguration {
+        KubeletConfiguration { cgroup_root: root.into(), cgroup_driver: driver.into(), ..Default::default() }
+    }
+
+    #[test]
+    fn the_pods_cgroup_is_under_the_cgroup_root_in_the_driver_s_form() {
+        let pods = |root: &str, driver: &str| pods_cgroup(&cfg(root, driver)).unwrap();
+        assert_eq!(pods("", "cgroupfs"), "/kubepods");
+        assert_eq!(pods("/", "cgroupfs"), "/kubepods");
+        assert_eq!(pods("/", "systemd"), "/kubepods.slice");
+        assert_eq!(pods("/kubeadm-node", "cgroupfs"), "/kubeadm-node/kubepods");
+        assert_eq!(pods("/kubeadm-node", "systemd"), "/kubeadm_node.slice/kubeadm_node-kubepods.slice");
+        assert_eq!(pods("/a/b", "cgroupfs"), "/a/b/kubepods");
+        assert_eq!(pods("/a/b", "systemd"), "/a.slice/a-b.slice/a-b-kubepods.slice");
+        let off = KubeletConfiguration { cgroups_per_qos: Some(false), ..cfg("/a", "cgroupfs") };
+        assert_eq!(pods_cgroup(&off), None);
+    }
+
+    #[test]
+    fn node_allocatable_is_enforced_on_the_kubepods_made_under_the_cgroup_root() {
+        let machine = tempfile::tempdir().unwrap();
+        for root in ["/", "/kubeadm-node", "/a/b"] {
+            let m = tempfile::tempdir().unwrap();
+            let rel = root.trim_start_matches('/');
+            for h in ["cpu", "memory", "pids"] {
+                std::fs::create_dir_all(m.path().join(h).join(rel)).unwrap();
+            }
+            let c = KubeletConfiguration {
+                enforce_node_allocatable: Some(vec!["pods".into()]),
+                system_reserved: [("cpu".to_string(), "100m".to_string())].into(),
+                ..cfg(root, "cgroupfs")
+            };
+            kubelet::cm::root::validate_cgroup_root(m.path(), root, false).unwrap();
+            kubelet::cm::CgroupfsManager::new(m.path()).with_cgroup_root(root).setup_qos().unwrap();
+            let inputs = node_inputs(&c, "n", &[], machine.path(), "containerd".into());
+            let events = enforce_node_allocatable(&c, &inputs, m.path()).unwrap();
+            assert_eq!(events, ["Updated Node Allocatable limit across pods"], "{root}");
+            let shares = kubelet_runtime::config_gen::milli_cpu_to_shares(inputs.machine.num_cores as i64 * 1000 - 100);
+            let file = m.path().join("cpu").join(rel).join("kubepods/cpu.shares");
+            assert_eq!(std::fs::read_to_string(&file).unwrap(), shares.to_string(), "{root}");
+        }
+    }
 }

@@ -82,15 +82,16 @@ pub struct ControlPlane {
     pub pki: Pki,
 }
 
+/// The program the environment variable `env` names, if it is set.
+fn from_env(env: &str) -> Option<Result<PathBuf, Error>> {
+    let p = PathBuf::from(std::env::var_os(env).filter(|p| !p.is_empty())?);
+    Some(if p.is_file() { Ok(p) } else { Err(Error::Setup(format!("{env}={} does not name a file", p.display()))) })
+}
+
 /// A program: the environment variable first, then the given places, then `PATH`.
 fn find_binary(env: &str, name: &str, places: &[PathBuf]) -> Result<PathBuf, Error> {
-    if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(Error::Setup(format!("{env}={} does not name a file", p.display())))
-        };
+    if let Some(p) = from_env(env) {
+        return p;
     }
     let in_path = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).map(|d| d.join(name)).collect::<Vec<_>>())
@@ -115,13 +116,8 @@ fn k8s_places(name: &str) -> Vec<PathBuf> {
 /// names it if set, else `../shared/unpack.sh` (beside the project, or `/work/shared`) unpacks it into its cache
 /// (`$RKUBELET_SHARED_BIN`, `/var/cache/rkubelet-shared`) and its path there is returned.
 pub fn unpacked_binary(env: &str, rel: &str) -> Result<PathBuf, Error> {
-    if let Some(p) = std::env::var_os(env).filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(Error::Setup(format!("{env}={} does not name a file", p.display())))
-        };
+    if let Some(p) = from_env(env) {
+        return p;
     }
     let project = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let script = [project.join("../shared/unpack.sh"), PathBuf::from("/work/shared/unpack.sh")]

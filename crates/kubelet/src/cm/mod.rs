@@ -1,20 +1,26 @@
 //! Pod and QoS cgroups with the cgroupfs driver (`pkg/kubelet/cm/qos_container_manager_linux.go`,
 //! `pod_container_manager_linux.go`, `cgroup_manager_linux.go`).
 //!
+//! The pods cgroup is `<cgroupRoot>/kubepods` ([`kubelet_types::cgroup_name`]; `cgroupRoot` of any depth, `/` by
+//! default, must exist: [`root::validate_cgroup_root`] checks it at start as upstream's container manager does).
 //! At start the sync loop's owner calls [`PodCgroups::setup_qos`] (creates `kubepods`, `kubepods/burstable`,
-//! `kubepods/besteffort`); pod workers call [`PodCgroups::ensure_pod`] before a pod's sandbox is created and
-//! [`PodCgroups::destroy_pod`] once nothing of the pod runs; housekeeping lists pod cgroups to remove orphans.
+//! `kubepods/besteffort` under the root); pod workers call [`PodCgroups::ensure_pod`] before a pod's sandbox is
+//! created and [`PodCgroups::destroy_pod`] once nothing of the pod runs; housekeeping lists pod cgroups to remove
+//! orphans.
 //! Works on cgroup v1 (one folder per controller hierarchy) and v2 (one unified tree). Writing a limit that
 //! the kernel refuses is a warning, not an error. Huge page limits: [`hugetlb`].
 
 pub mod dbus;
 pub mod hugetlb;
+pub mod root;
 pub mod systemd;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
-use kubelet_runtime::qos::{pod_cgroup_parent, pod_qos, pod_resources};
+use kubelet_runtime::qos::{pod_qos, pod_resources};
+use kubelet_types::cgroup_name::{CgroupName, pod_cgroup, pods_cgroup, qos_cgroups};
+use kubelet_types::qos::QosClass;
 use kubelet_types::{Pod, PodUid};
 use tracing::{debug, warn};
 
@@ -34,6 +40,8 @@ pub trait PodCgroups: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub struct CgroupfsManager {
     root: PathBuf,
+    /// `<cgroupRoot>/kubepods`.
+    pods: CgroupName,
     v2: bool,
     /// `cpuCFSQuota`.
     cfs_quota: bool,
@@ -51,7 +59,13 @@ impl CgroupfsManager {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         let root = root.into();
         let v2 = root.join("cgroup.controllers").exists();
-        Self { root, v2, cfs_quota: true, pids_limit: -1, hugepage_sizes: vec![] }
+        Self { root, pods: pods_cgroup("/"), v2, cfs_quota: true, pids_limit: -1, hugepage_sizes: vec![] }
+    }
+
+    /// With `cgroupRoot` (`/kubeadm-node`): the pods cgroup is `<cgroupRoot>/kubepods` instead of `/kubepods`.
+    pub fn with_cgroup_root(mut self, cgroup_root: &str) -> Self {
+        self.pods = pods_cgroup(cgroup_root);
+        self
     }
 
     /// With the node's huge page sizes (`2MB`, `1GB`), each of which gets a limit where hugetlb is available.
@@ -133,8 +147,9 @@ impl CgroupfsManager {
         }
     }
 
-    fn qos_parents() -> [&'static str; 3] {
-        ["kubepods", "kubepods/burstable", "kubepods/besteffort"]
+    /// The pods cgroup and the QoS cgroups in it, relative to a hierarchy root.
+    fn qos_parents(&self) -> [String; 3] {
+        qos_cgroups(&self.pods).map(|c| rel(&c.to_cgroupfs()).to_string())
     }
 }
 
@@ -151,27 +166,35 @@ fn rel(path: &str) -> &str {
 
 impl PodCgroups for CgroupfsManager {
     fn setup_qos(&self) -> std::io::Result<()> {
+        let [_, burstable, besteffort] = self.qos_parents();
         for h in self.managed() {
-            for q in Self::qos_parents() {
+            for q in self.qos_parents() {
                 std::fs::create_dir_all(h.join(q))?;
             }
             if self.v2 {
-                Self::enable_controllers(&h);
-                for q in Self::qos_parents() {
+                // As runc's fs2 along a new cgroup's path: every folder from the mount down to the QoS cgroups'
+                // parent passes its controllers on (the cgroup root's own are checked at start).
+                let mut dir = h.clone();
+                Self::enable_controllers(&dir);
+                for c in self.pods.components() {
+                    dir.push(c);
+                    Self::enable_controllers(&dir);
+                }
+                for q in [&burstable, &besteffort] {
                     Self::enable_controllers(&h.join(q));
                 }
             }
             // The QoS tiers have unbounded huge pages (setHugePagesUnbounded).
             let unbounded =
                 self.hugepage_sizes.iter().filter_map(|s| Some((size_bytes(s)?, hugetlb::UNBOUNDED))).collect();
-            for q in ["kubepods/burstable", "kubepods/besteffort"] {
+            for q in [&burstable, &besteffort] {
                 self.write_hugetlb(&h, &h.join(q), &unbounded);
             }
             // BestEffort pods share the minimum: 2 shares, weight 1 on v2 (upstream's QoS manager).
             if self.v2 {
-                Self::write(&h.join("kubepods/besteffort"), "cpu.weight", "1");
+                Self::write(&h.join(&besteffort), "cpu.weight", "1");
             } else {
-                Self::write(&h.join("kubepods/besteffort"), "cpu.shares", "2");
+                Self::write(&h.join(&besteffort), "cpu.shares", "2");
             }
         }
         Ok(())
@@ -180,7 +203,7 @@ impl PodCgroups for CgroupfsManager {
     fn ensure_pod(&self, pod: &Pod) -> std::io::Result<()> {
         let uid = pod.metadata.uid.as_deref().unwrap_or("");
         let qos = pod_qos(pod);
-        let path = pod_cgroup_parent(qos, uid);
+        let path = pod_cgroup(&self.pods, qos, uid).to_cgroupfs();
         let r = pod_resources(pod, self.cfs_quota, 100_000);
         for h in self.managed() {
             let dir = h.join(rel(&path));
@@ -239,18 +262,19 @@ impl PodCgroups for CgroupfsManager {
         // has stopped everything it knows of; a process it lost, such as a `runc init` of a sandbox half-made when
         // containerd was killed, would keep the folders busy for good).
         let mut killed = 0;
+        let pod_dirs = [QosClass::Guaranteed, QosClass::Burstable, QosClass::BestEffort]
+            .map(|q| rel(&pod_cgroup(&self.pods, q, uid.as_str()).to_cgroupfs()).to_string());
         for h in self.hierarchies() {
-            for parent in ["kubepods", "kubepods/burstable", "kubepods/besteffort"] {
-                killed +=
-                    kubelet_runtime::container::kill_cgroup_tree(&h.join(parent).join(format!("pod{}", uid.as_str())));
+            for pod in &pod_dirs {
+                killed += kubelet_runtime::container::kill_cgroup_tree(&h.join(pod));
             }
         }
         if killed > 0 {
             warn!(podUID = %uid.as_str(), killed, "killed processes left in the cgroups of a terminated pod");
         }
         for h in self.hierarchies() {
-            for parent in ["kubepods", "kubepods/burstable", "kubepods/besteffort"] {
-                let dir = h.join(parent).join(format!("pod{}", uid.as_str()));
+            for pod in &pod_dirs {
+                let dir = h.join(pod);
                 if dir.exists()
                     && let Err(e) = remove_tree(&dir)
                 {
@@ -265,7 +289,7 @@ impl PodCgroups for CgroupfsManager {
     fn list_pods(&self) -> Vec<PodUid> {
         let mut out = HashSet::new();
         for h in self.managed() {
-            for parent in Self::qos_parents() {
+            for parent in self.qos_parents() {
                 if let Ok(rd) = std::fs::read_dir(h.join(parent)) {
                     for e in rd.flatten() {
                         let name = e.file_name().to_string_lossy().into_owned();
@@ -323,6 +347,10 @@ impl PodCgroups for NoCgroups {
 #[cfg(test)]
 #[path = "pod_resources_tests.rs"]
 mod pod_resources_tests;
+
+#[cfg(test)]
+#[path = "cgroup_root_tests.rs"]
+mod cgroup_root_tests;
 
 #[cfg(test)]
 mod tests {

@@ -9,7 +9,7 @@ fn rl(v: &[(&str, &str)]) -> Option<std::collections::BTreeMap<String, Quantity>
     (!v.is_empty()).then(|| v.iter().map(|(k, q)| (k.to_string(), Quantity(q.to_string()))).collect())
 }
 
-fn pod(uid: &str, pod_limits: &[(&str, &str)], container_limits: &[(&str, &str)]) -> Pod {
+pub(super) fn pod(uid: &str, pod_limits: &[(&str, &str)], container_limits: &[(&str, &str)]) -> Pod {
     let resources =
         |l: &[(&str, &str)]| (!l.is_empty()).then(|| ResourceRequirements { limits: rl(l), ..Default::default() });
     Pod {
@@ -28,7 +28,7 @@ fn pod(uid: &str, pod_limits: &[(&str, &str)], container_limits: &[(&str, &str)]
 }
 
 /// A v1 tree with the hierarchies of this machine plus, when `hugetlb`, a hugetlb one.
-fn v1_tree(hugetlb: bool) -> tempfile::TempDir {
+pub(super) fn v1_tree(hugetlb: bool) -> tempfile::TempDir {
     let root = tempfile::tempdir().unwrap();
     for c in ["cpu", "memory", "pids", "freezer"] {
         std::fs::create_dir_all(root.path().join(c)).unwrap();
@@ -39,7 +39,7 @@ fn v1_tree(hugetlb: bool) -> tempfile::TempDir {
     root
 }
 
-fn read(p: std::path::PathBuf) -> String {
+pub(super) fn read(p: std::path::PathBuf) -> String {
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 

@@ -2,12 +2,14 @@
 //! with useSystemd, runc's `libcontainer/cgroups/systemd`).
 //!
 //! Every kubelet cgroup is a transient slice that systemd owns: `kubepods.slice`, `kubepods-burstable.slice`,
-//! `kubepods-besteffort.slice` at start ([`PodCgroups::setup_qos`]) and `kubepods-<qos>-pod<uid>.slice` per pod,
-//! made with `StartTransientUnit` (an existing unit gets `SetUnitProperties`) and removed with `StopUnit`, so
-//! `systemctl status` shows them and systemd never moves or prunes them. Limits are unit properties
-//! (`CPUShares`/`CPUWeight`, `CPUQuotaPerSecUSec`, `MemoryLimit`/`MemoryMax`, `TasksMax`), which systemd writes
-//! to the cgroup files. Calls go over systemd's private socket (`/run/systemd/private`), one at a time; a broken
-//! connection is made again on the next call. A refused call is an error of the pod's sync, retried with it.
+//! `kubepods-besteffort.slice` at start ([`PodCgroups::setup_qos`]) and `kubepods-<qos>-pod<uid>.slice` per pod
+//! (under a `cgroupRoot` of `/kubeadm-node` their names start with `kubeadm_node-`, as upstream's `ToSystemd`
+//! names them, and the root's slice must already exist: [`super::root`]), made with `StartTransientUnit` (an
+//! existing unit gets `SetUnitProperties`) and removed with `StopUnit`, so `systemctl status` shows them and
+//! systemd never moves or prunes them. Limits are unit properties (`CPUShares`/`CPUWeight`, `CPUQuotaPerSecUSec`,
+//! `MemoryLimit`/`MemoryMax`, `TasksMax`), which systemd writes to the cgroup files. Calls go over systemd's
+//! private socket (`/run/systemd/private`), one at a time; a broken connection is made again on the next call. A
+//! refused call is an error of the pod's sync, retried with it.
 //! [`SystemdCgroups::check`] refuses a node whose PID 1 is not systemd, as upstream's kubelet does.
 
 use std::path::{Path, PathBuf};
@@ -21,7 +23,7 @@ use tracing::{debug, warn};
 
 use super::PodCgroups;
 use super::dbus::{Arg, Connection, DbusError, Value};
-use kubelet_types::qos::pod_slice;
+use kubelet_types::cgroup_name::{CgroupName, pod_cgroup, pods_cgroup, qos_cgroups};
 use kubelet_types::systemd_names::{expand_slice, parent_slice, pod_uid_of};
 
 const DEST: &str = "org.freedesktop.systemd1";
@@ -32,6 +34,8 @@ const MANAGER: &str = "org.freedesktop.systemd1.Manager";
 pub struct SystemdCgroups {
     socket: PathBuf,
     mount: PathBuf,
+    /// `<cgroupRoot>/kubepods`.
+    pods: CgroupName,
     v2: bool,
     cfs_quota: bool,
     pids_limit: i64,
@@ -57,12 +61,20 @@ impl SystemdCgroups {
         Self {
             socket: socket.into(),
             mount,
+            pods: pods_cgroup("/"),
             v2,
             cfs_quota: true,
             pids_limit: -1,
             pods_limits: vec![],
             conn: Mutex::new(None),
         }
+    }
+
+    /// With `cgroupRoot` (`/kubeadm-node`): the pods slice is `kubeadm_node-kubepods.slice` instead of
+    /// `kubepods.slice`.
+    pub fn with_cgroup_root(mut self, cgroup_root: &str) -> Self {
+        self.pods = pods_cgroup(cgroup_root);
+        self
     }
 
     /// With `cpuCFSQuota` and `podPidsLimit`.
@@ -72,8 +84,8 @@ impl SystemdCgroups {
         self
     }
 
-    /// The limits of `kubepods.slice` (node allocatable enforcement, `enforceNodeAllocatableCgroups`): CPU in
-    /// millicores, memory and pids.
+    /// The limits of the pods slice (`kubepods.slice`; node allocatable enforcement,
+    /// `enforceNodeAllocatableCgroups`): CPU in millicores, memory and pids.
     pub fn with_pods_allocatable(mut self, cpu_milli: Option<i64>, memory: Option<i64>, pids: Option<i64>) -> Self {
         self.pods_limits = self.limit_props(cpu_milli, memory, pids);
         self
@@ -235,21 +247,22 @@ impl SystemdCgroups {
         Err(std::io::Error::other(format!("slice {unit}: {} did not appear within 5s", dir.display())))
     }
 
-    fn pod_unit(qos: QosClass, uid: &str) -> String {
-        pod_slice(qos, uid)
+    fn pod_unit(&self, qos: QosClass, uid: &str) -> String {
+        pod_cgroup(&self.pods, qos, uid).unit()
     }
 }
 
 impl PodCgroups for SystemdCgroups {
     fn setup_qos(&self) -> std::io::Result<()> {
-        self.start_slice("kubepods.slice", self.pods_limits.clone())?;
-        self.start_slice("kubepods-burstable.slice", vec![])?;
-        self.start_slice("kubepods-besteffort.slice", self.resource_props(Some(2), None, None))
+        let [pods, burstable, besteffort] = qos_cgroups(&self.pods).map(|c| c.unit());
+        self.start_slice(&pods, self.pods_limits.clone())?;
+        self.start_slice(&burstable, vec![])?;
+        self.start_slice(&besteffort, self.resource_props(Some(2), None, None))
     }
 
     fn ensure_pod(&self, pod: &Pod) -> std::io::Result<()> {
         let uid = pod.metadata.uid.as_deref().unwrap_or("");
-        let unit = Self::pod_unit(pod_qos(pod), uid);
+        let unit = self.pod_unit(pod_qos(pod), uid);
         // Every sync comes here: the slice is made once (limits change only with the pod, as upstream's
         // EnsureExists).
         if self.tracking_dir(&unit).is_dir() {
@@ -263,7 +276,7 @@ impl PodCgroups for SystemdCgroups {
     fn destroy_pod(&self, uid: &PodUid) -> std::io::Result<()> {
         let mut last = None;
         for qos in [QosClass::Guaranteed, QosClass::Burstable, QosClass::BestEffort] {
-            let unit = Self::pod_unit(qos, uid.as_str());
+            let unit = self.pod_unit(qos, uid.as_str());
             if !self.tracking_dir(&unit).is_dir() {
                 continue;
             }
@@ -283,8 +296,8 @@ impl PodCgroups for SystemdCgroups {
 
     fn list_pods(&self) -> Vec<PodUid> {
         let mut out = vec![];
-        for parent in ["kubepods.slice", "kubepods-burstable.slice", "kubepods-besteffort.slice"] {
-            if let Ok(rd) = std::fs::read_dir(self.tracking_dir(parent)) {
+        for parent in qos_cgroups(&self.pods).map(|c| c.unit()) {
+            if let Ok(rd) = std::fs::read_dir(self.tracking_dir(&parent)) {
                 for e in rd.flatten() {
                     let name = e.file_name().to_string_lossy().into_owned();
                     if let Some(uid) = pod_uid_of(&name)
@@ -328,11 +341,44 @@ mod tests {
         let v2 = SystemdCgroups::new("/nonexistent", dir.path());
         let p = v2.resource_props(Some(2), None, Some(1 << 30));
         assert_eq!(p, vec![("CPUWeight".to_string(), Value::U64(1)), ("MemoryMax".to_string(), Value::U64(1 << 30))]);
-        assert_eq!(SystemdCgroups::pod_unit(QosClass::Guaranteed, "a-b"), "kubepods-poda_b.slice");
+        assert_eq!(v2.pod_unit(QosClass::Guaranteed, "a-b"), "kubepods-poda_b.slice");
         assert_eq!(
             v2.tracking_dir("kubepods-besteffort.slice"),
             dir.path().join("kubepods.slice/kubepods-besteffort.slice")
         );
+    }
+
+    #[test]
+    fn under_a_cgroup_root_the_slices_are_named_as_upstream_s_to_systemd_and_pods_are_found_there() {
+        for (root, prefix, path) in [
+            ("/", "kubepods", "kubepods.slice"),
+            ("/kubeadm-node", "kubeadm_node-kubepods", "kubeadm_node.slice/kubeadm_node-kubepods.slice"),
+            ("/a/b", "a-b-kubepods", "a.slice/a-b.slice/a-b-kubepods.slice"),
+        ] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir_all(dir.path().join("systemd")).unwrap();
+            let v1 = SystemdCgroups::new("/nonexistent", dir.path()).with_cgroup_root(root);
+            let [pods, burstable, besteffort] = qos_cgroups(&v1.pods).map(|c| c.unit());
+            assert_eq!(
+                [pods.as_str(), &burstable, &besteffort],
+                [format!("{prefix}.slice"), format!("{prefix}-burstable.slice"), format!("{prefix}-besteffort.slice")]
+            );
+            let unit = v1.pod_unit(QosClass::BestEffort, "u-1");
+            assert_eq!(unit, format!("{prefix}-besteffort-podu_1.slice"));
+            let tracking = dir.path().join("systemd").join(path);
+            assert_eq!(v1.tracking_dir(&unit), tracking.join(format!("{prefix}-besteffort.slice")).join(&unit));
+            // The pods systemd made in the slices of this root are the ones listed.
+            std::fs::create_dir_all(v1.tracking_dir(&unit)).unwrap();
+            std::fs::create_dir_all(v1.tracking_dir(&v1.pod_unit(QosClass::Guaranteed, "u-2"))).unwrap();
+            // Another root's pod (the default root's, or one under `/other`) is not.
+            let foreign = if root == "/" { "other.slice/other-kubepods.slice" } else { "kubepods.slice" };
+            let foreign_prefix = foreign.rsplit('/').next().unwrap().trim_end_matches(".slice");
+            std::fs::create_dir_all(
+                dir.path().join("systemd").join(foreign).join(format!("{foreign_prefix}-pod9.slice")),
+            )
+            .unwrap();
+            assert_eq!(v1.list_pods(), vec![PodUid::from("u-1"), PodUid::from("u-2")], "{root}");
+        }
     }
 
     #[test]

@@ -155,26 +155,33 @@ pub fn child_cgroups(paths: &HostPaths, cgroup: &str) -> Vec<String> {
         .collect()
 }
 
-/// The cgroup of pod `uid` under the pods cgroup (`/kubepods`), as the cgroupfs driver lays it out:
+/// The cgroup of pod `uid` under the pods cgroup (`<cgroupRoot>/kubepods`), as the cgroupfs driver lays it out:
 /// `<pods>/pod<uid>` (Guaranteed), `<pods>/burstable/pod<uid>`, `<pods>/besteffort/pod<uid>`. A container's
 /// cgroup is `<pod cgroup>/<container id>` (containerd with `cgroup_parent` set to the pod's cgroup).
 ///
-/// With the systemd driver (`pods` is `/kubepods.slice`) the pod cgroup is a slice
+/// With the systemd driver (`pods` is `/kubepods.slice`, or `/a.slice/a-kubepods.slice` under `cgroupRoot: /a`)
+/// the pod cgroup is a slice named after the pods slice
 /// (`/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`) and a container's is the scope
 /// `cri-containerd-<id>.scope` in it ([`container_cgroup`]).
 pub fn pod_cgroup(paths: &HostPaths, pods: &str, uid: &str) -> Option<String> {
     let pods = pods.trim_end_matches('/');
-    if pods.ends_with(".slice") {
+    if let Some(p) = slice_prefix(pods) {
         let u = uid.replace('-', "_");
         return [
-            format!("{pods}/kubepods-pod{u}.slice"),
-            format!("{pods}/kubepods-burstable.slice/kubepods-burstable-pod{u}.slice"),
-            format!("{pods}/kubepods-besteffort.slice/kubepods-besteffort-pod{u}.slice"),
+            format!("{pods}/{p}-pod{u}.slice"),
+            format!("{pods}/{p}-burstable.slice/{p}-burstable-pod{u}.slice"),
+            format!("{pods}/{p}-besteffort.slice/{p}-besteffort-pod{u}.slice"),
         ]
         .into_iter()
         .find(|cg| cgroup_exists(paths, cg));
     }
     ["", "/burstable", "/besteffort"].iter().map(|q| format!("{pods}{q}/pod{uid}")).find(|cg| cgroup_exists(paths, cg))
+}
+
+/// The unit name without `.slice` of the last slice of a systemd cgroup path (`/a.slice/a-kubepods.slice` →
+/// `a-kubepods`); `None` for a cgroupfs path.
+fn slice_prefix(cgroup: &str) -> Option<&str> {
+    cgroup.rsplit('/').next()?.strip_suffix(".slice")
 }
 
 /// The cgroup of container `id` in the pod cgroup `pod`.
@@ -196,17 +203,19 @@ pub fn pod_uid_of_cgroup(cg: &str) -> Option<String> {
 pub fn pod_cgroups(paths: &HostPaths, pods: &str) -> Vec<(String, Vec<String>)> {
     let pods = pods.trim_end_matches('/');
     let mut out = vec![];
-    let systemd = pods.ends_with(".slice");
-    let qos: &[&str] = if systemd {
-        &["", "/kubepods-burstable.slice", "/kubepods-besteffort.slice"]
-    } else {
-        &["", "/burstable", "/besteffort"]
+    let qos: Vec<String> = match slice_prefix(pods) {
+        Some(p) => vec![String::new(), format!("/{p}-burstable.slice"), format!("/{p}-besteffort.slice")],
+        None => vec![String::new(), "/burstable".into(), "/besteffort".into()],
     };
     for q in qos {
         let parent = format!("{pods}{q}");
+        // A pod slice is named after its QoS slice: `<qos slice>-pod<uid>.slice`.
+        let pod_prefix = slice_prefix(&parent).map(|p| format!("{p}-pod"));
         for name in child_cgroups(paths, &parent) {
-            let is_pod =
-                if systemd { name.ends_with(".slice") && name.contains("-pod") } else { name.starts_with("pod") };
+            let is_pod = match &pod_prefix {
+                Some(p) => name.ends_with(".slice") && name.starts_with(p.as_str()),
+                None => name.starts_with("pod"),
+            };
             if !is_pod {
                 continue;
             }
@@ -492,6 +501,31 @@ mod tests {
                     ("/kubepods/podu2".to_string(), vec![]),
                 ]
             );
+        }
+    }
+
+    #[test]
+    fn pod_cgroups_are_found_under_a_cgroup_root_with_either_driver() {
+        use kubelet_types::cgroup_name::{pod_cgroup as name_of, pods_cgroup};
+        use kubelet_types::qos::QosClass;
+        for (root, systemd) in [("/", true), ("/kubeadm-node", false), ("/kubeadm-node", true), ("/a/b", true)] {
+            let (d, p) = fake(true);
+            let pods = pods_cgroup(root);
+            let (be, g) = (name_of(&pods, QosClass::BestEffort, "u-1"), name_of(&pods, QosClass::Guaranteed, "u-2"));
+            let (be, g) = (be.literal(systemd), g.literal(systemd));
+            let ctr = if systemd { "cri-containerd-c1.scope" } else { "c1" };
+            for dir in [format!("{be}/{ctr}"), g.clone()] {
+                std::fs::create_dir_all(d.path().join("cg").join(dir.trim_start_matches('/'))).unwrap();
+            }
+            // Another root's pod is not this kubelet's.
+            let other = name_of(&pods_cgroup(if root == "/" { "/x" } else { "/" }), QosClass::Guaranteed, "9");
+            std::fs::create_dir_all(d.path().join("cg").join(&other.literal(systemd)[1..])).unwrap();
+            let pods = pods.literal(systemd);
+            assert_eq!(pod_cgroup(&p, &pods, "u-1").as_deref(), Some(be.as_str()), "{root} systemd {systemd}");
+            assert_eq!(pod_cgroup(&p, &pods, "u-2").as_deref(), Some(g.as_str()), "{root} systemd {systemd}");
+            let mut all = pod_cgroups(&p, &pods);
+            all.sort();
+            assert_eq!(all, [(be, vec!["c1".to_string()]), (g, vec![])], "{root} systemd {systemd}");
         }
     }
 

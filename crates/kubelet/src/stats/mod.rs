@@ -58,7 +58,8 @@ pub struct SummaryDeps {
     pub root_dir: PathBuf,
     /// `podLogsDir`.
     pub pod_logs_dir: PathBuf,
-    /// The pods' cgroup (`/kubepods`), with `cgroupsPerQOS`.
+    /// The pods' cgroup (`<cgroupRoot>/kubepods` in the driver's form: `/kubepods`, `/kubepods.slice`), with
+    /// `cgroupsPerQOS`.
     pub pods_cgroup: Option<String>,
     /// `volumeStatsAggPeriod` (zero turns volume figures off).
     pub volume_stats_period: Duration,
