@@ -175,6 +175,15 @@ async fn rkubelet_starts_from_kubeadms_own_files_and_flags_and_the_node_turns_re
     let n = env.wait_node_ready(&mut node).await;
     assert_eq!(n["status"]["nodeInfo"]["kubeletVersion"], "v1.35.0");
     let log = node.log();
+    // What an operator sees at start-up from kubeadm's files (printed past the harness's capture).
+    let start_up: Vec<&str> = log
+        .lines()
+        .filter(|l| {
+            ["Flag --", "starting rkubelet", "cgroup-root", "registered", "Ready"].iter().any(|w| l.contains(w))
+        })
+        .take(12)
+        .collect();
+    eprintln!("rkubelet from kubeadm's files:\n{}", start_up.join("\n"));
     assert!(
         log.contains("Flag --pod-infra-container-image has been deprecated, will be removed in 1.35. Image garbage collector will get sandbox image information from CRI."),
         "upstream's deprecation warning:\n{}",
