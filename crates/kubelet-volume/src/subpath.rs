@@ -15,7 +15,7 @@
 
 use std::ffi::OsStr;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
 use nix::fcntl::{AtFlags, OFlag, openat};
@@ -83,6 +83,12 @@ fn open_base(base: &Path) -> Result<OwnedFd, SubpathError> {
         .map_err(|e| err(format!("cannot open directory {}: {e}", base.display())))
 }
 
+/// Opens the entry `name` of the directory `parent` (at `shown`) without following a link.
+fn open_child(parent: &OwnedFd, name: &OsStr, flags: OFlag, shown: &Path) -> Result<OwnedFd, SubpathError> {
+    openat(parent.as_fd(), name, flags | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC, Mode::empty())
+        .map_err(|e| err(format!("cannot open {}: {e}", shown.display())))
+}
+
 /// Opens `path` below `base` one component at a time, each with `O_NOFOLLOW`: a symlink anywhere on the way is an
 /// error, whatever it points to (`doSafeOpen`). The result is an `O_PATH` descriptor.
 pub fn safe_open(path: &Path, base: &Path) -> Result<OwnedFd, SubpathError> {
@@ -98,13 +104,7 @@ pub fn safe_open(path: &Path, base: &Path) -> Result<OwnedFd, SubpathError> {
         let mut slash = seg.clone();
         slash.push("/");
         let _ = fstatat(parent.as_fd(), slash.as_os_str(), AtFlags::AT_SYMLINK_NOFOLLOW);
-        let child = openat(
-            parent.as_fd(),
-            seg.as_os_str(),
-            OFlag::O_NOFOLLOW | OFlag::O_PATH | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| err(format!("cannot open {}: {e}", current.display())))?;
+        let child = open_child(&parent, &seg, OFlag::O_PATH, &current)?;
         let st =
             fstat(child.as_fd()).map_err(|e| err(format!("error running fstat on {} with {e}", current.display())))?;
         if SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) == SFlag::S_IFLNK {
@@ -161,13 +161,7 @@ pub fn safe_make_dir(subdir: &Path, base: &Path, perm: u32) -> Result<(), Subpat
         current.push(&dir);
         mkdirat(parent.as_fd(), dir.as_os_str(), kernel_perm)
             .map_err(|e| err(format!("cannot create directory {}: {e}", current.display())))?;
-        let child = openat(
-            parent.as_fd(),
-            dir.as_os_str(),
-            OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| err(format!("cannot open {}: {e}", current.display())))?;
+        let child = open_child(&parent, &dir, OFlag::O_RDONLY, &current)?;
         nix::unistd::fsync(child.as_fd()).map_err(|e| err(format!("cannot fsync {}: {e}", current.display())))?;
         // mkdirat went through the umask: the directory the container will see gets the volume's mode.
         fchmod(child.as_fd(), kernel_perm).map_err(|e| err(format!("chmod {:?} failed: {e}", current.display())))?;
@@ -224,8 +218,6 @@ fn prepare_target(sp: &Subpath<'_>, target: &Path) -> Result<bool, SubpathError>
     }
     Ok(false)
 }
-
-use std::os::unix::fs::DirBuilderExt;
 
 /// Bind-mounts the subPath safely and returns the path to give the runtime (`PrepareSafeSubpath`/
 /// `doBindSubPath`). Symlinks are resolved once up front (a configMap's keys are links into its data
@@ -337,7 +329,7 @@ pub fn volume_mode(path: &Path) -> std::io::Result<u32> {
 /// Whether `name` is a plain relative path without `..` (the subPath rule of the API and of `makeMounts`).
 pub fn is_relative_without_backsteps(name: &str) -> bool {
     let p = Path::new(name);
-    !p.is_absolute() && !p.components().any(|c| c == Component::ParentDir) && !OsStr::new(name).is_empty()
+    !name.is_empty() && !p.is_absolute() && !p.components().any(|c| c == Component::ParentDir)
 }
 
 #[cfg(test)]
