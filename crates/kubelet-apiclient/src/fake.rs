@@ -1,6 +1,7 @@
-//! An in-memory apiserver for unit tests and benchmarks: real state (nodes, leases, pods, events) with
-//! resourceVersions, strategic-merge patches applied with the types' patch metadata ([`crate::patch`]), a pod
-//! watch, recorded calls, and an outage switch ([`FakeApi::set_down`]) that makes every call fail as unavailable.
+//! An in-memory apiserver for unit tests and benchmarks: real state (nodes, leases, pods, services, events) with
+//! resourceVersions, strategic-merge patches applied with the types' patch metadata ([`crate::patch`]), pod and
+//! service watches, recorded calls, and an outage switch ([`FakeApi::set_down`]) that makes every call fail as
+//! unavailable.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -10,12 +11,15 @@ use async_trait::async_trait;
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Node, Pod};
+use k8s_openapi::api::core::v1::{Event, Node, Pod, Service};
 use serde_json::Value;
 use tokio::sync::broadcast;
 
 use crate::patch::{NODE, OBJECT, POD, Schema, apply_patch};
-use crate::{ApiError, ApiResult, EventApi, LeaseApi, NodeApi, PodApi, PodWatchApi, WatchEvent};
+use crate::{
+    ApiError, ApiResult, EventApi, LeaseApi, NodeApi, ObjectEvent, ObjectStream, PodApi, PodWatchApi, ServiceApi,
+    WatchEvent,
+};
 
 /// Applies a strategic-merge patch as the apiserver does, with the patch metadata of `schema`
 /// ([`crate::patch::POD`], [`crate::patch::NODE`], [`crate::patch::OBJECT`]); a patch that cannot be applied is
@@ -29,6 +33,9 @@ struct State {
     nodes: BTreeMap<String, Node>,
     leases: BTreeMap<(String, String), Lease>,
     pods: BTreeMap<(String, String), Pod>,
+    services: BTreeMap<(String, String), Service>,
+    /// Every service change with its resourceVersion, for watches that start from an older version.
+    service_log: Vec<(u64, ObjectEvent<Service>)>,
     events: Vec<Event>,
     calls: Vec<String>,
     /// Pod status patches are refused with this error while set.
@@ -39,20 +46,25 @@ struct State {
 pub struct FakeApi {
     /// The next pod watch answers 410 Gone (as after the watch cache moved on).
     watch_gone: AtomicBool,
+    /// Likewise for the next service watch.
+    service_watch_gone: AtomicBool,
     state: Mutex<State>,
     rv: AtomicU64,
     down: AtomicBool,
     watch: broadcast::Sender<(u64, WatchEvent)>,
+    service_watch: broadcast::Sender<(u64, ObjectEvent<Service>)>,
 }
 
 impl Default for FakeApi {
     fn default() -> Self {
         Self {
             watch_gone: AtomicBool::new(false),
+            service_watch_gone: AtomicBool::new(false),
             state: Mutex::default(),
             rv: AtomicU64::new(1),
             down: AtomicBool::new(false),
             watch: broadcast::channel(1024).0,
+            service_watch: broadcast::channel(1024).0,
         }
     }
 }
@@ -100,15 +112,17 @@ impl FakeApi {
         self.state.lock().unwrap().refuse_status = error;
     }
 
-    /// Ends every open pod watch (as a connection that breaks).
+    /// Ends every open pod and service watch (as a connection that breaks).
     pub fn end_watches(&self) {
         let _ = self.watch.send((u64::MAX, WatchEvent::Bookmark("ended".into())));
+        let _ = self.service_watch.send((u64::MAX, ObjectEvent::Bookmark("ended".into())));
     }
 
-    /// Ends every open pod watch and makes the next one fail with 410 Gone.
+    /// Ends every open pod and service watch and makes the next one of each kind fail with 410 Gone.
     pub fn expire_watches(&self) {
         self.watch_gone.store(true, Ordering::Relaxed);
-        let _ = self.watch.send((u64::MAX, WatchEvent::Bookmark("expired".into())));
+        self.service_watch_gone.store(true, Ordering::Relaxed);
+        self.end_watches();
     }
 
     /// Recorded calls, e.g. `patch_node_status n1`.
@@ -167,6 +181,34 @@ impl FakeApi {
             self.publish(WatchEvent::Deleted(p.clone()));
         }
         p
+    }
+
+    /// Stores a service as a user would create or update it (assigns its resourceVersion) and notifies watchers.
+    pub fn put_service(&self, mut svc: Service) -> Service {
+        let mut st = self.state.lock().unwrap();
+        let rv = self.next_rv();
+        svc.metadata.resource_version = Some(rv.clone());
+        let key = (svc.metadata.namespace.clone().unwrap_or_default(), svc.metadata.name.clone().unwrap_or_default());
+        st.services.insert(key, svc.clone());
+        self.publish_service(&mut st, &rv, ObjectEvent::Applied(svc.clone()));
+        svc
+    }
+
+    /// Logs and sends a service change; under the state lock, so watchers see changes in resourceVersion order.
+    fn publish_service(&self, st: &mut State, rv: &str, ev: ObjectEvent<Service>) {
+        let rv = rv.parse().unwrap_or(0);
+        st.service_log.push((rv, ev.clone()));
+        let _ = self.service_watch.send((rv, ev));
+    }
+
+    /// Removes a service and notifies watchers (the deleted object carries the deletion's resourceVersion).
+    pub fn remove_service(&self, ns: &str, name: &str) -> Option<Service> {
+        let mut st = self.state.lock().unwrap();
+        let mut svc = st.services.remove(&(ns.to_string(), name.to_string()))?;
+        let rv = self.next_rv();
+        svc.metadata.resource_version = Some(rv.clone());
+        self.publish_service(&mut st, &rv, ObjectEvent::Deleted(svc.clone()));
+        Some(svc)
     }
 }
 
@@ -354,6 +396,35 @@ impl PodWatchApi for FakeApi {
                     };
                 async move { keep.then_some(Ok(ev)) }
             })
+            .boxed())
+    }
+}
+
+#[async_trait]
+impl ServiceApi for FakeApi {
+    async fn list_services(&self) -> ApiResult<(Vec<Service>, String)> {
+        let st = self.enter("list_services".into())?;
+        Ok((st.services.values().cloned().collect(), self.rv.load(Ordering::Relaxed).to_string()))
+    }
+
+    async fn watch_services(&self, rv: &str) -> ApiResult<ObjectStream<Service>> {
+        let st = self.enter(format!("watch_services {rv}"))?;
+        if self.service_watch_gone.swap(false, Ordering::Relaxed) {
+            return Err(ApiError::Gone(format!("too old resource version: {rv}")));
+        }
+        let from: u64 = rv.parse().unwrap_or(0);
+        // The changes after `rv` already made, then the live ones (subscribed under the lock: none is missed).
+        let past: Vec<_> = st.service_log.iter().filter(|(r, _)| *r > from).cloned().map(Ok).collect();
+        let live = self.service_watch.subscribe();
+        drop(st);
+        // A watcher that fell behind is told so with 410 Gone, as the apiserver's watch cache does.
+        let live = tokio_stream::wrappers::BroadcastStream::new(live)
+            .map(|r| r.map_err(|e| ApiError::Gone(format!("the watch fell behind: {e}"))));
+        Ok(futures::stream::iter(past)
+            .chain(live)
+            .take_while(|r| std::future::ready(!matches!(r, Ok((u64::MAX, _)))))
+            .filter(move |r| std::future::ready(!matches!(r, Ok((rv, _)) if *rv <= from)))
+            .map(|r| r.map(|(_, ev)| ev))
             .boxed())
     }
 }

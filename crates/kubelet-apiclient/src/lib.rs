@@ -148,7 +148,7 @@ pub enum ObjectEvent<T> {
 /// A watch of one object.
 pub type ObjectStream<T> = BoxStream<'static, ApiResult<ObjectEvent<T>>>;
 
-/// ConfigMaps, Secrets and Services a pod refers to (`configMapManager`, `secretManager`, `serviceLister`).
+/// ConfigMaps and Secrets a pod refers to (`configMapManager`, `secretManager`).
 /// The list and watch calls select one object by name (`fieldSelector=metadata.name=<name>`), as the kubelet's
 /// watch-based managers do.
 #[async_trait]
@@ -165,8 +165,17 @@ pub trait ObjectApi: Send + Sync + 'static {
     async fn list_secret(&self, namespace: &str, name: &str) -> ApiResult<(Option<Secret>, String)>;
     /// Changes of the Secret `name` after `resource_version`.
     async fn watch_secret(&self, namespace: &str, name: &str, rv: &str) -> ApiResult<ObjectStream<Secret>>;
-    /// The Services of a namespace.
-    async fn list_services(&self, namespace: &str) -> ApiResult<Vec<Service>>;
+}
+
+/// The Services of every namespace, listed and watched (`kubelet.go`: the SharedInformer behind the
+/// `serviceLister`; the Node authorizer lets a node list and watch services cluster-wide).
+#[async_trait]
+pub trait ServiceApi: Send + Sync + 'static {
+    /// Every Service of every namespace, and the list's resourceVersion.
+    async fn list_services(&self) -> ApiResult<(Vec<Service>, String)>;
+    /// Changes of every Service after `resource_version`; the stream ends when the server closes it and yields
+    /// [`ApiError::Gone`] when the version is too old.
+    async fn watch_services(&self, resource_version: &str) -> ApiResult<ObjectStream<Service>>;
 }
 
 /// Service account tokens for projected volumes (`serviceaccounts/<name>/token`, used by `pkg/kubelet/token`).

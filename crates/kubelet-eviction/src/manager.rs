@@ -8,7 +8,12 @@
 //! `ephemeral-storage` limits) evict first. Otherwise the most urgent threshold (memory first) is reclaimed:
 //! node-level reclaim (dead containers, unused images) first, and if that was not enough, one pod per pass, ranked
 //! as upstream; critical pods are never evicted. After an eviction the manager waits (up to 30 s) for the pod to be
-//! cleaned up and synchronizes again at once. A failed stats read skips the pass; errors never end the loop.
+//! cleaned up (stopped, volumes and cgroup gone) and synchronizes again at once on new figures. A pod evicted for
+//! disk leaves its containers' writable layers behind until they are removed, and the runtime frees a removed
+//! layer a moment later (containerd's garbage collection, which may wait seconds): the next pass's node-level
+//! reclaim removes them and, after an eviction for the same signal, gives the runtime up to [`RELEASE_TIMEOUT`]
+//! to release the space before it judges whether another pod must go, so that no pod pays for usage already
+//! evicted. (The pods' own figures cannot tell when: the runtime measures writable layers every few seconds.) A failed stats read skips the pass; errors never end the loop.
 //! Ends when cancelled.
 
 use std::collections::{BTreeSet, HashMap};
@@ -26,7 +31,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::rank::{eviction_message, rank};
 use crate::stats::{ActivePods, EvictionStatus, NodeReclaimer, NodeStats, PodKiller, PodUsage, StatsSource};
-use crate::threshold::{NodeCondition, Observations, Signal, Threshold, thresholds_met};
+use crate::threshold::{NodeCondition, Observations, Resource, Signal, Threshold, thresholds_met};
 
 /// Upstream's `evictionMonitoringPeriod`.
 pub const MONITORING_PERIOD: Duration = Duration::from_secs(10);
@@ -34,6 +39,14 @@ pub const MONITORING_PERIOD: Duration = Duration::from_secs(10);
 pub const POD_CLEANUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often the cleanup is checked (`podCleanupPollFreq`).
 pub const POD_CLEANUP_POLL: Duration = Duration::from_secs(1);
+/// How long node-level reclaim waits for an evicted pod's space to show as released.
+pub const RELEASE_TIMEOUT: Duration = Duration::from_secs(20);
+/// How often the figures are read meanwhile.
+pub const RELEASE_POLL: Duration = Duration::from_millis(500);
+/// An eviction older than this is not waited for (the pressure went away meanwhile).
+const RELEASE_MAX_AGE: Duration = Duration::from_secs(120);
+/// How long a disk ranking waits for writable layer figures measured after the threshold was crossed.
+pub const FRESH_FIGURES_TIMEOUT: Duration = Duration::from_secs(30);
 /// The grace period of hard evictions (`immediateEvictionGracePeriodSeconds`).
 pub const IMMEDIATE_GRACE_SECONDS: i64 = 1;
 /// The reason of evicted pods and of refusals under pressure.
@@ -113,6 +126,12 @@ pub struct EvictionManager {
     condition_last_observed: HashMap<NodeCondition, Instant>,
     thresholds_met: Vec<Threshold>,
     last_observations: Observations,
+    /// When a pod was last evicted for each disk signal: its space is expected back.
+    releasing: HashMap<Signal, Instant>,
+    /// Wall time each signal's threshold was first seen met, while it is.
+    crossed_at: HashMap<Signal, std::time::SystemTime>,
+    /// The last pass waited for new figures: the next one runs after [`RELEASE_POLL`], not a whole period.
+    retry_soon: bool,
 }
 
 /// The figures of one pod, by UID.
@@ -131,6 +150,9 @@ impl EvictionManager {
             condition_last_observed: HashMap::new(),
             thresholds_met: vec![],
             last_observations: HashMap::new(),
+            releasing: HashMap::new(),
+            crossed_at: HashMap::new(),
+            retry_soon: false,
         }
     }
 
@@ -170,9 +192,11 @@ impl EvictionManager {
                 }
                 continue;
             }
+            let period =
+                if std::mem::take(&mut self.retry_soon) { RELEASE_POLL * 2 } else { self.cfg.monitoring_period };
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(self.cfg.monitoring_period) => {}
+                _ = tokio::time::sleep(period) => {}
                 Some(()) = async { match wakeups.as_mut() { Some(w) => w.recv().await, None => std::future::pending().await } } => {
                     debug!("eviction manager: woken by the memory pressure notifier");
                 }
@@ -248,6 +272,11 @@ impl EvictionManager {
             .collect();
         actionable.sort_by_key(|t| (t.signal, !t.is_hard()));
         self.first_observed = first;
+        let wall = self.d.clock.now();
+        self.crossed_at.retain(|s, _| met.iter().any(|t| t.signal == *s));
+        for t in &met {
+            self.crossed_at.entry(t.signal).or_insert(wall);
+        }
         self.condition_last_observed = last_observed;
         self.thresholds_met = actionable.clone();
         // Only thresholds whose figures changed since the last pass act (`thresholdsUpdatedStats`).
@@ -288,7 +317,12 @@ impl EvictionManager {
             return vec![];
         }
         info!(resourceName = %resource, "eviction manager: must evict pod(s) to reclaim");
-        if !with_pods {
+        let disk = matches!(resource, Resource::EphemeralStorage | Resource::Inodes);
+        if disk {
+            // The runtime's writable layer figures are reused for minutes otherwise.
+            self.d.stats.refresh_writable_layers().await;
+        }
+        if !with_pods || disk {
             match self.d.stats.node_stats(true).await {
                 Ok(s) => stats.pods = s.pods,
                 Err(e) => {
@@ -296,6 +330,10 @@ impl EvictionManager {
                     return vec![];
                 }
             }
+        }
+        if disk && self.layers_measured_before_crossing(to_reclaim.signal, &active, &stats) {
+            self.retry_soon = true;
+            return vec![];
         }
         let mut ranked = active;
         let usage = usage_of(&stats);
@@ -321,6 +359,9 @@ impl EvictionManager {
                 EvictionStatus { reason: REASON.into(), message: message.clone(), disruption_message: Some(message) };
             if self.evict_pod_annotated(&pod, grace, status, &annotations).await {
                 kubelet_metrics::kubelet::EVICTIONS.inc(&[to_reclaim.signal.as_str()]);
+                if matches!(resource, Resource::EphemeralStorage | Resource::Inodes) {
+                    self.releasing.insert(to_reclaim.signal, Instant::now());
+                }
                 return vec![pod];
             }
         }
@@ -330,7 +371,7 @@ impl EvictionManager {
 
     /// Frees node-level resources for `signal` and tells whether that resolved every threshold with its minimum
     /// reclaim (`reclaimNodeLevelResources`). Memory and PIDs have nothing to reclaim.
-    async fn reclaim_node_level(&self, signal: Signal, stats: &NodeStats) -> bool {
+    async fn reclaim_node_level(&mut self, signal: Signal, stats: &NodeStats) -> bool {
         let (containers, images) = match signal {
             Signal::MemoryAvailable | Signal::AllocatableMemoryAvailable | Signal::PidAvailable => return false,
             // With a dedicated image filesystem, nodefs pressure has nothing to reclaim but logs (left to rotation).
@@ -338,8 +379,16 @@ impl EvictionManager {
             _ => (true, true),
         };
         let resource = signal.resource();
-        if containers && let Err(e) = self.d.reclaimer.delete_unused_containers().await {
-            info!(resourceName = %resource, error = %e, "eviction manager: unexpected error when attempting to reduce resource pressure");
+        let before = stats.observations.get(&signal).map(|o| o.available);
+        if containers {
+            match self.d.reclaimer.delete_unused_containers().await {
+                Ok(n) => {
+                    info!(resourceName = %resource, containersRemoved = n, "eviction manager: unused containers deleted")
+                }
+                Err(e) => {
+                    info!(resourceName = %resource, error = %e, "eviction manager: unexpected error when attempting to reduce resource pressure")
+                }
+            }
         }
         if images {
             match self.d.reclaimer.delete_unused_images().await {
@@ -351,12 +400,68 @@ impl EvictionManager {
                 }
             }
         }
-        match self.d.stats.node_stats(false).await {
-            Ok(after) => thresholds_met(&self.cfg.thresholds, &after.observations, true).is_empty(),
-            Err(e) => {
-                error!(error = %e, "eviction manager: failed to get summary stats after resource reclaim");
-                false
+        let resolved = self.await_release(signal).await;
+        if let (Some(before), Some(after)) = (before, resolved.1) {
+            let unit = if resource == Resource::Inodes { "inodes" } else { "bytes" };
+            info!(resourceName = %resource, freed = (after - before).max(0), unit, "eviction manager: node-level reclaim freed");
+        }
+        resolved.0
+    }
+
+    /// Whether a pod's writable layer was last measured before `signal`'s threshold was crossed (the runtime
+    /// measures them every few seconds): ranked on such figures, a pod that has just written gigabytes looks
+    /// empty and a bystander goes in its place. The pass then evicts nothing and the next one, a second later,
+    /// ranks on new figures, unless the runtime has not measured for [`FRESH_FIGURES_TIMEOUT`] since the crossing.
+    fn layers_measured_before_crossing(&self, signal: Signal, active: &[Arc<Pod>], stats: &NodeStats) -> bool {
+        let Some(crossed) = self.crossed_at.get(&signal).copied() else { return false };
+        let waited = self.d.clock.now().duration_since(crossed).unwrap_or_default();
+        let stale: Vec<String> = active
+            .iter()
+            .filter(|p| {
+                let usage = stats.pods.get(p.metadata.uid.as_deref().unwrap_or(""));
+                usage.is_some_and(|u| u.containers.iter().any(|c| c.rootfs_time.is_some_and(|t| t < crossed)))
+            })
+            .map(|p| pod_ref(p))
+            .collect();
+        if stale.is_empty() {
+            return false;
+        }
+        if waited >= FRESH_FIGURES_TIMEOUT {
+            warn!(resourceName = %signal.resource(), pods = ?stale, "eviction manager: ranking on writable layer figures measured before the threshold was crossed");
+            return false;
+        }
+        info!(resourceName = %signal.resource(), pods = ?stale, "eviction manager: waiting for the runtime to measure the writable layers written since the threshold was crossed");
+        true
+    }
+
+    /// Reads the figures after node-level reclaim; after an eviction for `signal` within [`RELEASE_MAX_AGE`],
+    /// again every [`RELEASE_POLL`] until every threshold is resolved, at most [`RELEASE_TIMEOUT`] (the runtime
+    /// frees a removed writable layer after the removal). Returns whether the thresholds are resolved and the
+    /// signal's last figure.
+    async fn await_release(&mut self, signal: Signal) -> (bool, Option<i64>) {
+        let start = Instant::now();
+        let waiting = self.releasing.remove(&signal).is_some_and(|at| start.duration_since(at) < RELEASE_MAX_AGE);
+        loop {
+            let after = match self.d.stats.node_stats(false).await {
+                Ok(after) => after,
+                Err(e) => {
+                    error!(error = %e, "eviction manager: failed to get summary stats after resource reclaim");
+                    return (false, None);
+                }
+            };
+            let available = after.observations.get(&signal).map(|o| o.available);
+            if thresholds_met(&self.cfg.thresholds, &after.observations, true).is_empty() {
+                return (true, available);
             }
+            if !waiting {
+                return (false, available);
+            }
+            if start.elapsed() >= RELEASE_TIMEOUT {
+                info!(resourceName = %signal.resource(), waited = ?start.elapsed(), "eviction manager: pressure remains after the evicted pods' space was released");
+                return (false, available);
+            }
+            debug!(resourceName = %signal.resource(), available = ?available, "eviction manager: waiting for the runtime to release the evicted pods' space");
+            tokio::time::sleep(RELEASE_POLL).await;
         }
     }
 

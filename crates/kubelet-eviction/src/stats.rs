@@ -30,6 +30,8 @@ pub struct ContainerUsage {
     pub memory_working_set: Option<u64>,
     /// The writable layer.
     pub rootfs: FsUsage,
+    /// When the runtime measured the writable layer.
+    pub rootfs_time: Option<std::time::SystemTime>,
     /// The log files.
     pub logs: FsUsage,
 }
@@ -66,6 +68,9 @@ pub trait StatsSource: Send + Sync + 'static {
     /// Current figures, the pods' only when `pods` (they cost a listing of the runtime and a walk of every pod's
     /// cgroups; a pass needs them only to rank pods or to check local storage limits). An error skips the pass.
     async fn node_stats(&self, pods: bool) -> Result<NodeStats, String>;
+    /// Makes the next pods' figures ask the runtime for its latest writable layer figures instead of reusing
+    /// earlier ones (a disk ranking must see what was written since).
+    async fn refresh_writable_layers(&self) {}
 }
 
 /// The pods eviction may act on.
@@ -99,8 +104,8 @@ pub trait PodKiller: Send + Sync + 'static {
 /// `ImageGC.DeleteUnusedImages`).
 #[async_trait]
 pub trait NodeReclaimer: Send + Sync + 'static {
-    /// Removes every dead container and sandbox not needed.
-    async fn delete_unused_containers(&self) -> Result<(), String>;
+    /// Removes every dead container and sandbox not needed; returns how many containers went.
+    async fn delete_unused_containers(&self) -> Result<usize, String>;
     /// Removes every image no container uses; returns the bytes freed.
     async fn delete_unused_images(&self) -> Result<u64, String>;
 }

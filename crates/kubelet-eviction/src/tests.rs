@@ -13,7 +13,7 @@ use kubelet_types::Pod;
 use kubelet_types::events::Recorder;
 
 use super::*;
-use crate::manager::IMMEDIATE_GRACE_SECONDS;
+use crate::manager::{FRESH_FIGURES_TIMEOUT, IMMEDIATE_GRACE_SECONDS, RELEASE_TIMEOUT};
 
 const MI: i64 = 1 << 20;
 
@@ -26,6 +26,11 @@ struct Fake {
     /// Memory freed by the image GC (applied to nodefs).
     image_gc_frees: Mutex<i64>,
     reclaims: Mutex<u32>,
+    /// Space the next removal of dead containers frees on nodefs, and after how long the figures show it (the
+    /// runtime removes a writable layer a moment after the container).
+    container_frees: Mutex<Option<(i64, Duration)>>,
+    /// Frees not yet visible: when, how much.
+    pending_frees: Mutex<Vec<(tokio::time::Instant, i64)>>,
     /// Passes that asked for the pods' figures.
     pod_fetches: Mutex<usize>,
 }
@@ -33,6 +38,16 @@ struct Fake {
 #[async_trait]
 impl StatsSource for Fake {
     async fn node_stats(&self, pods: bool) -> Result<NodeStats, String> {
+        let now = tokio::time::Instant::now();
+        let due: i64 = {
+            let mut pending = self.pending_frees.lock().unwrap();
+            let due = pending.iter().filter(|(at, _)| *at <= now).map(|(_, b)| b).sum();
+            pending.retain(|(at, _)| *at > now);
+            due
+        };
+        if let Some(o) = self.stats.lock().unwrap().observations.get_mut(&Signal::NodeFsAvailable) {
+            o.available += due;
+        }
         let mut s = self.stats.lock().unwrap().clone();
         *self.pod_fetches.lock().unwrap() += usize::from(pods);
         if !pods {
@@ -62,9 +77,11 @@ impl PodKiller for Fake {
 
 #[async_trait]
 impl NodeReclaimer for Fake {
-    async fn delete_unused_containers(&self) -> Result<(), String> {
+    async fn delete_unused_containers(&self) -> Result<usize, String> {
         *self.reclaims.lock().unwrap() += 1;
-        Ok(())
+        let Some((bytes, after)) = self.container_frees.lock().unwrap().take() else { return Ok(0) };
+        self.pending_frees.lock().unwrap().push((tokio::time::Instant::now() + after, bytes));
+        Ok(1)
     }
     async fn delete_unused_images(&self) -> Result<u64, String> {
         let freed = *self.image_gc_frees.lock().unwrap();
@@ -405,4 +422,105 @@ async fn the_loop_wakes_on_a_notification_before_its_period() {
     assert!(start.elapsed() < Duration::from_millis(10), "evicted {:?} after the wake-up", start.elapsed());
     cancel.cancel();
     task.await.unwrap();
+}
+
+fn disk_usage(rootfs: i64) -> PodUsage {
+    PodUsage {
+        containers: vec![ContainerUsage {
+            name: "app".into(),
+            rootfs: FsUsage { bytes: Some(rootfs as u64), inodes: Some(10) },
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
+}
+
+/// The issue 25 scenario: a writer evicted for nodefs leaves its writable layer until its container is removed,
+/// and the runtime frees the layer a moment after the removal. The next pass must not rank the bystander on
+/// figures taken before that.
+#[tokio::test(start_paused = true)]
+async fn the_next_pass_waits_for_the_evicted_pods_space_before_evicting_again() {
+    let fake = Arc::new(Fake::default());
+    let hard = BTreeMap::from([("nodefs.available".to_string(), "1Gi".to_string())]);
+    let t = parse_thresholds(&[], &hard, &BTreeMap::new(), &BTreeMap::new(), &BTreeMap::new()).unwrap();
+    let mut m = manager(&fake, t);
+    let (writer, bystander) = (pod("writer", 0, None), pod("bystander", 0, None));
+    *fake.pods.lock().unwrap() = vec![Arc::new(writer.clone()), Arc::new(bystander.clone())];
+    {
+        let mut s = fake.stats.lock().unwrap();
+        // The runtime measures writable layers every few seconds: the writer's figure can be as stale as this.
+        s.pods.insert("uid-writer".into(), disk_usage(4096));
+        s.pods.insert("uid-bystander".into(), disk_usage(0));
+    }
+    set_obs(&fake, Signal::NodeFsAvailable, obs(700 * MI, 10_000 * MI));
+    let evicted = m.synchronize().await;
+    assert_eq!(evicted.iter().map(|p| name(p)).collect::<Vec<_>>(), ["writer"]);
+
+    // The writer's containers go at the next reclaim; their 600Mi show 2 s later.
+    *fake.container_frees.lock().unwrap() = Some((600 * MI, Duration::from_secs(2)));
+    let started = tokio::time::Instant::now();
+    assert!(m.synchronize().await.is_empty(), "the bystander stays");
+    assert_eq!(fake.kills.lock().unwrap().len(), 1);
+    assert_eq!(started.elapsed(), Duration::from_secs(2), "waited for the release, no longer");
+
+    // Pressure that the evicted pod's space does not end (another writer on the node): the wait is bounded and
+    // the next pod goes.
+    set_obs(&fake, Signal::NodeFsAvailable, obs(300 * MI, 10_000 * MI));
+    fake.kills.lock().unwrap().clear();
+    *fake.pods.lock().unwrap() = vec![Arc::new(writer.clone()), Arc::new(bystander.clone())];
+    assert_eq!(m.synchronize().await.len(), 1, "writer evicted again");
+    fake.kills.lock().unwrap().retain(|k| k.0 != "writer");
+    *fake.pods.lock().unwrap() = vec![Arc::new(bystander.clone())];
+    let started = tokio::time::Instant::now();
+    let evicted = m.synchronize().await;
+    assert_eq!(evicted.iter().map(|p| name(p)).collect::<Vec<_>>(), ["bystander"]);
+    assert_eq!(started.elapsed(), RELEASE_TIMEOUT, "gave up waiting after the timeout");
+}
+
+/// The runtime measures writable layers every few seconds: a pass that would rank on figures measured before the
+/// threshold was crossed (the writer looks empty) evicts nothing, and the next pass ranks on new ones.
+#[tokio::test(start_paused = true)]
+async fn a_disk_ranking_waits_for_layer_figures_measured_after_the_crossing() {
+    use kubelet_types::Clock;
+    let fake = Arc::new(Fake::default());
+    let hard = BTreeMap::from([("nodefs.available".to_string(), "1Gi".to_string())]);
+    let t = parse_thresholds(&[], &hard, &BTreeMap::new(), &BTreeMap::new(), &BTreeMap::new()).unwrap();
+    let mut m = manager(&fake, t);
+    let clock = kubelet_types::TestClock::fixed();
+    let (bystander, writer) = (pod("bystander", 0, None), pod("writer", 0, None));
+    *fake.pods.lock().unwrap() = vec![Arc::new(bystander), Arc::new(writer)];
+    let measured = |bytes: i64, at: std::time::SystemTime| {
+        let mut u = disk_usage(bytes);
+        u.containers[0].rootfs_time = Some(at);
+        u
+    };
+    let before = clock.now() - Duration::from_secs(5);
+    {
+        let mut s = fake.stats.lock().unwrap();
+        s.pods.insert("uid-bystander".into(), measured(4096, before));
+        s.pods.insert("uid-writer".into(), measured(4096, before));
+    }
+    set_obs(&fake, Signal::NodeFsAvailable, obs(700 * MI, 10_000 * MI));
+    assert!(m.synchronize().await.is_empty(), "figures from before the crossing: nobody is ranked on them");
+    assert!(m.state().has(NodeCondition::DiskPressure));
+
+    tokio::time::advance(Duration::from_secs(10)).await;
+    {
+        let mut s = fake.stats.lock().unwrap();
+        let now = clock.now();
+        s.pods.insert("uid-bystander".into(), measured(4096, now));
+        s.pods.insert("uid-writer".into(), measured(600 * MI, now));
+    }
+    let evicted = m.synchronize().await;
+    assert_eq!(evicted.iter().map(|p| name(p)).collect::<Vec<_>>(), ["writer"]);
+
+    // A runtime that never measures again does not hold evictions back for ever.
+    let mut m =
+        manager(&fake, parse_thresholds(&[], &hard, &BTreeMap::new(), &BTreeMap::new(), &BTreeMap::new()).unwrap());
+    fake.kills.lock().unwrap().clear();
+    let old = kubelet_types::TestClock::fixed().now() - Duration::from_secs(1);
+    fake.stats.lock().unwrap().pods.insert("uid-writer".into(), measured(600 * MI, old));
+    assert!(m.synchronize().await.is_empty());
+    tokio::time::advance(FRESH_FIGURES_TIMEOUT).await;
+    assert_eq!(m.synchronize().await.len(), 1, "ranked on old figures after the timeout");
 }

@@ -13,11 +13,12 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Pod, Secret, Service};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions, WatchParams};
 use kube::core::WatchEvent as KubeWatchEvent;
 use kubelet_apiclient::{
-    ApiError, ApiResult, EventApi, LeaseApi, NodeApi, ObjectEvent, ObjectStream, PodApi, PodWatchApi, WatchEvent,
+    ApiError, ApiResult, EventApi, LeaseApi, NodeApi, ObjectEvent, ObjectStream, PodApi, PodWatchApi, ServiceApi,
+    WatchEvent,
 };
 
 /// Errors building the client.
@@ -315,12 +316,6 @@ impl kubelet_apiclient::ObjectApi for KubeApi {
         Api::namespaced(self.client.clone(), ns).get_opt(name).await.map_err(map_err)
     }
 
-    async fn list_services(&self, ns: &str) -> ApiResult<Vec<k8s_openapi::api::core::v1::Service>> {
-        self.limiter.acquire().await;
-        let list = Api::namespaced(self.client.clone(), ns).list(&ListParams::default()).await.map_err(map_err)?;
-        Ok(list.items)
-    }
-
     async fn list_config_map(&self, ns: &str, name: &str) -> ApiResult<(Option<ConfigMap>, String)> {
         self.list_named(ns, name).await
     }
@@ -366,17 +361,44 @@ impl KubeApi {
         self.limiter.acquire().await;
         let wp = WatchParams::default().fields(&format!("metadata.name={name}")).timeout(290).disable_bookmarks();
         let stream = Api::<K>::namespaced(self.client.clone(), ns).watch(&wp, rv).await.map_err(map_err)?;
-        Ok(stream
-            .map_err(map_err)
-            .map(|r| {
-                r.and_then(|ev| match ev {
-                    KubeWatchEvent::Added(o) | KubeWatchEvent::Modified(o) => Ok(ObjectEvent::Applied(o)),
-                    KubeWatchEvent::Deleted(o) => Ok(ObjectEvent::Deleted(o)),
-                    KubeWatchEvent::Bookmark(b) => Ok(ObjectEvent::Bookmark(b.metadata.resource_version)),
-                    KubeWatchEvent::Error(s) => Err(map_err(kube::Error::Api(s))),
-                })
+        Ok(object_events(stream))
+    }
+}
+
+/// A kube watch as [`ObjectEvent`]s; an `ERROR` event (a 410 among them) becomes the stream's error.
+fn object_events<K, S>(stream: S) -> ObjectStream<K>
+where
+    K: Send + 'static,
+    S: futures::Stream<Item = kube::Result<KubeWatchEvent<K>>> + Send + 'static,
+{
+    stream
+        .map_err(map_err)
+        .map(|r| {
+            r.and_then(|ev| match ev {
+                KubeWatchEvent::Added(o) | KubeWatchEvent::Modified(o) => Ok(ObjectEvent::Applied(o)),
+                KubeWatchEvent::Deleted(o) => Ok(ObjectEvent::Deleted(o)),
+                KubeWatchEvent::Bookmark(b) => Ok(ObjectEvent::Bookmark(b.metadata.resource_version)),
+                KubeWatchEvent::Error(s) => Err(map_err(kube::Error::Api(s))),
             })
-            .boxed())
+        })
+        .boxed()
+}
+
+/// Every Service, as the kubelet's service informer lists and watches them (all namespaces, with bookmarks, the
+/// server ending each watch after five minutes or so as client-go's reflector asks).
+#[async_trait]
+impl ServiceApi for KubeApi {
+    async fn list_services(&self) -> ApiResult<(Vec<Service>, String)> {
+        self.limiter.acquire().await;
+        let list = Api::<Service>::all(self.client.clone()).list(&ListParams::default()).await.map_err(map_err)?;
+        Ok((list.items, list.metadata.resource_version.unwrap_or_default()))
+    }
+
+    async fn watch_services(&self, rv: &str) -> ApiResult<ObjectStream<Service>> {
+        self.limiter.acquire().await;
+        let wp = WatchParams::default().timeout(290);
+        let stream = Api::<Service>::all(self.client.clone()).watch(&wp, rv).await.map_err(map_err)?;
+        Ok(object_events(stream))
     }
 }
 

@@ -58,36 +58,43 @@ fn uid_of(labels: &HashMap<String, String>) -> PodUid {
 }
 
 impl RuntimeManager {
-    /// One pass (`GarbageCollect`).
+    /// One pass (`GarbageCollect`); returns how many containers it removed.
     pub async fn garbage_collect(
         &self,
         policy: GcPolicy,
         all_sources_ready: bool,
         evict_non_deleted: bool,
         pods: &dyn PodRemoval,
-    ) -> Result<(), Vec<String>> {
+    ) -> Result<usize, Vec<String>> {
         let mut errors = vec![];
-        if let Err(e) = self.evict_containers(policy, all_sources_ready, evict_non_deleted, pods).await {
-            errors.push(format!("failed to evict containers: {e}"));
-        }
+        let removed = match self.evict_containers(policy, all_sources_ready, evict_non_deleted, pods).await {
+            Ok(n) => n,
+            Err(e) => {
+                errors.push(format!("failed to evict containers: {e}"));
+                0
+            }
+        };
         if let Err(e) = self.evict_sandboxes(evict_non_deleted, pods).await {
             errors.push(format!("failed to evict sandboxes: {e}"));
         }
         if let Err(e) = self.evict_pod_log_dirs(all_sources_ready, pods).await {
             errors.push(e);
         }
-        if errors.is_empty() { Ok(()) } else { Err(errors) }
+        if errors.is_empty() { Ok(removed) } else { Err(errors) }
     }
 
-    async fn remove_oldest(&self, mut list: Vec<Dead>, n: usize) -> Vec<Dead> {
+    /// Removes the oldest `n` of `list`; returns the rest and how many went.
+    async fn remove_oldest(&self, mut list: Vec<Dead>, n: usize) -> (Vec<Dead>, usize) {
         let keep = list.len().saturating_sub(n);
         list.sort_by_key(|d| std::cmp::Reverse(d.created_at));
+        let mut removed = 0;
         for d in list.drain(keep..) {
-            if let Err(e) = self.remove_container(&d.id).await {
-                warn!(containerID = %d.id, error = %e, "failed to remove container");
+            match self.remove_container(&d.id).await {
+                Ok(()) => removed += 1,
+                Err(e) => warn!(containerID = %d.id, error = %e, "failed to remove container"),
             }
         }
-        list
+        (list, removed)
     }
 
     async fn evict_containers(
@@ -96,7 +103,8 @@ impl RuntimeManager {
         all_sources_ready: bool,
         evict_non_deleted: bool,
         pods: &dyn PodRemoval,
-    ) -> Result<(), CriError> {
+    ) -> Result<usize, CriError> {
+        let mut removed = 0;
         let now = self.clock().now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos() as i64;
         let newest = now - policy.min_age.as_nanos() as i64;
         let mut units: HashMap<(PodUid, String), Vec<Dead>> = HashMap::new();
@@ -117,7 +125,7 @@ impl RuntimeManager {
                 let list = units.remove(&k).unwrap_or_default();
                 let n = list.len();
                 debug!(podUID = %k.0, containerName = %k.1, count = n, "removing every dead container of a pod whose content may go");
-                self.remove_oldest(list, n).await;
+                removed += self.remove_oldest(list, n).await.1;
             }
         }
         let cap = |units: &mut HashMap<(PodUid, String), Vec<Dead>>, max: usize| {
@@ -129,7 +137,9 @@ impl RuntimeManager {
             let max = policy.max_per_pod_container as usize;
             for (list, k) in cap(&mut units, max) {
                 let n = list.len() - max;
-                units.insert(k, self.remove_oldest(list, n).await);
+                let (kept, r) = self.remove_oldest(list, n).await;
+                removed += r;
+                units.insert(k, kept);
             }
         }
         let total: usize = units.values().map(Vec::len).sum();
@@ -137,15 +147,17 @@ impl RuntimeManager {
             let per_unit = (policy.max_containers as usize / units.len()).max(1);
             for (list, k) in cap(&mut units, per_unit) {
                 let n = list.len() - per_unit;
-                units.insert(k, self.remove_oldest(list, n).await);
+                let (kept, r) = self.remove_oldest(list, n).await;
+                removed += r;
+                units.insert(k, kept);
             }
             let total: usize = units.values().map(Vec::len).sum();
             if total > policy.max_containers as usize {
                 let flat: Vec<Dead> = units.drain().flat_map(|(_, v)| v).collect();
-                self.remove_oldest(flat, total - policy.max_containers as usize).await;
+                removed += self.remove_oldest(flat, total - policy.max_containers as usize).await.1;
             }
         }
-        Ok(())
+        Ok(removed)
     }
 
     async fn evict_sandboxes(&self, evict_non_deleted: bool, pods: &dyn PodRemoval) -> Result<(), CriError> {
@@ -289,7 +301,7 @@ mod tests {
         let gone_app = dead(&fake, &gone, "gone", "app").await;
         fake.stop_pod_sandbox(&gone).await.unwrap();
         let pods = Removable(["gone".to_string()].into());
-        rm.garbage_collect(GcPolicy::default(), true, false, &pods).await.unwrap();
+        assert_eq!(rm.garbage_collect(GcPolicy::default(), true, false, &pods).await.unwrap(), 2);
         let left: HashSet<String> = fake.list_containers(None).await.unwrap().into_iter().map(|c| c.id).collect();
         assert!(!left.contains(&old_app), "the older dead instance of app goes");
         assert!(left.contains(&new_app) && left.contains(&side), "the newest per container stays");

@@ -4,7 +4,8 @@
 //! field and resource references, ConfigMap and Secret keys.
 //!
 //! Called by the runtime manager before each CreateContainer. A missing required reference is an error whose text
-//! becomes the `CreateContainerConfigError` message; the pod worker retries at its next sync.
+//! becomes the `CreateContainerConfigError` message; the pod worker retries at its next sync. So is a pod from the
+//! apiserver started before the Services were read once ([`SERVICES_NOT_SYNCED`]); a static pod is not held back.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -226,14 +227,23 @@ impl Env {
     }
 }
 
+/// Upstream's error for a pod from the apiserver whose environment is asked for before the Services were listed.
+pub const SERVICES_NOT_SYNCED: &str = "services have not yet been read at least once, cannot construct envvars";
+
 /// Builds the environment of a container (`makeEnvironmentVariables`).
 pub async fn make_environment(i: EnvInputs<'_>) -> Result<Environment, String> {
     let ns = i.pod.metadata.namespace.as_deref().unwrap_or("default");
     let links = i.pod.spec.as_ref().and_then(|s| s.enable_service_links).unwrap_or(true);
+    let is_static = kubelet_types::pod_update::is_static_pod(i.pod);
+    // A pod from the apiserver waits until the Services were read once, so it never misses
+    // `KUBERNETES_SERVICE_HOST` (the error fails the container's start; the pod worker retries).
+    if !is_static && !i.objects.services_synced() {
+        return Err(SERVICES_NOT_SYNCED.into());
+    }
     let service = match service_env_map(i.objects, ns, links).await {
         Ok(s) => s,
         // A static pod must start without the apiserver (it may be the apiserver): no service links then.
-        Err(e) if kubelet_types::pod_update::is_static_pod(i.pod) => {
+        Err(e) if is_static => {
             tracing::warn!(pod = %kubelet_types::pod_update::pod_ref(i.pod), error = %e, "starting a static pod without service environment variables");
             HashMap::new()
         }

@@ -120,6 +120,8 @@ struct Objects {
     cms: HashMap<String, ConfigMap>,
     secrets: HashMap<String, Secret>,
     services: Vec<Service>,
+    /// The Services were not read yet.
+    unsynced: bool,
 }
 
 #[async_trait]
@@ -132,6 +134,9 @@ impl ObjectSource for Objects {
     }
     async fn services(&self, ns: &str) -> Result<Vec<Service>, String> {
         Ok(self.services.iter().filter(|s| s.metadata.namespace.as_deref() == Some(ns)).cloned().collect())
+    }
+    fn services_synced(&self) -> bool {
+        !self.unsynced
     }
 }
 
@@ -468,6 +473,26 @@ async fn static_pods_start_without_service_links_when_the_apiserver_is_down() {
     pod.metadata.annotations = Some(BTreeMap::from([("kubernetes.io/config.source".into(), "file".into())]));
     let e = make_environment(inputs(&pod, &c, &node)).await.unwrap();
     assert_eq!(e.vars, vec![("A".to_string(), "1".to_string())]);
+}
+
+#[tokio::test]
+async fn a_pod_from_the_apiserver_waits_until_the_services_were_read_and_a_static_pod_does_not() {
+    let objects = Objects { unsynced: true, ..objects() };
+    let mut pod =
+        test_pod(Container { name: "app".into(), env: Some(vec![value("A", "1")]), ..Default::default() }, true);
+    let node = NodeFacts::default();
+    let c = pod.spec.as_ref().unwrap().containers[0].clone();
+    let env = |pod: Pod| {
+        let (c, node, objects) = (&c, &node, &objects);
+        async move { make_environment(EnvInputs { pod: &pod, container: c, pod_ips: &[], node, objects }).await }
+    };
+    let err = env(pod.clone()).await.unwrap_err();
+    assert_eq!(err, "services have not yet been read at least once, cannot construct envvars");
+    pod.metadata.annotations = Some(BTreeMap::from([("kubernetes.io/config.source".into(), "file".into())]));
+    let e = env(pod).await.unwrap();
+    let names: Vec<&str> = e.vars.iter().map(|(k, _)| k.as_str()).collect();
+    assert!(names.contains(&"A"), "{names:?}");
+    assert!(names.contains(&"TEST_SERVICE_HOST"), "a static pod gets what was read so far: {names:?}");
 }
 
 #[test]

@@ -15,6 +15,11 @@ pub trait ObjectSource: Send + Sync + 'static {
     async fn secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, String>;
     /// The Services of a namespace.
     async fn services(&self, namespace: &str) -> Result<Vec<Service>, String>;
+    /// Whether the Services have been read at least once (`serviceHasSynced`); until then only static pods get an
+    /// environment. A node without an apiserver has nothing to wait for (upstream's `func() bool { return true }`).
+    fn services_synced(&self) -> bool {
+        true
+    }
 }
 
 /// A node without an apiserver: no services, and references to ConfigMaps or Secrets cannot be resolved.

@@ -13,6 +13,7 @@
 
 pub mod admission;
 pub mod cm;
+pub mod container_deletor;
 pub mod events;
 pub mod fake_node;
 pub mod gc;
@@ -29,6 +30,7 @@ pub mod pressure;
 pub mod probes;
 pub mod runtime_state;
 pub mod server;
+pub mod service_cache;
 pub mod stats;
 pub mod status;
 pub mod sync_loop;

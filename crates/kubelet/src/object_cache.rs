@@ -244,7 +244,6 @@ async fn reflect<T: Watched>(api: Arc<dyn ObjectApi>, ns: String, name: String, 
 mod tests {
     use super::*;
     use futures::stream::BoxStream;
-    use k8s_openapi::api::core::v1::Service;
     use std::collections::BTreeMap;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
     use tokio::sync::broadcast;
@@ -297,9 +296,6 @@ mod tests {
         }
         async fn get_secret(&self, _: &str, _: &str) -> ApiResult<Option<Secret>> {
             unreachable!()
-        }
-        async fn list_services(&self, _: &str) -> ApiResult<Vec<Service>> {
-            Ok(vec![])
         }
         async fn list_config_map(&self, _: &str, name: &str) -> ApiResult<(Option<ConfigMap>, String)> {
             if self.down.load(Ordering::SeqCst) {

@@ -94,6 +94,7 @@ pub fn node_stats(s: &Summary) -> NodeStats {
                     name: c.name.clone(),
                     memory_working_set: c.memory.as_ref().and_then(|m| m.working_set_bytes),
                     rootfs: fs(&c.rootfs),
+                    rootfs_time: c.rootfs.as_ref().and_then(|f| time(&f.time)),
                     logs: fs(&c.logs),
                 })
                 .collect(),
@@ -118,6 +119,10 @@ impl StatsSource for SummaryStats {
         let s =
             if pods { self.0.summary(false).await.map_err(|e| e.to_string())? } else { self.0.node_summary().await };
         Ok(node_stats(&s))
+    }
+
+    async fn refresh_writable_layers(&self) {
+        self.0.expire_writable_layers().await;
     }
 }
 
@@ -253,7 +258,7 @@ pub struct RuntimeReclaimer {
 impl kubelet_eviction::NodeReclaimer for RuntimeReclaimer {
     /// The container garbage collection with `evictNonDeletedPods`: terminated pods lose their dead containers and
     /// sandboxes too, running ones keep their newest dead instance per container.
-    async fn delete_unused_containers(&self) -> Result<(), String> {
+    async fn delete_unused_containers(&self) -> Result<usize, String> {
         let pods = self.pods.borrow().clone();
         let lookup = |uid: &kubelet_types::PodUid| pods.iter().find(|p| &pod_uid(p) == uid).cloned();
         let ready = self.sources_ready.all_ready();

@@ -104,6 +104,8 @@ pub struct SyncLoop {
     victims: HashSet<PodUid>,
     /// Preemptions that ended.
     preempted: (mpsc::Sender<Preempted>, mpsc::Receiver<Preempted>),
+    /// Removes dead containers as they die (started with the loop).
+    deletor: Option<crate::container_deletor::ContainerDeletor>,
 }
 
 /// An ended preemption: the critical pod and the pods stopped for it.
@@ -137,6 +139,7 @@ impl SyncLoop {
             preempting: HashSet::new(),
             victims: HashSet::new(),
             preempted: mpsc::channel(PREEMPTED_CHANNEL_CAPACITY),
+            deletor: None,
         }
     }
 
@@ -148,6 +151,12 @@ impl SyncLoop {
 
     /// Runs until cancelled.
     pub async fn run(mut self, cancel: CancellationToken) {
+        let policy = kubelet_runtime::container_gc::GcPolicy::default();
+        self.deletor = Some(crate::container_deletor::ContainerDeletor::spawn(
+            self.deps.runtime.clone(),
+            policy.max_per_pod_container,
+            cancel.child_token(),
+        ));
         let mut housekeeping = tokio::time::interval(HOUSEKEEPING_PERIOD);
         housekeeping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -349,6 +358,9 @@ impl SyncLoop {
 
     fn handle_pleg(&mut self, e: PodLifecycleEvent) {
         debug!(podUID = %e.id, event = ?e.kind, "SyncLoop (PLEG)");
+        if e.kind == kubelet_types::PodLifecycleEventType::ContainerDied {
+            self.clean_up_containers_in_pod(&e.id, &e.data);
+        }
         if let Some(p) = self.pods.get(&e.id).cloned() {
             self.dispatch(UpdateType::Sync, &p, false);
         } else if let Some(phase) = self.deps.workers.phase(&e.id)
@@ -369,6 +381,24 @@ impl SyncLoop {
                 status: None,
             });
         }
+    }
+
+    /// A container of the pod died (`cleanUpContainersInPod`): its older dead instances go, and every dead
+    /// container of a pod whose content may go (evicted, or deleted and stopped).
+    fn clean_up_containers_in_pod(&self, uid: &PodUid, died: &str) {
+        let (Some(deletor), Some(status)) = (&self.deletor, self.deps.cache.get(uid)) else { return };
+        let lookup = |u: &PodUid| self.pods.get(u).cloned();
+        let states = crate::gc::PodStates {
+            pod: &lookup,
+            workers: &self.deps.workers,
+            status: &self.deps.status,
+            synced: self.deps.sources_ready.all_ready(),
+        };
+        use kubelet_runtime::container_gc::PodRemoval;
+        // Not while the pod is being stopped: its final status is read from its containers after the kill (the
+        // stopped pod's own cleanup removes them once that status is out).
+        let stopping = self.deps.workers.phase(uid) == Some(WorkerPhase::Terminating);
+        deletor.container_died(died, &status, states.content_removable(uid) && !stopping);
     }
 
     /// A probe result changed (`handleProbeSync`): a readiness or startup verdict goes into the pod's status at once

@@ -362,8 +362,14 @@ impl PodSyncer for KubeletSyncer {
         self.volumes.unmount_pod(&key.uid).map_err(|e| format!("unmount volumes of pod {key}: {e}"))?;
         // A pod whose deletion was requested loses its containers and sandboxes as soon as it stopped, before its
         // object may go from the apiserver: nothing of a deleted pod outlives it in the runtime (upstream leaves
-        // them to the garbage collector).
-        let deleting = pod.is_some_and(|p| p.metadata.deletion_timestamp.is_some());
+        // them to the garbage collector). An evicted pod too, once its final status is out (upstream's container
+        // deleter removes them as they die): the eviction manager's next pass must see its writable layers and
+        // logs freed, not rank another pod for the space they hold.
+        let evicted = self
+            .status
+            .get(&key.uid)
+            .is_some_and(|s| s.phase.as_deref() == Some("Failed") && s.reason.as_deref() == Some("Evicted"));
+        let deleting = evicted || pod.is_some_and(|p| p.metadata.deletion_timestamp.is_some());
         let known = match self.cache.lookup(&key.uid, &key.name, &key.namespace) {
             Cached::Fresh(st) => Some(st),
             Cached::Unknown => None,
@@ -374,6 +380,9 @@ impl PodSyncer for KubeletSyncer {
             let observed = tokio::time::Instant::now();
             self.runtime.remove_pod(&key.uid, known.as_deref()).await.map_err(|e| e.to_string())?;
             self.cache.set_gone(&key.uid, observed);
+            if evicted {
+                info!(pod = %key, podUID = %key.uid, "removed the containers of an evicted pod: their writable layers and logs are freed");
+            }
         }
         if removed {
             let log_dir = match pod {

@@ -412,7 +412,8 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
             &tracker,
             &cancel,
         );
-        objects.bind(kube.clone(), strategy);
+        let services = kubelet::service_cache::ServiceCache::start(kube.clone(), &tracker, &cancel);
+        objects.bind(kube.clone(), strategy, services);
         tracker.spawn(StatusSync::new(status.clone(), kube.clone()).run(cancel.clone()));
         let reviews: Arc<dyn kubelet_apiclient::ReviewApi> = kube.clone();
         let serving = if cfg.server_tls_bootstrap {

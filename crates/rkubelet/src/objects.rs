@@ -2,8 +2,9 @@
 //! projected volumes, read from the apiserver once the node joined its cluster (`kubelet.go` configMapManager,
 //! secretManager, serviceLister, and the token manager's TokenRequest). ConfigMaps and Secrets follow
 //! `configMapAndSecretChangeDetectionStrategy`: Watch (default, [`ObjectCache`]), Cache (a GET at most every
-//! minute per object) or Get. Until the node joined, and on a standalone node, references cannot be resolved,
-//! there are no service links and no tokens.
+//! minute per object) or Get. Services come from the watched [`ServiceCache`] of every namespace; until it has
+//! synced, a pod from the apiserver gets no environment (`services_synced`). Until the node joined, and on a
+//! standalone node, references cannot be resolved, there are no service links and no tokens.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -12,16 +13,14 @@ use async_trait::async_trait;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kubelet::object_cache::ObjectCache;
+use kubelet::service_cache::ServiceCache;
 use kubelet_apiclient::{ObjectApi, TokenApi};
 use kubelet_runtime::env::{NoObjects, ObjectSource};
 use kubelet_volume::{NoTokens, TokenFetcher};
 
-/// How long a namespace's service list is reused (the kubelet's service informer is at most this stale here).
-const SERVICES_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 /// How long an object is reused with the `Cache` strategy (upstream's default TTL without a node annotation).
 const OBJECT_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
-type ServiceCache = Mutex<HashMap<String, (Vec<Service>, tokio::time::Instant)>>;
 type TtlCache<T> = Mutex<HashMap<(String, String), (Option<T>, tokio::time::Instant)>>;
 
 /// How ConfigMaps and Secrets are read (`configMapAndSecretChangeDetectionStrategy`).
@@ -62,18 +61,19 @@ struct Bound {
     api: Arc<dyn ObjectApi>,
     tokens: Arc<dyn TokenApi>,
     strategy: Strategy,
+    services: Arc<ServiceCache>,
 }
 
 /// The objects source of the runtime and volume managers, bound to the apiserver after start-up. ConfigMaps and
-/// Secrets are read as the strategy says; service lists are cached per namespace for [`SERVICES_TTL`], and the
-/// last list is used while the apiserver cannot be reached (as an informer's cache would be).
+/// Secrets are read as the strategy says; Services from the informer's cache, which keeps its last state while the
+/// apiserver cannot be reached.
 #[derive(Default)]
-pub struct ApiObjects(OnceLock<Bound>, ServiceCache);
+pub struct ApiObjects(OnceLock<Bound>);
 
 impl ApiObjects {
-    /// Reads from `api` from now on.
-    pub fn bind<A: ObjectApi + TokenApi>(&self, api: Arc<A>, strategy: Strategy) {
-        let _ = self.0.set(Bound { api: api.clone(), tokens: api, strategy });
+    /// Reads from `api` and `services` from now on.
+    pub fn bind<A: ObjectApi + TokenApi>(&self, api: Arc<A>, strategy: Strategy, services: Arc<ServiceCache>) {
+        let _ = self.0.set(Bound { api: api.clone(), tokens: api, strategy, services });
     }
 }
 
@@ -132,22 +132,10 @@ impl ObjectSource for ApiObjects {
     }
 
     async fn services(&self, ns: &str) -> Result<Vec<Service>, String> {
-        let Some(b) = self.0.get() else { return Ok(vec![]) };
-        let now = tokio::time::Instant::now();
-        if let Some((list, at)) = self.1.lock().unwrap().get(ns)
-            && now.duration_since(*at) < SERVICES_TTL
-        {
-            return Ok(list.clone());
-        }
-        match b.api.list_services(ns).await {
-            Ok(list) => {
-                self.1.lock().unwrap().insert(ns.to_string(), (list.clone(), now));
-                Ok(list)
-            }
-            Err(e) => match self.1.lock().unwrap().get(ns) {
-                Some((list, _)) => Ok(list.clone()),
-                None => Err(format!("failed to list services when setting up env vars: {e}")),
-            },
-        }
+        Ok(self.0.get().map(|b| b.services.list(ns)).unwrap_or_default())
+    }
+
+    fn services_synced(&self) -> bool {
+        self.0.get().is_none_or(|b| b.services.has_synced())
     }
 }

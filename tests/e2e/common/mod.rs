@@ -9,6 +9,7 @@
 pub mod cluster;
 pub mod drill;
 pub mod kubelet_api;
+pub mod private_runtime;
 pub mod prometheus;
 
 use std::path::{Path, PathBuf};
@@ -329,7 +330,7 @@ impl Node {
             }
             self.assert_alive();
             if Instant::now() > deadline {
-                panic!("timed out after {timeout:?} waiting for {what}; rkubelet log:\n{}", tail(&self.log(), 80));
+                panic!("timed out after {timeout:?} waiting for {what}; rkubelet log:\n{}", excerpt(&self.log()));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -389,6 +390,19 @@ impl Drop for Node {
             eprintln!("rkubelet log ({}):\n{}", self.log.display(), tail(&self.log(), 120));
         }
     }
+}
+
+/// What a failed wait shows of rkubelet's log: its last 60 lines above DEBUG (the debug lines of CRI calls and
+/// housekeeping otherwise fill any tail), then its last 20 lines whatever their level.
+pub fn excerpt(log: &str) -> String {
+    let lines: Vec<&str> = log.lines().collect();
+    let notable: Vec<&str> =
+        lines.iter().copied().filter(|l| !l.contains(" DEBUG ") && !l.contains(" TRACE ")).collect();
+    format!(
+        "--- the last 60 lines above DEBUG ---\n{}\n--- the last 20 lines ---\n{}",
+        notable[notable.len().saturating_sub(60)..].join("\n"),
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    )
 }
 
 /// The last `n` lines of `s`.

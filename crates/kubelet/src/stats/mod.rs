@@ -237,6 +237,11 @@ impl SummaryProvider {
         self.samples.lock().unwrap().retain(|_, s| s.at_ns >= cutoff);
     }
 
+    /// Makes the next full summary list the writable layers again (for the eviction manager's disk ranking).
+    pub async fn expire_writable_layers(&self) {
+        self.writable.lock().await.listed = None;
+    }
+
     /// The writable layers of `running` containers: listed again once older than [`WRITABLE_LAYER_MAX_AGE`],
     /// a container missing from the last list (or reported empty, at most every 10 s) asked for alone. A runtime
     /// without container stats gives none.
