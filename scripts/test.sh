@@ -10,8 +10,23 @@
 #    kubectl),
 # 5. stops the control plane and containerd and removes what the tests left (scripts/node-teardown.sh), even on
 #    failure.
+#
+# `scripts/test.sh --long` runs the long scenarios at full length as well (RKUBELET_E2E_LONG=1: the eviction rounds
+# ten times each, the fault drills with 30 pods and minute-long outages, the hang drill past upstream's 3-minute PLEG
+# threshold, two certificate renewals each) and the tests marked `#[ignore = "long: ..."]`; about 35 minutes more.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+LONG=0
+for arg in "$@"; do
+    case "$arg" in
+        --long) LONG=1 ;;
+        *) echo "usage: $0 [--long]" >&2; exit 2 ;;
+    esac
+done
+if ((LONG)); then
+    export RKUBELET_E2E_LONG=1
+fi
 
 export RKUBELET_WORKDIR="${RKUBELET_WORKDIR:-/var/lib/rkubelet-dev}"
 export RKUBELET_E2E_CLUSTER="${RKUBELET_E2E_CLUSTER:-$RKUBELET_WORKDIR/cluster}"
@@ -38,3 +53,6 @@ cargo build -q -p rkubelet -p rkubelet-bench -p test-cluster
 "$TARGET/debug/rkubelet-bench" --smoke --containerd-endpoint "$RKUBELET_E2E_ENDPOINT" \
     --json "$TARGET/benchmarks-smoke.json"
 cargo test --workspace --no-fail-fast
+if ((LONG)); then
+    cargo test -p rkubelet --tests --no-fail-fast -- --ignored
+fi

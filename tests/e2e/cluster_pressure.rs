@@ -206,6 +206,80 @@ async fn memory_pressure_with_polling_only_evicts_within_the_monitoring_period()
     assert!(delay < Duration::from_secs(12), "evicted {delay:?} after the crossing");
 }
 
+/// Issue 25's memory scenario repeated (`scripts/test.sh --long`; the suite runs it once in
+/// `memory_pressure_evicts_the_pod_over_its_request_within_a_second`): in each round a BestEffort hog allocates
+/// 1000 MiB past `memory.available`, is evicted alone, the Guaranteed bystander keeps running without a restart,
+/// and the node reports MemoryPressure and its end, while a writer outside the pods works the shared disk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "long: scripts/test.sh --long runs it (10 rounds)"]
+async fn memory_pressure_rounds_evict_the_hog_and_keep_the_bystander() {
+    let (_g, _rt) = fresh_runtime().await;
+    let env = TestEnv::new().await;
+    let threshold = (memory_available() - 600 * MI) / 1024 * 1024;
+    let eviction = format!(
+        "evictionHard:\n  memory.available: {}Ki\n  nodefs.available: 1Gi\nevictionPressureTransitionPeriod: 10s\n",
+        threshold / 1024
+    );
+    let mut node = env.start_node_env(|n| config_with(n, &eviction), vec![]);
+    env.wait_node_ready(&mut node).await;
+    let guaranteed =
+        "    resources:\n      requests: {cpu: 50m, memory: 32Mi}\n      limits: {cpu: 50m, memory: 32Mi}\n";
+    env.create(&pod(&env, "quiet", QUIET, guaranteed, "")).await;
+    env.wait_pod_running(&mut node, "quiet").await;
+    let (noise_stop, noise) = concurrent_disk_writer();
+    let mut figures = vec![];
+    for round in 0..rounds() {
+        let hog = format!("hog-{round}");
+        let log_before = node.log().len();
+        env.create(&pod(&env, &hog, "sleep 2; dd if=/dev/zero bs=1000M count=1 | sleep 3600", "", "")).await;
+        env.wait_pod_running(&mut node, &hog).await;
+        let (stop, sampler) = watch_crossing(memory_available, threshold);
+        let evicted = wait_evicted(&env, &mut node, &hog).await;
+        stop.store(true, Ordering::Relaxed);
+        let crossed = sampler.join().unwrap().expect("the test saw memory.available cross the threshold");
+        assert_evicted(&evicted, "The node was low on resource: memory. ");
+        node.wait_for("MemoryPressure on the Node", Duration::from_secs(30), || async {
+            env.node_object().await.filter(|n| condition(n, "MemoryPressure").as_deref() == Some("True"))
+        })
+        .await;
+        node.wait_for("MemoryPressure cleared on the Node", Duration::from_secs(90), || async {
+            env.node_object().await.filter(|n| condition(n, "MemoryPressure").as_deref() == Some("False"))
+        })
+        .await;
+        #[allow(clippy::disallowed_methods)] // compared with the sampler's wall-clock time
+        let cleared_at = SystemTime::now();
+        let log = node.log()[log_before..].to_string();
+        let evictions: Vec<&str> = log.lines().filter(|l| l.contains("INFO evicting pod ")).collect();
+        assert_eq!(evictions.len(), 1, "round {round}: only the hog was evicted: {evictions:#?}");
+        let quiet = env.pod("quiet").await.unwrap();
+        assert_eq!(quiet["status"]["phase"], "Running", "round {round}: {quiet}");
+        assert_eq!(container_status(&quiet, "quiet").unwrap()["restartCount"], 0, "round {round}");
+        let evicted_at = log
+            .lines()
+            .find(|l| l.contains("INFO evicting pod "))
+            .and_then(|l| chrono::DateTime::parse_from_rfc3339(l.split_whitespace().next()?).ok())
+            .map(SystemTime::from)
+            .unwrap();
+        figures.push((
+            evicted_at.duration_since(crossed).unwrap_or_default(),
+            cleared_at.duration_since(evicted_at).unwrap_or_default(),
+        ));
+        env.kubectl(&["delete", "pod", &hog, "--wait=false"]).await;
+    }
+    noise_stop.store(true, Ordering::Relaxed);
+    let noise_bytes = noise.join().unwrap();
+    for (i, (to_evict, to_clear)) in figures.iter().enumerate() {
+        println!(
+            "memory round {i}: memory.available crossed → hog evicted {:.0} ms, → MemoryPressure cleared {:.1} s \
+             (transition period 10 s); bystander restarts 0",
+            to_evict.as_secs_f64() * 1000.0,
+            to_clear.as_secs_f64()
+        );
+    }
+    println!("concurrent writer on the shared disk meanwhile: {} MiB", noise_bytes / MI);
+    node.assert_alive();
+}
+
 /// Writes and deletes 64 MiB files on the machine's shared disk until stopped, about 100 MiB/s: a build beside
 /// the suite.
 #[allow(clippy::disallowed_methods)] // a host thread of the test, not a test's wait
@@ -241,7 +315,7 @@ fn concurrent_disk_writer() -> (Arc<AtomicBool>, std::thread::JoinHandle<u64>) {
 
 /// Rounds of the repeated scenarios: 1 in the suite, 10 with `scripts/test.sh --long`.
 fn rounds() -> usize {
-    if std::env::var("RKUBELET_E2E_LONG").is_ok_and(|v| v == "1") { 10 } else { 1 }
+    by_mode(1, 10)
 }
 
 /// Issue 25's scenario, on a filesystem of the test's own (a tmpfs holding the node's root dir and a containerd

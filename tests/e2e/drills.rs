@@ -1,6 +1,7 @@
-//! Fault drills against the real control plane and containerd: 30 pods run (volumes, probes, a sidecar) while the
-//! runtime is killed or gone for a minute, rkubelet is killed mid-way or upgraded, the apiserver is stopped for two
-//! minutes or restarted, etcd is stopped. Each drill ends with the invariant of `common::drill` and prints it.
+//! Fault drills against the real control plane and containerd: a workload (10 pods in the suite, 30 with
+//! `scripts/test.sh --long`: volumes, probes, a sidecar) runs while the runtime is killed or gone (20 s; a minute
+//! with `--long`), rkubelet is killed mid-way or upgraded, the apiserver is stopped (45 s; two minutes) or
+//! restarted, etcd is stopped (20 s; a minute). Each drill ends with the invariant of `common::drill` and prints it.
 
 mod common;
 
@@ -14,7 +15,20 @@ use kubelet_cri::RemoteRuntime;
 use nix::sys::signal::Signal;
 use tokio::time::Instant;
 
-const PODS: usize = 30;
+/// The workload: 30 pods with `--long`, 10 in the suite.
+fn workload() -> usize {
+    by_mode(10, 30)
+}
+
+/// How long the runtime and etcd stay away: 60 s with `--long`, 20 s in the suite.
+fn short_outage() -> Duration {
+    by_mode(Duration::from_secs(20), Duration::from_secs(60))
+}
+
+/// How long the apiserver stays away: 120 s with `--long`, 45 s in the suite (past the 40 s node lease grace).
+fn apiserver_outage() -> Duration {
+    by_mode(Duration::from_secs(45), Duration::from_secs(120))
+}
 
 /// A cluster node whose API lets anonymous clients in (for `/metrics/probes`).
 fn start(env: &TestEnv) -> Node {
@@ -29,16 +43,16 @@ fn start(env: &TestEnv) -> Node {
     )
 }
 
-/// The drill's start: a node with the 30 pods Running, and their state.
+/// The drill's start: a node with the workload Running, and their state.
 async fn thirty_pods() -> (Serial, RemoteRuntime, TestEnv, Node, Baseline) {
     let (g, rt) = fresh_runtime().await;
     drill::note_preexisting_cgroups();
     let env = TestEnv::new().await;
     let mut node = start(&env);
     env.wait_node_ready(&mut node).await;
-    let file = env.write("workload.yaml", &drill::workload_yaml(&env, PODS));
+    let file = env.write("workload.yaml", &drill::workload_yaml(&env, workload()));
     env.kubectl(&["apply", "-f", file.to_str().unwrap()]).await;
-    let names = drill::names(PODS);
+    let names = drill::names(workload());
     let want = Expect { running: &names, unchanged: None };
     let c = drill::wait_invariant("start", &env, &mut node, &rt, want, Duration::from_secs(300)).await;
     (g, rt, env, node, c.state)
@@ -46,7 +60,7 @@ async fn thirty_pods() -> (Serial, RemoteRuntime, TestEnv, Node, Baseline) {
 
 /// The pods that must run after a drill: the workload plus `extra`.
 fn with(extra: &[&str]) -> Vec<String> {
-    let mut v = drill::names(PODS);
+    let mut v = drill::names(workload());
     v.extend(extra.iter().map(|s| s.to_string()));
     v
 }
@@ -71,7 +85,7 @@ async fn ride_out(node: &mut Node, ns: &str, span: Duration) {
             .iter()
             .filter(|p| p["metadata"]["namespace"] == ns && p["status"]["phase"] == "Running")
             .count();
-        assert!(running >= PODS, "during the outage the node reports only {running} pods Running");
+        assert!(running >= workload(), "during the outage the node reports only {running} pods Running");
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }
@@ -79,7 +93,7 @@ async fn ride_out(node: &mut Node, ns: &str, span: Duration) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runtime_crashes_outages_and_an_upgrade_lose_nothing() {
     let (_g, rt, env, mut node, base) = thirty_pods().await;
-    let names = drill::names(PODS);
+    let names = drill::names(workload());
 
     // 1a. containerd killed (SIGKILL) while three pods are being created, and started again.
     let extra = ["e-0", "e-1", "e-2"];
@@ -104,7 +118,7 @@ async fn runtime_crashes_outages_and_an_upgrade_lose_nothing() {
     let want = Expect { running: &names, unchanged: Some(&base) };
     drill::wait_invariant("containerd-killed-cleanup", &env, &mut node, &rt, want, Duration::from_secs(120)).await;
 
-    // 1b. containerd gone for 60 s: the node turns NotReady (the runtime is down), nothing is lost, and it is
+    // 1b. containerd gone for a while: the node turns NotReady (the runtime is down), nothing is lost, and it is
     // Ready again once the runtime is back.
     tokio::task::spawn_blocking(|| drill::stop_containerd(Signal::SIGTERM)).await.unwrap();
     let t = Instant::now();
@@ -114,17 +128,17 @@ async fn runtime_crashes_outages_and_an_upgrade_lose_nothing() {
         gone["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Ready").unwrap()["message"]
             .to_string();
     assert!(msg.contains("container runtime is down"), "{msg}");
-    node.wait_for("the 60 s outage", Duration::from_secs(70), || async {
-        (t.elapsed() >= Duration::from_secs(60)).then_some(())
+    node.wait_for("the outage's end", short_outage() + Duration::from_secs(10), || async {
+        (t.elapsed() >= short_outage()).then_some(())
     })
     .await;
     let t = Instant::now();
     tokio::task::spawn_blocking(drill::start_containerd).await.unwrap();
     let want = Expect { running: &names, unchanged: Some(&base) };
-    drill::wait_invariant("containerd-gone-60s", &env, &mut node, &rt, want, Duration::from_secs(180)).await;
+    drill::wait_invariant("containerd-gone", &env, &mut node, &rt, want, Duration::from_secs(180)).await;
     wait_ready(&env, &mut node, "True", Duration::from_secs(60)).await;
     drill::report(format_args!(
-        "drill containerd-gone-60s: NotReady {:.1} s after the stop ({msg}); Ready again, invariant holding, {:.1} s \
+        "drill containerd-gone: NotReady {:.1} s after the stop ({msg}); Ready again, invariant holding, {:.1} s \
          after the start",
         not_ready.as_secs_f64(),
         t.elapsed().as_secs_f64()
@@ -150,7 +164,7 @@ async fn upgrade(env: &TestEnv, node: &mut Node, rt: &RemoteRuntime, base: &Base
     // Every probed pod's readiness probe runs again within one period (5 s) of the new binary being up.
     let api = KubeletApi::new(SECURE_PORT);
     let probed: Vec<String> =
-        drill::names(PODS).into_iter().enumerate().filter(|(i, _)| i % 3 == 1).map(|p| p.1).collect();
+        drill::names(workload()).into_iter().enumerate().filter(|(i, _)| i % 3 == 1).map(|p| p.1).collect();
     node.wait_for("every readiness probe to run again", Duration::from_secs(30), || async {
         let (code, text) = api.get("/metrics/probes").await;
         (code == 200
@@ -167,7 +181,7 @@ async fn upgrade(env: &TestEnv, node: &mut Node, rt: &RemoteRuntime, base: &Base
     .await;
     let probes_after = t.elapsed() - healthy;
     assert!(probes_after <= Duration::from_secs(6), "probes resumed {probes_after:?} after start-up");
-    let want = Expect { running: &drill::names(PODS), unchanged: Some(base) };
+    let want = Expect { running: &drill::names(workload()), unchanged: Some(base) };
     let c = drill::wait_invariant("upgrade", env, node, rt, want, Duration::from_secs(60)).await;
     // No write can be awaited: the status manager's first pass and a probe period are given to it.
     tokio::time::sleep(Duration::from_secs(6)).await;
@@ -191,19 +205,19 @@ async fn upgrade(env: &TestEnv, node: &mut Node, rt: &RemoteRuntime, base: &Base
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn apiserver_and_etcd_outages_lose_nothing() {
     let (_g, rt, env, mut node, base) = thirty_pods().await;
-    let names = drill::names(PODS);
+    let names = drill::names(workload());
 
-    // 2a. The apiserver stopped for two minutes.
+    // 2a. The apiserver stopped (past the node lease grace).
     let cp = env.cp.clone();
     let outage = tokio::task::spawn_blocking(move || cp.outage()).await.unwrap().expect("stop the apiserver");
-    ride_out(&mut node, &env.ns, Duration::from_secs(120)).await;
+    ride_out(&mut node, &env.ns, apiserver_outage()).await;
     let t = Instant::now();
     tokio::task::spawn_blocking(move || outage.end()).await.unwrap().expect("start the apiserver");
     let want = Expect { running: &names, unchanged: Some(&base) };
-    drill::wait_invariant("apiserver-stopped-120s", &env, &mut node, &rt, want, Duration::from_secs(120)).await;
+    drill::wait_invariant("apiserver-stopped", &env, &mut node, &rt, want, Duration::from_secs(120)).await;
     wait_ready(&env, &mut node, "True", Duration::from_secs(60)).await;
     drill::report(format_args!(
-        "drill apiserver-stopped-120s: converged {:.1} s after the apiserver was back",
+        "drill apiserver-stopped: converged {:.1} s after the apiserver was back",
         t.elapsed().as_secs_f64()
     ));
 
@@ -230,20 +244,17 @@ async fn apiserver_and_etcd_outages_lose_nothing() {
         t.elapsed().as_secs_f64()
     ));
 
-    // 2c. etcd stopped under the apiserver for 60 s.
+    // 2c. etcd stopped under the apiserver for a while.
     let cp = env.cp.clone();
     let outage = tokio::task::spawn_blocking(move || cp.etcd_outage()).await.unwrap().expect("stop etcd");
-    ride_out(&mut node, &env.ns, Duration::from_secs(60)).await;
+    ride_out(&mut node, &env.ns, short_outage()).await;
     let t = Instant::now();
     tokio::task::spawn_blocking(move || outage.end()).await.unwrap().expect("start etcd");
     env.kubectl(&["delete", "pod", "after-restart", "--wait=false"]).await;
     let want = Expect { running: &names, unchanged: Some(&base) };
-    drill::wait_invariant("etcd-stopped-60s", &env, &mut node, &rt, want, Duration::from_secs(120)).await;
+    drill::wait_invariant("etcd-stopped", &env, &mut node, &rt, want, Duration::from_secs(120)).await;
     wait_ready(&env, &mut node, "True", Duration::from_secs(60)).await;
-    drill::report(format_args!(
-        "drill etcd-stopped-60s: converged {:.1} s after etcd was back",
-        t.elapsed().as_secs_f64()
-    ));
+    drill::report(format_args!("drill etcd-stopped: converged {:.1} s after etcd was back", t.elapsed().as_secs_f64()));
     assert!(env.apiserver_panics().is_empty(), "{:?}", env.apiserver_panics());
     node.stop_and_clean(&rt).await;
 }
@@ -265,14 +276,14 @@ async fn rkubelet_killed_or_signalled_while_creating_and_while_deleting_thirty_p
     let env = TestEnv::new().await;
     let mut node = start(&env);
     env.wait_node_ready(&mut node).await;
-    let names = drill::names(PODS);
+    let names = drill::names(workload());
 
     // 3a. SIGKILL once about a third of the pods have their sandbox.
-    let file = env.write("workload.yaml", &drill::workload_yaml(&env, PODS));
+    let file = env.write("workload.yaml", &drill::workload_yaml(&env, workload()));
     env.kubectl(&["apply", "-f", file.to_str().unwrap()]).await;
     let ns = env.ns.clone();
     node.wait_for("a third of the sandboxes", Duration::from_secs(120), || async {
-        (sandboxes(&rt, &ns).await.0 >= PODS / 3).then_some(())
+        (sandboxes(&rt, &ns).await.0 >= workload() / 3).then_some(())
     })
     .await;
     node.kill9();
@@ -282,8 +293,9 @@ async fn rkubelet_killed_or_signalled_while_creating_and_while_deleting_thirty_p
     let want = Expect { running: &names, unchanged: None };
     let c = drill::wait_invariant("killed-while-creating", &env, &mut node, &rt, want, Duration::from_secs(300)).await;
     drill::report(format_args!(
-        "drill killed-while-creating: killed with {at_kill} of {PODS} sandboxes made; every pod Running once \
+        "drill killed-while-creating: killed with {at_kill} of {} sandboxes made; every pod Running once \
          {:.1} s after the restart, {} container restarts, {} starts cancelled by the kill",
+        workload(),
         t.elapsed().as_secs_f64(),
         c.restarts,
         c.runtime_leaks
@@ -297,7 +309,7 @@ async fn rkubelet_killed_or_signalled_while_creating_and_while_deleting_thirty_p
     env.kubectl(&["delete", "pod", "-l", "drill=true", "--wait=false"]).await;
     node.wait_for("a third of the sandboxes stopped", Duration::from_secs(120), || async {
         let (all, ready) = sandboxes(&rt, &ns).await;
-        (PODS - ready.min(PODS) >= PODS / 3 || all < PODS).then_some(())
+        (workload() - ready.min(workload()) >= workload() / 3 || all < workload()).then_some(())
     })
     .await;
     node.kill9();
@@ -312,18 +324,18 @@ async fn rkubelet_killed_or_signalled_while_creating_and_while_deleting_thirty_p
         t.elapsed().as_secs_f64()
     ));
 
-    // 7. SIGHUP while 30 pods are being created changes nothing; SIGTERM makes rkubelet exit cleanly at once, and
+    // 7. SIGHUP while the workload is being created changes nothing; SIGTERM makes rkubelet exit cleanly at once, and
     // the next start finishes the job.
     env.kubectl(&["apply", "-f", file.to_str().unwrap()]).await;
     node.wait_for("a third of the sandboxes", Duration::from_secs(120), || async {
-        (sandboxes(&rt, &ns).await.0 >= PODS / 3).then_some(())
+        (sandboxes(&rt, &ns).await.0 >= workload() / 3).then_some(())
     })
     .await;
     let pid = nix::unistd::Pid::from_raw(node.pid());
     nix::sys::signal::kill(pid, Signal::SIGHUP).unwrap();
     let at_hup = sandboxes(&rt, &ns).await.0;
     node.wait_for("more sandboxes after SIGHUP", Duration::from_secs(60), || async {
-        (sandboxes(&rt, &ns).await.0 >= (at_hup + 3).min(PODS)).then_some(())
+        (sandboxes(&rt, &ns).await.0 >= (at_hup + 3).min(workload())).then_some(())
     })
     .await;
     let t = Instant::now();
@@ -337,8 +349,9 @@ async fn rkubelet_killed_or_signalled_while_creating_and_while_deleting_thirty_p
     let c = drill::wait_invariant("sigterm-while-creating", &env, &mut node, &rt, want, Duration::from_secs(300)).await;
     drill::report(format_args!(
         "drill sighup-sigterm: alive after SIGHUP ({at_hup} sandboxes then, more made after); exit 0 {:.2} s after \
-         SIGTERM with {at_term} of {PODS} sandboxes made; all Running after the next start, {} restarts",
+         SIGTERM with {at_term} of {} sandboxes made; all Running after the next start, {} restarts",
         exit.as_secs_f64(),
+        workload(),
         c.restarts
     ));
     node.stop_and_clean(&rt).await;

@@ -53,6 +53,18 @@ pub async fn serial() -> Serial {
     Serial { _process: process, _machine: machine }
 }
 
+/// Whether the long scenarios run at full length (`scripts/test.sh --long` sets `RKUBELET_E2E_LONG=1`): more
+/// rounds, more pods, outages and hangs as long as upstream's thresholds. The suite runs each scenario once, at
+/// the smallest size that still proves it.
+pub fn long() -> bool {
+    std::env::var("RKUBELET_E2E_LONG").is_ok_and(|v| v == "1")
+}
+
+/// `suite` normally, `long` with [`long`].
+pub fn by_mode<T>(suite: T, long_value: T) -> T {
+    if long() { long_value } else { suite }
+}
+
 /// An environment entry naming a program rkubelet is started through (e.g. into systemd's namespaces).
 pub const WRAPPER_ENV: &str = "RKUBELET_E2E_WRAPPER";
 
