@@ -26,10 +26,16 @@ const HUNG: &str = "d-01";
 const DELETED: &str = "d-05";
 /// The pod created during the hang.
 const CREATED: &str = "h-new";
-/// How long the hang lasts: with `--long`, longer than upstream's PLEG threshold (3 minutes); in the suite 30 s,
-/// long enough for every periodic task (PLEG relists, probes, node status, housekeeping) to meet the hang.
+/// How long the hang lasts: with `--long`, longer than upstream's PLEG threshold (3 minutes); in the suite 45 s,
+/// long enough for every periodic task (PLEG relists, probes, node status, housekeeping) to meet the hang and for
+/// a pod to be created and another deleted meanwhile.
 fn window() -> Duration {
-    by_mode(Duration::from_secs(30), Duration::from_secs(190))
+    by_mode(Duration::from_secs(45), Duration::from_secs(190))
+}
+
+/// When, into the hang, a pod is created and another deleted.
+fn create_and_delete_at() -> (Duration, Duration) {
+    by_mode((Duration::from_secs(5), Duration::from_secs(15)), (Duration::from_secs(15), Duration::from_secs(30)))
 }
 
 /// The PLEG's figures from `/metrics`: relists so far, their total duration, the last relist's Unix time.
@@ -143,6 +149,7 @@ async fn one_pod_whose_runtime_calls_hang_stalls_nothing_else() {
     let mut last_at = Instant::now();
     let mut worst_gap = 0.0f64;
     let mut hung_not_ready: Option<Duration> = None;
+    let (create_at, delete_at) = create_and_delete_at();
     while t0.elapsed() < window() {
         node.assert_alive();
         checks += 1;
@@ -170,19 +177,19 @@ async fn one_pod_whose_runtime_calls_hang_stalls_nothing_else() {
             (last, last_at) = (now, Instant::now());
         }
         // A new pod starts, and another one is deleted, while the hang lasts.
-        if !creating && t0.elapsed() >= Duration::from_secs(15) {
+        if !creating && t0.elapsed() >= create_at {
             creating = true;
             env.create(&env.pod_yaml(CREATED, &[("app", drill::IDLE)], "")).await;
         }
         if creating && created.is_none() && env.pod(CREATED).await.as_ref().is_some_and(all_running) {
-            created = Some(t0.elapsed() - Duration::from_secs(15));
+            created = Some(t0.elapsed() - create_at);
         }
-        if !deleting && t0.elapsed() >= Duration::from_secs(30) {
+        if !deleting && t0.elapsed() >= delete_at {
             deleting = true;
             env.kubectl(&["delete", "pod", DELETED, "--wait=false"]).await;
         }
         if deleting && deleted.is_none() && env.pod(DELETED).await.is_none() {
-            deleted = Some(t0.elapsed() - Duration::from_secs(30));
+            deleted = Some(t0.elapsed() - delete_at);
         }
         if hung_not_ready.is_none()
             && env.pod(HUNG).await.is_some_and(|p| condition(&p, "Ready").as_deref() == Some("False"))
