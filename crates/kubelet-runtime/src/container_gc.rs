@@ -323,3 +323,50 @@ mod tests {
         assert_eq!(fake.list_containers(None).await.unwrap().len(), 1);
     }
 }
+
+#[cfg(test)]
+mod oom_tests {
+    use std::sync::Arc;
+
+    use kubelet_cri::{FakeRuntime, RuntimeService};
+    use kubelet_types::TestClock;
+
+    use super::*;
+
+    /// containerd 1.6 can report a container the kernel OOM-killed as `Error`: the kernel log's word wins.
+    #[tokio::test]
+    async fn an_oom_kill_the_runtime_missed_is_reported_from_the_kernel_log() {
+        let fake = Arc::new(FakeRuntime::new(&["busybox"]));
+        let rm = RuntimeManager::new(fake.clone(), fake.clone(), Default::default(), Arc::new(TestClock::fixed()));
+        let labels: HashMap<String, String> = [(POD_UID_LABEL.to_string(), "u".to_string())].into();
+        let config = api::PodSandboxConfig {
+            metadata: Some(api::PodSandboxMetadata {
+                name: "p".into(),
+                namespace: "ns".into(),
+                uid: "u".into(),
+                ..Default::default()
+            }),
+            labels: labels.clone(),
+            ..Default::default()
+        };
+        let sandbox = fake.run_pod_sandbox(config, "").await.unwrap();
+        let mut ids = vec![];
+        for name in ["hog", "other"] {
+            let c = api::ContainerConfig {
+                metadata: Some(api::ContainerMetadata { name: name.into(), attempt: 0 }),
+                image: Some(api::ImageSpec { image: "busybox".into(), ..Default::default() }),
+                labels: labels.clone(),
+                ..Default::default()
+            };
+            let id = fake.create_container(&sandbox, c, api::PodSandboxConfig::default()).await.unwrap();
+            fake.start_container(&id).await.unwrap();
+            fake.exit_container(&id, 137);
+            ids.push(id);
+        }
+        rm.oom_kills().record_memcg(&format!("/kubepods/burstable/podu/{}", ids[0]));
+        let st = rm.get_pod_status(&PodUid("u".into()), "p", "ns").await.unwrap();
+        let reason = |id: &str| st.container_statuses.iter().find(|c| c.id == id).unwrap().reason.clone();
+        assert_eq!(reason(&ids[0]), "OOMKilled", "the kernel log named it");
+        assert_eq!(reason(&ids[1]), "Error", "a SIGKILL the kernel log does not name stays an error");
+    }
+}

@@ -21,6 +21,7 @@ pub mod lifecycle;
 pub mod log_rotation;
 pub mod logs;
 pub mod manager;
+pub mod oom_kills;
 pub mod pleg;
 pub use kubelet_types::qos;
 pub mod reasons;

@@ -155,6 +155,8 @@ pub struct RuntimeManager {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) recorder: Arc<dyn Recorder>,
     pub(crate) health: Arc<dyn ContainerHealth>,
+    /// Containers the kernel log says were OOM-killed (the runtime's reason can miss one).
+    pub(crate) oom_kills: Arc<crate::oom_kills::OomKills>,
     pub(crate) objects: Arc<dyn crate::env::ObjectSource>,
     pub(crate) node: crate::env::NodeFacts,
     /// Mounted volumes of pods.
@@ -224,7 +226,13 @@ impl RuntimeManager {
             reasons: Arc::new(ReasonCache::default()),
             runtime_name: OnceLock::new(),
             stopped_sandboxes: Default::default(),
+            oom_kills: Default::default(),
         }
+    }
+
+    /// Where the OOM watcher records the containers the kernel killed at their memory limit.
+    pub fn oom_kills(&self) -> Arc<crate::oom_kills::OomKills> {
+        self.oom_kills.clone()
     }
 
     /// Records events to `recorder` (default: the log).
@@ -454,6 +462,16 @@ impl RuntimeManager {
                     message.push_str(&t);
                 }
             }
+            // An OOM kill the runtime missed (containerd 1.6 under load) is still an OOM kill.
+            let reason = if st.state == api::ContainerState::ContainerExited as i32
+                && st.exit_code == 137
+                && st.reason != "OOMKilled"
+                && self.oom_kills.contains(&st.id)
+            {
+                "OOMKilled".to_string()
+            } else {
+                st.reason.clone()
+            };
             status.container_statuses.push(ContainerStatus {
                 id: st.id,
                 name: info.name,
@@ -466,7 +484,7 @@ impl RuntimeManager {
                 image_ref: st.image_ref,
                 hash: info.hash,
                 restart_count: info.restart_count,
-                reason: st.reason,
+                reason,
                 message,
                 log_path: st.log_path,
             });

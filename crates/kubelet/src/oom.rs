@@ -162,6 +162,8 @@ pub struct OomWatcher {
     pub recorder: Arc<dyn Recorder>,
     /// The node.
     pub node_ref: ObjectReference,
+    /// Where kills inside a container's memory limit are recorded (for the container's `OOMKilled` reason).
+    pub kills: Arc<kubelet_runtime::oom_kills::OomKills>,
 }
 
 fn boot_time() -> SystemTime {
@@ -235,7 +237,8 @@ impl OomWatcher {
                             self.recorder.event(&self.node_ref, WARNING, "SystemOOM", msg);
                         }
                         None => {
-                            debug!(pid = oom.pid, process = %oom.process_name, memcg = %oom.victim_container_name, "OOM kill within a container's memory limit")
+                            debug!(pid = oom.pid, process = %oom.process_name, memcg = %oom.victim_container_name, "OOM kill within a container's memory limit");
+                            self.kills.record_memcg(&oom.container_name);
                         }
                     }
                 }

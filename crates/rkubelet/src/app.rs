@@ -478,8 +478,12 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         node_ref.clone(),
         cancel.clone(),
     ));
-    let oom =
-        kubelet::oom::OomWatcher { kmsg: "/dev/kmsg".into(), recorder: recorder.clone(), node_ref: node_ref.clone() };
+    let oom = kubelet::oom::OomWatcher {
+        kmsg: "/dev/kmsg".into(),
+        recorder: recorder.clone(),
+        node_ref: node_ref.clone(),
+        kills: runtime.oom_kills(),
+    };
     tracker.spawn(oom.run(cancel.clone()));
     let wakeups = kubelet_eviction::notifier::spawn(
         kubelet_eviction::notifier::NotifierConfig {
