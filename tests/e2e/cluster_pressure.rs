@@ -238,31 +238,10 @@ async fn memory_pressure_rounds_evict_the_hog_and_keep_the_bystander() {
         stop.store(true, Ordering::Relaxed);
         let crossed = sampler.join().unwrap().expect("the test saw memory.available cross the threshold");
         assert_evicted(&evicted, "The node was low on resource: memory. ");
-        node.wait_for("MemoryPressure on the Node", Duration::from_secs(30), || async {
-            env.node_object().await.filter(|n| condition(n, "MemoryPressure").as_deref() == Some("True"))
-        })
-        .await;
-        node.wait_for("MemoryPressure cleared on the Node", Duration::from_secs(90), || async {
-            env.node_object().await.filter(|n| condition(n, "MemoryPressure").as_deref() == Some("False"))
-        })
-        .await;
-        #[allow(clippy::disallowed_methods)] // compared with the sampler's wall-clock time
-        let cleared_at = SystemTime::now();
-        let log = node.log()[log_before..].to_string();
-        let evictions: Vec<&str> = log.lines().filter(|l| l.contains("INFO evicting pod ")).collect();
-        assert_eq!(evictions.len(), 1, "round {round}: only the hog was evicted: {evictions:#?}");
-        let quiet = env.pod("quiet").await.unwrap();
-        assert_eq!(quiet["status"]["phase"], "Running", "round {round}: {quiet}");
-        assert_eq!(container_status(&quiet, "quiet").unwrap()["restartCount"], 0, "round {round}");
-        let evicted_at = log
-            .lines()
-            .find(|l| l.contains("INFO evicting pod "))
-            .and_then(|l| chrono::DateTime::parse_from_rfc3339(l.split_whitespace().next()?).ok())
-            .map(SystemTime::from)
-            .unwrap();
+        let end = end_of_round(&env, &mut node, log_before, "MemoryPressure", "quiet", round).await;
         figures.push((
-            evicted_at.duration_since(crossed).unwrap_or_default(),
-            cleared_at.duration_since(evicted_at).unwrap_or_default(),
+            end.evicted_at.duration_since(crossed).unwrap_or_default(),
+            end.cleared_at.duration_since(end.evicted_at).unwrap_or_default(),
         ));
         env.kubectl(&["delete", "pod", &hog, "--wait=false"]).await;
     }
@@ -311,6 +290,44 @@ fn concurrent_disk_writer() -> (Arc<AtomicBool>, std::thread::JoinHandle<u64>) {
         written
     });
     (stop, h)
+}
+
+/// What the end of an eviction round leaves: rkubelet's log of the round, when it evicted, when the node's pressure
+/// condition was seen cleared.
+struct RoundEnd {
+    log: String,
+    evicted_at: SystemTime,
+    cleared_at: SystemTime,
+}
+
+/// The end of an eviction round: the node reports `pressure` and then its end (after the transition period), rkubelet
+/// evicted exactly one pod since `log_before`, and `bystander` still runs with 0 restarts.
+async fn end_of_round(
+    env: &TestEnv,
+    node: &mut Node,
+    log_before: usize,
+    pressure: &str,
+    bystander: &str,
+    round: usize,
+) -> RoundEnd {
+    for (status, timeout) in [("True", 30), ("False", 90)] {
+        node.wait_for(&format!("{pressure}={status} on the Node"), Duration::from_secs(timeout), || async {
+            env.node_object().await.filter(|n| condition(n, pressure).as_deref() == Some(status))
+        })
+        .await;
+    }
+    #[allow(clippy::disallowed_methods)] // compared with the sampler's wall-clock time
+    let cleared_at = SystemTime::now();
+    let log = node.log()[log_before..].to_string();
+    let evictions: Vec<&str> = log.lines().filter(|l| l.contains("INFO evicting pod ")).collect();
+    assert_eq!(evictions.len(), 1, "round {round}: only one pod was evicted: {evictions:#?}");
+    let p = env.pod(bystander).await.unwrap();
+    assert_eq!(p["status"]["phase"], "Running", "round {round}: {p}");
+    assert_eq!(container_status(&p, bystander).unwrap()["restartCount"], 0, "round {round}");
+    let evicted_at = chrono::DateTime::parse_from_rfc3339(evictions[0].split_whitespace().next().unwrap())
+        .map(SystemTime::from)
+        .unwrap();
+    RoundEnd { log, evicted_at, cleared_at }
 }
 
 /// Rounds of the repeated scenarios: 1 in the suite, 10 with `scripts/test.sh --long`.
@@ -392,22 +409,9 @@ async fn disk_pressure_evicts_the_writer_frees_its_layer_and_keeps_the_bystander
         assert!(msg.contains(&format!("Container {writer} was using ")), "the writer's own usage named: {msg}");
         assert!(disruption_target(&evicted_pod).is_some(), "{evicted_pod}");
         // The node reports the pressure, then its end (the writer's layer freed) after the transition period.
-        node.wait_for("DiskPressure on the Node", Duration::from_secs(30), || async {
-            env.node_object().await.filter(|n| condition(n, "DiskPressure").as_deref() == Some("True"))
-        })
-        .await;
-        let cleared = node
-            .wait_for("DiskPressure cleared on the Node", Duration::from_secs(90), || async {
-                env.node_object().await.filter(|n| condition(n, "DiskPressure").as_deref() == Some("False"))
-            })
-            .await;
-        drop(cleared);
-        #[allow(clippy::disallowed_methods)] // compared with the test thread's wall-clock sample
-        let cleared_at = SystemTime::now();
+        let end = end_of_round(&env, &mut node, log_before, "DiskPressure", "bystander", round).await;
         assert!(disk_available(&root) > threshold + 250 * MI, "the space the writer took came back");
-        let log = node.log()[log_before..].to_string();
-        let evictions: Vec<&str> = log.lines().filter(|l| l.contains("INFO evicting pod ")).collect();
-        assert_eq!(evictions.len(), 1, "round {round}: only the writer was evicted: {evictions:#?}");
+        let log = end.log;
         // Its containers went before any further ranking.
         let removed = log.lines().position(|l| l.contains("removed the containers of an evicted pod"));
         let removed =
@@ -421,18 +425,9 @@ async fn disk_pressure_evicts_the_writer_frees_its_layer_and_keeps_the_bystander
         if let Some((at, line)) = ranked_again {
             assert!(at > removed, "round {round}: ranked again before the writer's containers went: {line}");
         }
-        let bystander = env.pod("bystander").await.unwrap();
-        assert_eq!(bystander["status"]["phase"], "Running", "round {round}: {bystander}");
-        assert_eq!(container_status(&bystander, "bystander").unwrap()["restartCount"], 0, "round {round}");
-        let evicted_at = log
-            .lines()
-            .find(|l| l.contains("INFO evicting pod "))
-            .and_then(|l| chrono::DateTime::parse_from_rfc3339(l.split_whitespace().next()?).ok())
-            .map(SystemTime::from)
-            .unwrap();
         figures.push((
-            evicted_at.duration_since(crossed).unwrap_or_default(),
-            cleared_at.duration_since(evicted_at).unwrap_or_default(),
+            end.evicted_at.duration_since(crossed).unwrap_or_default(),
+            end.cleared_at.duration_since(end.evicted_at).unwrap_or_default(),
         ));
         env.kubectl(&["delete", "pod", &writer, "--wait=false"]).await;
     }
