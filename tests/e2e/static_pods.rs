@@ -217,6 +217,75 @@ async fn bad_manifest_is_refused_while_a_good_one_runs() {
 }
 
 #[tokio::test]
+async fn pods_setting_fields_rkubelet_does_not_apply_are_refused_naming_the_field() {
+    let (_g, rt) = fresh_runtime().await;
+    // Fields of `kubelet::admission_fields::UNSUPPORTED_FIELDS` a static pod's validation lets through: each pod is
+    // refused at admission, never run as if the field were absent; a plain pod beside them runs.
+    let app = |name: &str, spec: &str, container: &str, tail: &str| {
+        manifest(name, &[], &[("app", SERVE)], spec) + container + tail
+    };
+    let scratch = "  volumes:\n  - name: scratch\n    emptyDir: {}\n";
+    let cases = [
+        ("override", app("override", "  hostnameOverride: other-name\n", "", ""), "spec.hostnameOverride"),
+        (
+            "stopsig",
+            app("stopsig", "  os:\n    name: linux\n", "    lifecycle:\n      stopSignal: SIGUSR1\n", ""),
+            "spec.containers[0].lifecycle.stopSignal",
+        ),
+        (
+            "envfile",
+            app(
+                "envfile",
+                "",
+                "    env:\n    - name: A\n      valueFrom:\n        fileKeyRef:\n          volumeName: scratch\n          \
+                 path: vars.env\n          key: A\n",
+                scratch,
+            ),
+            "spec.containers[0].env[0].valueFrom.fileKeyRef",
+        ),
+        (
+            "rro",
+            app(
+                "rro",
+                "",
+                "    volumeMounts:\n    - name: scratch\n      mountPath: /s\n      readOnly: true\n      \
+                 recursiveReadOnly: IfPossible\n",
+                scratch,
+            ),
+            "spec.containers[0].volumeMounts[0].recursiveReadOnly",
+        ),
+        (
+            "rules",
+            app(
+                "rules",
+                "",
+                "    restartPolicyRules:\n    - action: Restart\n      exitCodes:\n        operator: In\n        \
+                 values: [42]\n",
+                "",
+            ),
+            "spec.containers[0].restartPolicyRules",
+        ),
+    ];
+    let plain = manifest("plain", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 2\n");
+    let mut files: Vec<(String, String)> = cases.iter().map(|(n, m, _)| (format!("{n}.yaml"), m.clone())).collect();
+    files.push(("plain.yaml".into(), plain));
+    let files: Vec<(&str, &str)> = files.iter().map(|(n, m)| (n.as_str(), m.as_str())).collect();
+    let mut node = Node::start(&files);
+    node.wait_running("plain-e2e-node").await;
+    for (name, _, path) in &cases {
+        let pod_name = format!("{name}-e2e-node");
+        let p = node.wait_phase(&pod_name, "Failed").await;
+        assert_eq!(p["status"]["reason"], "UnsupportedPodField", "{p}");
+        let message = p["status"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with(&format!("Pod was rejected: can't set `{path}`: ")), "{message}");
+        assert!(message.ends_with("run the pod on a node with the upstream kubelet"), "{message}");
+        assert!(sandboxes_of(&rt, &pod_name).await.is_empty(), "{pod_name} never ran");
+    }
+    assert!(node.log().contains("UnsupportedPodField"), "the refusal is in rkubelet's log");
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test]
 async fn sigterm_stops_rkubelet_and_leaves_pods_running() {
     let (_g, rt) = fresh_runtime().await;
     let m = manifest("stay", &[], &[("app", SERVE)], "  terminationGracePeriodSeconds: 5\n");

@@ -178,11 +178,45 @@ pub trait ServiceApi: Send + Sync + 'static {
     async fn watch_services(&self, resource_version: &str) -> ApiResult<ObjectStream<Service>>;
 }
 
+/// Every object of one kind, listed and watched across the cluster (the reflector of a SharedInformer): the
+/// Services of every namespace, the RuntimeClasses. Read by the kubelet's watched caches.
+#[async_trait]
+pub trait ListWatch<K>: Send + Sync + 'static {
+    /// Every object, and the list's resourceVersion.
+    async fn list_all(&self) -> ApiResult<(Vec<K>, String)>;
+    /// Changes after `resource_version`; the stream ends when the server closes it and yields
+    /// [`ApiError::Gone`] when the version is too old.
+    async fn watch_all(&self, resource_version: &str) -> ApiResult<ObjectStream<K>>;
+}
+
+#[async_trait]
+impl<T: ServiceApi> ListWatch<Service> for T {
+    async fn list_all(&self) -> ApiResult<(Vec<Service>, String)> {
+        self.list_services().await
+    }
+
+    async fn watch_all(&self, resource_version: &str) -> ApiResult<ObjectStream<Service>> {
+        self.watch_services(resource_version).await
+    }
+}
+
 /// Service account tokens for projected volumes (`serviceaccounts/<name>/token`, used by `pkg/kubelet/token`).
 #[async_trait]
 pub trait TokenApi: Send + Sync + 'static {
     /// Creates a TokenRequest for the service account `name`; the answer carries the token and its expiration.
     async fn create_token(&self, namespace: &str, name: &str, request: &TokenRequest) -> ApiResult<TokenRequest>;
+}
+
+/// ServiceAccounts of the node's pods, for kubelet credential provider plugins in service account token mode (the
+/// Node authorizer lets a node get the service account of a pod bound to it).
+#[async_trait]
+pub trait ServiceAccountApi: Send + Sync + 'static {
+    /// The ServiceAccount `namespace/name`, or None.
+    async fn get_service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> ApiResult<Option<k8s_openapi::api::core::v1::ServiceAccount>>;
 }
 
 /// Delegated authentication and authorization for the kubelet's own server (`cmd/kubelet/app/auth.go`): bearer

@@ -20,6 +20,8 @@ struct FakeSandbox {
     config: api::PodSandboxConfig,
     state: i32,
     created_at: i64,
+    /// The runtime handler it was created with.
+    handler: String,
 }
 
 #[derive(Debug, Clone)]
@@ -52,6 +54,9 @@ struct State {
     usage: HashMap<String, (u64, u64)>,
     /// Writable layer bytes per container (`ListContainerStats`).
     writable: HashMap<String, u64>,
+    /// Images whose pulls need this user and password; every pull's image and user name.
+    private: HashMap<String, (String, String)>,
+    pulls: Vec<(String, String)>,
 }
 
 /// What an `ExecSync` in the fake does: given the container name and the command, the output or an error.
@@ -128,6 +133,16 @@ impl FakeRuntime {
             ..Default::default()
         };
         self.state.lock().unwrap().images.insert(image.to_string(), img);
+    }
+
+    /// Makes pulls of `image` need `user` and `password` (a private registry); others fail with 401.
+    pub fn require_credentials(&self, image: &str, user: &str, password: &str) {
+        self.state.lock().unwrap().private.insert(image.into(), (user.into(), password.into()));
+    }
+
+    /// Every pull so far: the image and the user name it was pulled as ("" for anonymous).
+    pub fn pulls(&self) -> Vec<(String, String)> {
+        self.state.lock().unwrap().pulls.clone()
     }
 
     /// Marks an image pinned (as a runtime's sandbox image).
@@ -335,14 +350,15 @@ impl RuntimeService for FakeRuntime {
         Ok(api::RuntimeStatus { conditions: vec![cond("RuntimeReady"), cond("NetworkReady")] })
     }
 
-    async fn run_pod_sandbox(&self, config: api::PodSandboxConfig, _handler: &str) -> CriResult<String> {
+    async fn run_pod_sandbox(&self, config: api::PodSandboxConfig, handler: &str) -> CriResult<String> {
         let now = self.now();
         let id = self.id("s");
         let mut st = self.enter("RunPodSandbox")?;
         if let Some(uid) = config.labels.get(POD_UID_LABEL) {
             st.by_uid.entry(uid.clone()).or_default().insert(id.clone());
         }
-        st.sandboxes.insert(id.clone(), FakeSandbox { config, state: READY, created_at: now });
+        let handler = handler.to_string();
+        st.sandboxes.insert(id.clone(), FakeSandbox { config, state: READY, created_at: now, handler });
         Ok(id)
     }
 
@@ -388,6 +404,7 @@ impl RuntimeService for FakeRuntime {
             metadata: s.config.metadata.clone(),
             state: s.state,
             created_at: s.created_at,
+            runtime_handler: s.handler.clone(),
             network: Some(api::PodSandboxNetworkStatus { ip, additional_ips: vec![] }),
             linux: Some(api::LinuxPodSandboxStatus {
                 namespaces: Some(api::Namespace {
@@ -401,7 +418,6 @@ impl RuntimeService for FakeRuntime {
             }),
             labels: s.config.labels.clone(),
             annotations: s.config.annotations.clone(),
-            ..Default::default()
         })
     }
 
@@ -691,10 +707,19 @@ impl ImageService for FakeRuntime {
     async fn pull_image(
         &self,
         image: api::ImageSpec,
-        _auth: Option<api::AuthConfig>,
+        auth: Option<api::AuthConfig>,
         _sandbox_config: Option<api::PodSandboxConfig>,
     ) -> CriResult<String> {
-        drop(self.enter("PullImage")?);
+        let mut st = self.enter("PullImage")?;
+        let user = auth.as_ref().map(|a| a.username.clone()).unwrap_or_default();
+        st.pulls.push((image.image.clone(), user));
+        if let Some((u, p)) = st.private.get(&image.image)
+            && auth.is_none_or(|a| (&a.username, &a.password) != (u, p))
+        {
+            let message = format!("failed to pull and unpack image {:?}: 401 Unauthorized", image.image);
+            return Err(CriError::Other { op: "PullImage", code: "Unknown".into(), message });
+        }
+        drop(st);
         self.add_image(&image.image);
         Ok(self.state.lock().unwrap().images[&image.image].id.clone())
     }

@@ -122,6 +122,11 @@ fn pod_admission() {
 }
 
 #[test]
+fn pod_cri_config() {
+    fuzz("pod-cri-config");
+}
+
+#[test]
 fn kubelet_api() {
     fuzz("kubelet-api");
 }

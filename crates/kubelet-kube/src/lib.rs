@@ -402,6 +402,37 @@ impl ServiceApi for KubeApi {
     }
 }
 
+/// Every RuntimeClass (`node.k8s.io/v1`, cluster-scoped), as the kubelet's RuntimeClass informer lists and watches
+/// them (the Node authorizer allows it).
+#[async_trait]
+impl kubelet_apiclient::ListWatch<k8s_openapi::api::node::v1::RuntimeClass> for KubeApi {
+    async fn list_all(&self) -> ApiResult<(Vec<k8s_openapi::api::node::v1::RuntimeClass>, String)> {
+        self.limiter.acquire().await;
+        let api = Api::<k8s_openapi::api::node::v1::RuntimeClass>::all(self.client.clone());
+        let list = api.list(&ListParams::default()).await.map_err(map_err)?;
+        Ok((list.items, list.metadata.resource_version.unwrap_or_default()))
+    }
+
+    async fn watch_all(&self, rv: &str) -> ApiResult<ObjectStream<k8s_openapi::api::node::v1::RuntimeClass>> {
+        self.limiter.acquire().await;
+        let wp = WatchParams::default().timeout(290);
+        let api = Api::<k8s_openapi::api::node::v1::RuntimeClass>::all(self.client.clone());
+        Ok(object_events(api.watch(&wp, rv).await.map_err(map_err)?))
+    }
+}
+
+#[async_trait]
+impl kubelet_apiclient::ServiceAccountApi for KubeApi {
+    async fn get_service_account(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> ApiResult<Option<k8s_openapi::api::core::v1::ServiceAccount>> {
+        self.limiter.acquire().await;
+        Api::namespaced(self.client.clone(), ns).get_opt(name).await.map_err(map_err)
+    }
+}
+
 #[async_trait]
 impl kubelet_apiclient::TokenApi for KubeApi {
     async fn create_token(

@@ -265,6 +265,22 @@ pub fn pod_hostname(cfg: &RuntimeManagerConfig, pod: &Pod) -> String {
     h
 }
 
+/// The longest FQDN `setHostnameAsFQDN` may make (`hostnameMaxLen`).
+const HOSTNAME_MAX_LEN: usize = 64;
+
+/// Why the pod's hostname cannot be its FQDN (`GeneratePodHostNameAndDomain`): with `setHostnameAsFQDN` the
+/// kernel's hostname would be longer than 64 characters. Upstream fails the sandbox with this text.
+pub fn fqdn_error(cfg: &RuntimeManagerConfig, pod: &Pod) -> Option<String> {
+    let name = pod_hostname(cfg, pod);
+    (spec(pod).set_hostname_as_fqdn == Some(true) && name.len() > HOSTNAME_MAX_LEN).then(|| {
+        format!(
+            "failed to construct FQDN from pod hostname and cluster domain, FQDN {name} is too long \
+             ({HOSTNAME_MAX_LEN} characters is the max, {} characters requested)",
+            name.len()
+        )
+    })
+}
+
 /// The cgroup parent of the pod, or empty when the kubelet does not manage pod cgroups: the pod's cgroup under
 /// `<cgroupRoot>/kubepods` as the driver writes it (upstream's `cgroupManager.Name`: `/kubepods/burstable/pod<uid>`,
 /// or the slice's path `/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice`).
@@ -291,11 +307,15 @@ pub fn sandbox_config_with_warnings(
     let (dns, warnings) = dns_config(cfg, pod);
     let s = spec(pod);
     let psc = s.security_context.as_ref();
+    // `HasPrivilegedContainer`: every container, ephemeral ones included.
+    let ephemeral = s.ephemeral_containers.iter().flatten().map(|e| e.security_context.as_ref());
     let privileged = s
         .containers
         .iter()
         .chain(s.init_containers.iter().flatten())
-        .any(|c| c.security_context.as_ref().and_then(|sc| sc.privileged).unwrap_or(false));
+        .map(|c| c.security_context.as_ref())
+        .chain(ephemeral)
+        .any(|sc| sc.and_then(|sc| sc.privileged).unwrap_or(false));
     let sysctls: HashMap<String, String> = psc
         .and_then(|p| p.sysctls.as_ref())
         .into_iter()
@@ -323,6 +343,8 @@ pub fn sandbox_config_with_warnings(
                 run_as_user: psc.and_then(|p| p.run_as_user).map(|value| api::Int64Value { value }),
                 run_as_group: psc.and_then(|p| p.run_as_group).map(|value| api::Int64Value { value }),
                 supplemental_groups: supplemental_groups(pod),
+                supplemental_groups_policy: crate::security::cri_supplemental_groups_policy(pod),
+                selinux_options: crate::security::cri_selinux(psc.and_then(|p| p.se_linux_options.as_ref())),
                 privileged,
                 // The sandbox always runs under the runtime's default profile, so pods may use tighter ones.
                 seccomp: Some(api::SecurityProfile {
@@ -486,6 +508,8 @@ pub const DEFAULT_MASKED_PATHS: &[&str] = &[
 /// Paths read-only in /proc of a container with the default procMount (`DefaultReadonlyPaths`).
 pub const DEFAULT_READONLY_PATHS: &[&str] = &["/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"];
 
+// The deprecated `apparmor_profile` string is still sent, as upstream does, for runtimes that predate `apparmor`.
+#[allow(deprecated)]
 fn container_security(
     cfg: &RuntimeManagerConfig,
     pod: &Pod,
@@ -499,6 +523,7 @@ fn container_security(
     let own_userns = pod.spec.as_ref().and_then(|s| s.host_users) == Some(false);
     let unmasked = own_userns && sc.proc_mount.as_deref() == Some("Unmasked");
     let paths = |list: &[&str]| if unmasked { vec![] } else { list.iter().map(|p| p.to_string()).collect() };
+    let (apparmor, apparmor_profile) = crate::security::cri_app_armor(pod, c)?;
     let mut out = api::LinuxContainerSecurityContext {
         capabilities: caps.map(|c| api::Capability {
             add_capabilities: c.add.clone().unwrap_or_default(),
@@ -515,6 +540,10 @@ fn container_security(
         masked_paths: paths(DEFAULT_MASKED_PATHS),
         readonly_paths: paths(DEFAULT_READONLY_PATHS),
         seccomp: Some(seccomp_profile(cfg, &sc)?),
+        selinux_options: crate::security::cri_selinux(sc.se_linux_options.as_ref()),
+        supplemental_groups_policy: crate::security::cri_supplemental_groups_policy(pod),
+        apparmor,
+        apparmor_profile,
         ..Default::default()
     };
     if out.run_as_user.is_none() {

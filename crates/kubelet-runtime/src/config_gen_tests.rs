@@ -233,3 +233,43 @@ fn the_sandbox_s_cgroup_parent_is_under_the_cgroup_root_for_both_drivers() {
     let cfg = RuntimeManagerConfig { cgroups_per_qos: false, cgroup_root: "/a".into(), ..Default::default() };
     assert_eq!(sandbox_config(&cfg, &pod, 0).linux.unwrap().cgroup_parent, "", "no pod cgroups");
 }
+
+#[test]
+fn a_privileged_ephemeral_container_makes_the_sandbox_privileged_and_a_long_fqdn_fails() {
+    use k8s_openapi::api::core::v1::{EphemeralContainer, PodSpec};
+    let privileged = Some(SecurityContext { privileged: Some(true), ..Default::default() });
+    let mut pod = Pod {
+        metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("p".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container { name: "app".into(), ..Default::default() }],
+            ephemeral_containers: Some(vec![EphemeralContainer {
+                name: "debug".into(),
+                security_context: privileged,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let cfg = RuntimeManagerConfig { cluster_domain: "cluster.local".into(), ..Default::default() };
+    let sc = sandbox_config(&cfg, &pod, 0).linux.unwrap().security_context.unwrap();
+    assert!(sc.privileged, "upstream's HasPrivilegedContainer counts ephemeral containers");
+    assert_eq!(fqdn_error(&cfg, &pod), None);
+    let s = pod.spec.as_mut().unwrap();
+    s.set_hostname_as_fqdn = Some(true);
+    s.hostname = Some("h".repeat(40));
+    s.subdomain = Some("sub".into());
+    let e = fqdn_error(&cfg, &pod).unwrap();
+    assert_eq!(
+        e,
+        format!(
+            "failed to construct FQDN from pod hostname and cluster domain, FQDN {}.sub.default.svc.cluster.local is \
+             too long (64 characters is the max, 70 characters requested)",
+            "h".repeat(40)
+        )
+    );
+}

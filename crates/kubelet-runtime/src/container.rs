@@ -26,6 +26,20 @@ use crate::logs::restart_count_from_log_dir;
 use crate::manager::KillRequest;
 use crate::manager::{RuntimeManager, SyncError, ns_to_system_time};
 
+/// Whether the pod's volume `name` is one the kubelet makes and may relabel for SELinux (the volume plugins'
+/// `Managed` and `SELinuxRelabel` attributes: emptyDir, configMap, secret, downwardAPI, projected; never a
+/// hostPath, whose labels belong to the host).
+fn kubelet_managed_volume(pod: &Pod, name: &str) -> bool {
+    let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+    volumes.into_iter().flatten().find(|v| v.name == name).is_some_and(|v| {
+        v.empty_dir.is_some()
+            || v.config_map.is_some()
+            || v.secret.is_some()
+            || v.downward_api.is_some()
+            || v.projected.is_some()
+    })
+}
+
 /// Default pull policy of an image (`Always` for `:latest` or no tag, else `IfNotPresent`).
 pub fn default_pull_policy(image: &str) -> &'static str {
     let name = image.rsplit('/').next().unwrap_or(image);
@@ -149,7 +163,14 @@ impl RuntimeManager {
         }
         let cref = container_reference(pod, &c.name);
         let policy = c.image_pull_policy.clone().unwrap_or_else(|| default_pull_policy(&image).to_string());
-        let spec = api::ImageSpec { image: image.clone(), user_specified_image: image.clone(), ..Default::default() };
+        // The pod's annotations go with the image, as upstream's ImageSpec carries them to the runtime.
+        let annotations = pod.metadata.annotations.clone().unwrap_or_default().into_iter().collect();
+        let spec = api::ImageSpec {
+            image: image.clone(),
+            user_specified_image: image.clone(),
+            annotations,
+            ..Default::default()
+        };
         let present =
             self.images.image_status(spec.clone()).await.map_err(|e| {
                 err("ImageInspectError", format!("Failed to inspect image {image:?}: {}", e.grpc_text()))
@@ -188,7 +209,7 @@ impl RuntimeManager {
         let started = tokio::time::Instant::now();
         let uid = kubelet_types::PodUid(pod.metadata.uid.clone().unwrap_or_default());
         self.pull_windows.lock().unwrap().entry(uid.clone()).or_insert((started, started));
-        let res = self.images.pull_image(spec.clone(), None, Some(sandbox_config.clone())).await;
+        let res = self.pull_with_credentials(pod, &spec, sandbox_config).await;
         drop(permit);
         if let Some(w) = self.pull_windows.lock().unwrap().get_mut(&uid) {
             w.1 = tokio::time::Instant::now();
@@ -213,7 +234,7 @@ impl RuntimeManager {
                 Ok(image_user(pulled.as_ref()))
             }
             Err(e) => {
-                let text = e.grpc_text();
+                let text = e.text();
                 self.recorder.event(&cref, WARNING, reason::FAILED, format!("Failed to pull image {image:?}: {text}"));
                 self.image_backoff.next(&key, self.clock.now());
                 self.pull_errors.lock().unwrap().insert(key, format!("ErrImagePull: {text}"));
@@ -300,6 +321,7 @@ impl RuntimeManager {
                 host_path: host.to_string_lossy().into_owned(),
                 readonly: m.read_only.unwrap_or(false) || v.read_only,
                 propagation,
+                selinux_relabel: crate::security::host_selinux_enabled() && kubelet_managed_volume(pod, &m.name),
                 ..Default::default()
             });
         }
@@ -342,6 +364,7 @@ impl RuntimeManager {
             mounts.push(api::Mount {
                 container_path: "/etc/hosts".into(),
                 host_path: hosts.to_string_lossy().into_owned(),
+                selinux_relabel: crate::security::host_selinux_enabled(),
                 ..Default::default()
             });
         }
@@ -361,7 +384,7 @@ impl RuntimeManager {
                     mounts.push(api::Mount {
                         container_path: path,
                         host_path: file.to_string_lossy().into_owned(),
-                        selinux_relabel: false,
+                        selinux_relabel: crate::security::host_selinux_enabled(),
                         ..Default::default()
                     });
                 }

@@ -23,9 +23,11 @@ pub mod logs;
 pub mod manager;
 pub mod oom_kills;
 pub mod pleg;
+pub mod pull;
 pub use kubelet_types::qos;
 pub mod reasons;
 pub mod resources;
+pub mod security;
 
 pub use backoff::Backoff;
 pub use cache::{Cached, PodCache, SyncGuard};

@@ -167,6 +167,8 @@ pub struct RuntimeManager {
     pub(crate) pull_errors: std::sync::Mutex<HashMap<String, String>>,
     /// Per pod, when its first image pull started and its last one ended (`pod_startup_latency_tracker`).
     pub(crate) pull_windows: std::sync::Mutex<HashMap<PodUid, (tokio::time::Instant, tokio::time::Instant)>>,
+    /// Image pull credentials (pull secrets, the node's docker config files, credential provider plugins).
+    pub(crate) credentials: crate::pull::Credentials,
 }
 
 impl std::fmt::Debug for RuntimeManager {
@@ -227,6 +229,7 @@ impl RuntimeManager {
             runtime_name: OnceLock::new(),
             stopped_sandboxes: Default::default(),
             oom_kills: Default::default(),
+            credentials: None,
         }
     }
 
@@ -251,6 +254,12 @@ impl RuntimeManager {
     /// node without an apiserver).
     pub fn with_objects(mut self, objects: Arc<dyn crate::env::ObjectSource>) -> Self {
         self.objects = objects;
+        self
+    }
+
+    /// Pulls with the credentials `lookup` finds (default: anonymous pulls only).
+    pub fn with_credentials(mut self, lookup: std::sync::Arc<kubelet_credentialprovider::CredentialLookup>) -> Self {
+        self.credentials = Some(lookup);
         self
     }
 
@@ -625,18 +634,32 @@ impl RuntimeManager {
             err("CreatePodSandboxConfigError", format!("create log directory {}: {e}", config.log_directory))
         })?;
         kubelet_metrics::kubelet::STARTED_PODS.inc(&[]);
-        let id = self.runtime.run_pod_sandbox(config, "").await.map_err(|e| {
+        let failed = |text: &str| {
             kubelet_metrics::kubelet::STARTED_PODS_ERRORS.inc(&[]);
-            let m = format!("Failed to create pod sandbox: {}", e.message());
+            let m = format!("Failed to create pod sandbox: {text}");
             self.recorder.event(&pod_reference(pod), WARNING, reason::FAILED_CREATE_POD_SANDBOX, m.clone());
-            err("FailedCreatePodSandBox", m)
-        })?;
+            err("CreatePodSandboxError", m)
+        };
+        // The RuntimeClass's handler (`LookupRuntimeHandler`); a class that cannot be resolved fails the sandbox,
+        // never falls back to the default handler.
+        if let Some(e) = config_gen::fqdn_error(&self.cfg, pod) {
+            return Err(failed(&e));
+        }
+        let class = pod.spec.as_ref().and_then(|s| s.runtime_class_name.as_deref()).filter(|n| !n.is_empty());
+        let handler = match class {
+            Some(name) => self.objects.runtime_handler(name).map_err(|e| failed(&e))?,
+            None => String::new(),
+        };
+        if !handler.is_empty() {
+            info!(pod = %pod_ref(pod), runtimeHandler = %handler, "running pod with runtime handler");
+        }
+        let id = self.runtime.run_pod_sandbox(config, &handler).await.map_err(|e| failed(&e.message()))?;
         info!(pod = %pod_ref(pod), podSandboxID = %id, attempt, "created pod sandbox");
         let ips = match self.runtime.pod_sandbox_status(&id).await {
             Ok(st) => {
                 st.network.map(|n| vec![n.ip]).unwrap_or_default().into_iter().filter(|i| !i.is_empty()).collect()
             }
-            Err(e) => return Err(err("FailedCreatePodSandBox", format!("failed to get pod sandbox status: {e}"))),
+            Err(e) => return Err(err("CreatePodSandboxError", format!("failed to get pod sandbox status: {e}"))),
         };
         Ok((id, ips))
     }

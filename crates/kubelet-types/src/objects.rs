@@ -20,6 +20,16 @@ pub trait ObjectSource: Send + Sync + 'static {
     fn services_synced(&self) -> bool {
         true
     }
+    /// The CRI runtime handler of the RuntimeClass `name` (`runtimeclass.Manager.LookupRuntimeHandler`); an error
+    /// text when it cannot be resolved (upstream's `runtimeclass.node.k8s.io "x" not found`). A node without an
+    /// apiserver cannot resolve any: rather than run the pod on the default handler as if it had asked for none, it
+    /// fails the sandbox with this error.
+    fn runtime_handler(&self, name: &str) -> Result<String, String> {
+        Err(format!(
+            "runtimeclass.node.k8s.io {name:?} cannot be resolved: this node has no apiserver (no --kubeconfig); \
+             remove runtimeClassName from the pod or join the node to a cluster"
+        ))
+    }
 }
 
 /// A node without an apiserver: no services, and references to ConfigMaps or Secrets cannot be resolved.

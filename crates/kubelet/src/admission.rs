@@ -153,6 +153,29 @@ impl PodAdmitHandler for UserNamespaces {
     }
 }
 
+/// The AppArmor admit handler (`lifecycle/handlers.go` appArmorAdmitHandler, `pkg/security/apparmor/validate.go`):
+/// a pending pod that needs an AppArmor profile enforced (a profile other than Unconfined in a field or the
+/// deprecated annotation) is refused with reason `AppArmor` on a host whose kernel does not enforce AppArmor, and
+/// a Localhost profile without a name is refused everywhere. Running the pod unconfined instead would drop the
+/// setting silently.
+#[derive(Debug, Clone, Copy)]
+pub struct AppArmor {
+    /// Whether the kernel enforces AppArmor ([`kubelet_runtime::security::host_app_armor_enabled`]).
+    pub host_enabled: bool,
+}
+
+impl PodAdmitHandler for AppArmor {
+    fn admit(&self, pod: &Pod, _others: &[std::sync::Arc<Pod>]) -> Option<AdmitResult> {
+        // A pod already running or terminated is not checked again.
+        let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+        if phase != "Pending" {
+            return None;
+        }
+        let e = kubelet_runtime::security::app_armor_refusal(pod, self.host_enabled)?;
+        Some(AdmitResult { reason: "AppArmor".into(), message: format!("Cannot enforce AppArmor: {e}") })
+    }
+}
+
 /// The pod features admit handler (`lifecycle/handlers.go` podFeaturesAdmitHandler, `features_linux.go`
 /// isPodLevelResourcesSupported): with the PodLevelResources gate off, a pod with pod-level resources is refused.
 #[derive(Debug, Clone, Copy)]
@@ -220,6 +243,23 @@ mod tests {
         let r = UserNamespaces.admit(&p, &[]).unwrap();
         assert_eq!(r.reason, "UserNamespacesNotSupported");
         assert!(r.message.starts_with("can't set `spec.hostUsers: false`"), "{}", r.message);
+    }
+
+    #[test]
+    fn a_pending_pod_needing_apparmor_is_refused_without_it_and_a_running_one_is_not_checked_again() {
+        use k8s_openapi::api::core::v1::{AppArmorProfile, PodStatus};
+        let profile = AppArmorProfile { type_: "RuntimeDefault".into(), localhost_profile: None };
+        let psc = PodSecurityContext { app_armor_profile: Some(profile), ..Default::default() };
+        let mut p =
+            Pod { spec: Some(PodSpec { security_context: Some(psc), ..Default::default() }), ..Default::default() };
+        let r = AppArmor { host_enabled: false }.admit(&p, &[]).unwrap();
+        assert_eq!(
+            (r.reason.as_str(), r.message.as_str()),
+            ("AppArmor", "Cannot enforce AppArmor: AppArmor is not enabled on the host")
+        );
+        assert_eq!(AppArmor { host_enabled: true }.admit(&p, &[]), None);
+        p.status = Some(PodStatus { phase: Some("Running".into()), ..Default::default() });
+        assert_eq!(AppArmor { host_enabled: false }.admit(&p, &[]), None);
     }
 
     #[test]

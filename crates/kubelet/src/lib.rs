@@ -12,6 +12,7 @@
 //! - [`preemption`]: room for critical pods at admission (`pkg/kubelet/preemption`).
 
 pub mod admission;
+pub mod admission_fields;
 pub mod cm;
 pub mod container_deletor;
 pub mod events;
@@ -28,11 +29,12 @@ pub mod predicate;
 pub mod preemption;
 pub mod pressure;
 pub mod probes;
+pub mod runtime_class;
 pub mod runtime_state;
 pub mod server;
-pub mod service_cache;
 pub mod stats;
 pub mod status;
 pub mod sync_loop;
 pub mod syncer;
 pub mod volumes;
+pub mod watched_cache;

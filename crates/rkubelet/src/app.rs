@@ -324,7 +324,18 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         Arc::new(kubelet::cm::hugetlb::HugePagesAdmit::new("/sys/fs/cgroup", systemd)),
         Arc::new(kubelet::admission::SupportedVolumes),
         Arc::new(kubelet::admission::UserNamespaces),
+        Arc::new(kubelet::admission_fields::UnsupportedPodFields),
+        Arc::new(kubelet::admission::AppArmor { host_enabled: kubelet_runtime::security::host_app_armor_enabled() }),
     ];
+    let tokens = Arc::new(kubelet_volume::TokenManager::new(objects.clone(), clock.clone()));
+    let service_accounts = Arc::new(crate::pull_credentials::ApiServiceAccounts::new(tokens.clone()));
+    let credentials = crate::pull_credentials::lookup(
+        &root_dir,
+        cli.image_credential_provider_config.as_ref(),
+        cli.image_credential_provider_bin_dir.as_ref(),
+        cfg.feature_gate("KubeletServiceAccountTokenForCredentialProviders").unwrap_or(true),
+        service_accounts.clone(),
+    )?;
     let volumes = Arc::new(
         kubelet_volume::VolumeManager::new(
             pods_dir.clone(),
@@ -332,7 +343,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
             Arc::new(kubelet::volumes::PodDownward(Arc::new(node_facts.clone()))),
             Arc::new(kubelet_volume::SystemMounter),
         )
-        .with_tokens(Arc::new(kubelet_volume::TokenManager::new(objects.clone(), clock.clone())))
+        .with_tokens(tokens.clone())
         .with_gated_projections(gated_projections(&cfg, kubeconfig.is_some())),
     );
     let runtime = RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone())
@@ -340,6 +351,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         .with_recorder(recorder.clone())
         .with_probe_results(probes.clone())
         .with_objects(objects.clone())
+        .with_credentials(Arc::new(credentials))
         .with_pull_limit(
             cfg.serialize_image_pulls.unwrap_or(true),
             cfg.max_parallel_image_pulls.filter(|n| *n > 0).map(|n| n as usize),
@@ -412,8 +424,10 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
             &tracker,
             &cancel,
         );
-        let services = kubelet::service_cache::ServiceCache::start(kube.clone(), &tracker, &cancel);
-        objects.bind(kube.clone(), strategy, services);
+        let services = kubelet::watched_cache::ServiceCache::start(kube.clone(), &tracker, &cancel);
+        let runtime_classes = kubelet::watched_cache::RuntimeClassCache::start(kube.clone(), &tracker, &cancel);
+        objects.bind(kube.clone(), strategy, services, runtime_classes);
+        service_accounts.bind(kube.clone());
         tracker.spawn(StatusSync::new(status.clone(), kube.clone()).run(cancel.clone()));
         let reviews: Arc<dyn kubelet_apiclient::ReviewApi> = kube.clone();
         let serving = if cfg.server_tls_bootstrap {

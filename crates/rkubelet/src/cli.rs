@@ -51,6 +51,13 @@ pub struct Cli {
     /// Labels to add when registering the node (`key=value,...`).
     #[arg(long = "node-labels", value_name = "LABELS", value_parser = parse_labels, default_value = "")]
     pub node_labels: std::collections::BTreeMap<String, String>,
+    /// The path to the credential provider plugin config file (CredentialProviderConfig,
+    /// kubelet.config.k8s.io/v1).
+    #[arg(long = "image-credential-provider-config", value_name = "PATH")]
+    pub image_credential_provider_config: Option<PathBuf>,
+    /// The path to the directory where credential provider plugin binaries are located.
+    #[arg(long = "image-credential-provider-bin-dir", value_name = "DIR")]
+    pub image_credential_provider_bin_dir: Option<PathBuf>,
     /// Print version information and quit.
     #[arg(long)]
     pub version: bool,

@@ -11,6 +11,7 @@ mod flags;
 mod node;
 mod objects;
 mod pressure;
+mod pull_credentials;
 mod residency;
 mod server;
 

@@ -3,8 +3,9 @@
 //! secretManager, serviceLister, and the token manager's TokenRequest). ConfigMaps and Secrets follow
 //! `configMapAndSecretChangeDetectionStrategy`: Watch (default, [`ObjectCache`]), Cache (a GET at most every
 //! minute per object) or Get. Services come from the watched [`ServiceCache`] of every namespace; until it has
-//! synced, a pod from the apiserver gets no environment (`services_synced`). Until the node joined, and on a
-//! standalone node, references cannot be resolved, there are no service links and no tokens.
+//! synced, a pod from the apiserver gets no environment (`services_synced`). RuntimeClasses come from their own
+//! watched cache (`runtimeclass.Manager`). Until the node joined, and on a standalone node, references and runtime
+//! classes cannot be resolved, there are no service links and no tokens.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -13,7 +14,7 @@ use async_trait::async_trait;
 use k8s_openapi::api::authentication::v1::TokenRequest;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
 use kubelet::object_cache::ObjectCache;
-use kubelet::service_cache::ServiceCache;
+use kubelet::watched_cache::{RuntimeClassCache, ServiceCache};
 use kubelet_apiclient::{ObjectApi, TokenApi};
 use kubelet_runtime::env::{NoObjects, ObjectSource};
 use kubelet_volume::{NoTokens, TokenFetcher};
@@ -62,6 +63,7 @@ struct Bound {
     tokens: Arc<dyn TokenApi>,
     strategy: Strategy,
     services: Arc<ServiceCache>,
+    runtime_classes: Arc<RuntimeClassCache>,
 }
 
 /// The objects source of the runtime and volume managers, bound to the apiserver after start-up. ConfigMaps and
@@ -72,8 +74,14 @@ pub struct ApiObjects(OnceLock<Bound>);
 
 impl ApiObjects {
     /// Reads from `api` and `services` from now on.
-    pub fn bind<A: ObjectApi + TokenApi>(&self, api: Arc<A>, strategy: Strategy, services: Arc<ServiceCache>) {
-        let _ = self.0.set(Bound { api: api.clone(), tokens: api, strategy, services });
+    pub fn bind<A: ObjectApi + TokenApi>(
+        &self,
+        api: Arc<A>,
+        strategy: Strategy,
+        services: Arc<ServiceCache>,
+        runtime_classes: Arc<RuntimeClassCache>,
+    ) {
+        let _ = self.0.set(Bound { api: api.clone(), tokens: api, strategy, services, runtime_classes });
     }
 }
 
@@ -137,5 +145,15 @@ impl ObjectSource for ApiObjects {
 
     fn services_synced(&self) -> bool {
         self.0.get().is_none_or(|b| b.services.has_synced())
+    }
+
+    fn runtime_handler(&self, name: &str) -> Result<String, String> {
+        let Some(b) = self.0.get() else {
+            return Err(format!(
+                "runtimeclass.node.k8s.io {name:?} cannot be resolved: the node has not joined a cluster (yet, or it \
+                 runs without --kubeconfig)"
+            ));
+        };
+        kubelet::runtime_class::lookup_runtime_handler(&b.runtime_classes, name)
     }
 }

@@ -163,6 +163,12 @@ impl Pki {
         let orgs: Vec<&str> = org.into_iter().collect();
         self.issue(cn, &orgs, &[], ExtendedKeyUsagePurpose::ClientAuth, YEAR)
     }
+
+    /// A serving certificate of the cluster CA for `sans` (IP addresses or DNS names), valid a day: for the servers
+    /// a test starts (a registry behind TLS).
+    pub fn serving(&self, cn: &str, sans: &[&str]) -> Result<CertPair, Error> {
+        self.issue(cn, &[], sans, ExtendedKeyUsagePurpose::ServerAuth, Duration::from_secs(24 * 3600))
+    }
 }
 
 /// Reads a text file, naming it on error.

@@ -11,6 +11,7 @@ pub mod drill;
 pub mod kubelet_api;
 pub mod private_runtime;
 pub mod prometheus;
+pub mod registry;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

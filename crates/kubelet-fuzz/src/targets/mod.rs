@@ -1,9 +1,11 @@
 //! The targets, one module per family of input: small values (durations, quantities, CPU sets, labels,
-//! thresholds), documents (the configuration file, static pod manifests, pods against a node), the kubelet API
-//! (paths, queries, headers, CRI log files) and the host's files (kernel log, resolv.conf, `/proc`, cgroups).
+//! thresholds), documents (the configuration file, static pod manifests, pods against a node), pods against the CRI
+//! requests built for them, the kubelet API (paths, queries, headers, CRI log files) and the host's files (kernel
+//! log, resolv.conf, `/proc`, cgroups).
 
 mod documents;
 mod host;
+mod pods;
 mod server;
 mod values;
 
@@ -101,6 +103,13 @@ pub(crate) static ALL: &[Target] = &[
         parser: "kubelet::predicate::admit_on (node selector, affinity expressions, tolerations, requests, ports)",
         test_cases: 300,
         run: documents::pod_admission,
+    },
+    Target {
+        name: "pod-cri-config",
+        parser: "kubelet::admission_fields, kubelet::admission handlers, kubelet_runtime::config_gen::sandbox_config, \
+                 container_config (pods' security fields against their CRI requests)",
+        test_cases: 300,
+        run: pods::pod_cri_config,
     },
     Target {
         name: "kubelet-api",

@@ -78,12 +78,12 @@ pub static FLAGS: &[Flag] = &[
     // KubeletFlags.AddFlags: addContainerRuntimeFlags.
     no_effect("runtime-cgroups", Str, None, "rkubelet does not report the runtime's cgroup as a system container"),
     Flag { name: "pod-infra-container-image", kind: Str, target: Target::Discarded, deprecated: Some(POD_INFRA) },
-    no_effect("image-credential-provider-config", Str, None, "rkubelet runs no image credential provider plugins"),
-    no_effect("image-credential-provider-bin-dir", Str, None, "rkubelet runs no image credential provider plugins"),
     // KubeletFlags.AddFlags (addOSFlags registers nothing on Linux).
     cli("config", Str),
     cli("config-dir", Str),
     cli("kubeconfig", Str),
+    cli("image-credential-provider-config", Str),
+    cli("image-credential-provider-bin-dir", Str),
     cli("bootstrap-kubeconfig", Str),
     cli("hostname-override", Str),
     cli("node-ip", Str),

@@ -1,0 +1,163 @@
+//! Pulls with the pod's credentials and sandboxes on the pod's runtime class, against the in-memory runtime (whose
+//! private image wants one user and password) on tokio's paused clock.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::{ConfigMap, Container, LocalObjectReference, PodSpec, Secret, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kubelet_credentialprovider::{CredentialLookup, NodeKeyring};
+use kubelet_cri::RuntimeService;
+use kubelet_types::events::Recorder;
+use kubelet_types::objects::ObjectSource;
+
+use common::{env, pod_p, status};
+
+const IMAGE: &str = "reg.example:5000/team/app:1";
+
+/// Secrets by name, runtime classes by name.
+#[derive(Default)]
+struct Objects {
+    secrets: BTreeMap<String, Secret>,
+    classes: BTreeMap<String, String>,
+}
+
+#[async_trait]
+impl ObjectSource for Objects {
+    async fn config_map(&self, _: &str, _: &str) -> Result<Option<ConfigMap>, String> {
+        Ok(None)
+    }
+    async fn secret(&self, _: &str, name: &str) -> Result<Option<Secret>, String> {
+        Ok(self.secrets.get(name).cloned())
+    }
+    async fn services(&self, _: &str) -> Result<Vec<Service>, String> {
+        Ok(vec![])
+    }
+    fn runtime_handler(&self, name: &str) -> Result<String, String> {
+        self.classes.get(name).cloned().ok_or_else(|| format!("runtimeclass.node.k8s.io {name:?} not found"))
+    }
+}
+
+#[derive(Default)]
+struct Events(Mutex<Vec<(String, String)>>);
+
+impl Recorder for Events {
+    fn event(&self, _: &ObjectReference, _: &str, reason: &str, message: String) {
+        self.0.lock().unwrap().push((reason.into(), message));
+    }
+}
+
+fn pull_secret(name: &str, user: &str, password: &str) -> Secret {
+    let json = format!(r#"{{"auths":{{"reg.example:5000":{{"username":"{user}","password":"{password}"}}}}}}"#);
+    Secret {
+        metadata: ObjectMeta { name: Some(name.into()), namespace: Some("default".into()), ..Default::default() },
+        type_: Some("kubernetes.io/dockerconfigjson".into()),
+        data: Some([(".dockerconfigjson".to_string(), ByteString(json.into_bytes()))].into()),
+        ..Default::default()
+    }
+}
+
+fn spec(secrets: &[&str]) -> PodSpec {
+    PodSpec {
+        containers: vec![Container { name: "app".into(), image: Some(IMAGE.into()), ..Default::default() }],
+        image_pull_secrets: Some(secrets.iter().map(|s| LocalObjectReference { name: s.to_string() }).collect()),
+        ..Default::default()
+    }
+}
+
+struct Setup {
+    e: common::Env,
+    events: Arc<Events>,
+}
+
+fn setup(objects: Objects) -> Setup {
+    let mut e = env();
+    e.fake.require_credentials(IMAGE, "puller", "right");
+    let events = Arc::new(Events::default());
+    let lookup = Arc::new(CredentialLookup::new(NodeKeyring::empty(), None));
+    e.mgr = std::mem::replace(&mut e.mgr, common::env().mgr)
+        .with_objects(Arc::new(objects))
+        .with_recorder(events.clone())
+        .with_credentials(lookup);
+    Setup { e, events }
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_secret_is_tried_in_order_until_one_pulls_and_a_missing_one_is_an_event() {
+    let mut objects = Objects::default();
+    objects.secrets.insert("wrong".into(), pull_secret("wrong", "intruder", "guess"));
+    objects.secrets.insert("good".into(), pull_secret("good", "puller", "right"));
+    let s = setup(objects);
+    let p = pod_p(spec(&["missing", "wrong", "good"]));
+    let r = s.e.mgr.sync_pod(&p, &status(&s.e).await).await;
+    assert!(r.ok(), "{:?}", r.errors);
+    assert_eq!(r.started, vec!["app"]);
+    let pulls = s.e.fake.pulls();
+    assert_eq!(pulls, vec![(IMAGE.to_string(), "intruder".to_string()), (IMAGE.to_string(), "puller".to_string())]);
+    let events = s.events.0.lock().unwrap().clone();
+    assert!(
+        events.contains(&(
+            "FailedToRetrieveImagePullSecret".into(),
+            "Unable to retrieve some image pull secrets (missing); attempting to pull the image may not succeed."
+                .into()
+        )),
+        "{events:?}"
+    );
+    let failed: Vec<_> = events.iter().filter(|(r, _)| r == "Failed").collect();
+    assert!(failed.is_empty(), "one credential pulled: no failure event: {failed:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_a_working_credential_the_pull_fails_with_every_answer_and_no_secret_in_it() {
+    let mut objects = Objects::default();
+    objects.secrets.insert("wrong".into(), pull_secret("wrong", "intruder", "guess-1"));
+    objects.secrets.insert("also-wrong".into(), pull_secret("also-wrong", "intruder2", "guess-2"));
+    let s = setup(objects);
+    let r = s.e.mgr.sync_pod(&pod_p(spec(&["wrong", "also-wrong"])), &status(&s.e).await).await;
+    assert_eq!(r.errors[0].reason, "ErrImagePull");
+    let one = format!("rpc error: code = Unknown desc = failed to pull and unpack image {IMAGE:?}: 401 Unauthorized");
+    assert_eq!(r.errors[0].message, format!("[{one}, {one}]"), "upstream's aggregate of both attempts");
+    for secret in ["guess-1", "guess-2"] {
+        assert!(!r.errors[0].message.contains(secret));
+        assert!(s.events.0.lock().unwrap().iter().all(|(_, m)| !m.contains(secret)));
+    }
+    // Without any secret: one anonymous pull, the runtime's answer as it is.
+    let s = setup(Objects::default());
+    let r = s.e.mgr.sync_pod(&pod_p(spec(&[])), &status(&s.e).await).await;
+    assert_eq!(r.errors[0].reason, "ErrImagePull");
+    assert_eq!(r.errors[0].message, one);
+    assert_eq!(s.e.fake.pulls(), vec![(IMAGE.to_string(), String::new())]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_sandbox_runs_on_the_classes_handler_and_an_unknown_class_fails_without_a_sandbox() {
+    let mut objects = Objects::default();
+    objects.classes.insert("sandboxed".into(), "runsc".into());
+    let s = setup(objects);
+    s.e.fake.add_image(IMAGE);
+    let mut sp = spec(&[]);
+    sp.runtime_class_name = Some("sandboxed".into());
+    sp.containers[0].image = Some("busybox:1".into());
+    let r = s.e.mgr.sync_pod(&pod_p(sp.clone()), &status(&s.e).await).await;
+    assert!(r.ok(), "{:?}", r.errors);
+    let st = status(&s.e).await;
+    let sandbox = s.e.fake.pod_sandbox_status(&st.sandbox_statuses[0].id).await.unwrap();
+    assert_eq!(sandbox.runtime_handler, "runsc");
+
+    let s = setup(Objects::default());
+    sp.runtime_class_name = Some("nope".into());
+    let r = s.e.mgr.sync_pod(&pod_p(sp), &status(&s.e).await).await;
+    assert_eq!(r.errors[0].reason, "CreatePodSandboxError");
+    assert_eq!(r.errors[0].message, "Failed to create pod sandbox: runtimeclass.node.k8s.io \"nope\" not found");
+    assert_eq!(s.e.fake.count("RunPodSandbox"), 0, "never the default handler");
+    let events = s.events.0.lock().unwrap().clone();
+    assert!(
+        events.iter().any(|(r, m)| r == "FailedCreatePodSandBox" && m.contains("\"nope\" not found")),
+        "{events:?}"
+    );
+}
