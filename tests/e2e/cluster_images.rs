@@ -158,9 +158,16 @@ async fn private_images_are_pulled_with_the_pods_secret_or_a_credential_provider
         env.wait_pod_running(&mut node, pod).await;
     }
     for pod in ["no-secret", "wrong-secret"] {
-        let failed = waiting(&env, &mut node, pod, "ErrImagePull").await;
-        assert!(failed["message"].as_str().unwrap().contains("401 Unauthorized"), "{pod}: {failed}");
+        // The pull failed (ErrImagePull, with its Failed event), then the next sync backs off with its text.
         let backoff = waiting(&env, &mut node, pod, "ImagePullBackOff").await;
+        let selector = format!("involvedObject.name={pod},reason=Failed");
+        let pulled = format!("Failed to pull image \\\"{image}\\\": ");
+        node.wait_for(&format!("{pod}'s Failed events"), Duration::from_secs(30), || async {
+            let failed = serde_json::to_string(&env.get(&["events", "--field-selector", &selector]).await?).ok()?;
+            (failed.contains(&pulled) && failed.contains("401 Unauthorized") && failed.contains("Error: ErrImagePull"))
+                .then_some(())
+        })
+        .await;
         let m = backoff["message"].as_str().unwrap();
         assert!(
             m.starts_with(&format!("Back-off pulling image \"{image}\": ErrImagePull: "))
@@ -169,6 +176,8 @@ async fn private_images_are_pulled_with_the_pods_secret_or_a_credential_provider
         );
     }
 
+    // The wrong secret's credential did reach the registry (which refused it); no secret sends none.
+    assert!(private.log().contains("authentication failure"), "the registry saw the wrong password");
     // The plugin was asked about the provider image only, with a token for its audience bound to the pod.
     let asked: Vec<Value> = std::fs::read_dir(&requests)
         .unwrap()
@@ -196,6 +205,7 @@ async fn private_images_are_pulled_with_the_pods_secret_or_a_credential_provider
     assert_secrets_not_logged(&log, &[&password, &format!("{USER}:{password}")]);
     node.stop_and_clean(&rt).await;
     drop((private, public));
+    env.kubectl(&["delete", "clusterrolebinding,clusterrole", &audience, "--ignore-not-found", "--wait=false"]).await;
 }
 
 /// The memory limit of the pod's cgroup (cgroup v1, cgroupfs driver), in any QoS class.
@@ -263,9 +273,9 @@ async fn a_runtime_class_pod_runs_on_its_handler_with_its_overhead_and_an_unknow
         log.lines()
             .filter(|l| l.contains(&format!("pod=default/{static_name} ")))
             .any(|l| {
-                l.contains("Failed to create pod sandbox: runtimeclass.node.k8s.io")
-                    && l.contains("missing")
-                    && l.contains("not found")
+                // The message as written, or with its quotes escaped (a quoted log field).
+                l.contains("Failed to create pod sandbox: runtimeclass.node.k8s.io \"missing\" not found")
+                    || l.contains(r#"Failed to create pod sandbox: runtimeclass.node.k8s.io \"missing\" not found"#)
             })
             .then_some(())
     })
@@ -274,4 +284,5 @@ async fn a_runtime_class_pod_runs_on_its_handler_with_its_overhead_and_an_unknow
     assert!(sandboxes_of(&rt, &static_name).await.is_empty(), "no sandbox for a pod whose class is unknown");
     assert!(sandboxes_of(&rt, "broken").await.is_empty(), "no sandbox for the class whose handler is unknown");
     node.stop_and_clean(&rt).await;
+    env.kubectl(&["delete", "runtimeclass", &class, &broken, "--ignore-not-found", "--wait=false"]).await;
 }

@@ -57,6 +57,7 @@ struct State {
     /// Images whose pulls need this user and password; every pull's image and user name.
     private: HashMap<String, (String, String)>,
     pulls: Vec<(String, String)>,
+    pulled_specs: Vec<api::ImageSpec>,
 }
 
 /// What an `ExecSync` in the fake does: given the container name and the command, the output or an error.
@@ -143,6 +144,11 @@ impl FakeRuntime {
     /// Every pull so far: the image and the user name it was pulled as ("" for anonymous).
     pub fn pulls(&self) -> Vec<(String, String)> {
         self.state.lock().unwrap().pulls.clone()
+    }
+
+    /// The image specs of every pull so far.
+    pub fn pulled_specs(&self) -> Vec<api::ImageSpec> {
+        self.state.lock().unwrap().pulled_specs.clone()
     }
 
     /// Marks an image pinned (as a runtime's sandbox image).
@@ -713,6 +719,7 @@ impl ImageService for FakeRuntime {
         let mut st = self.enter("PullImage")?;
         let user = auth.as_ref().map(|a| a.username.clone()).unwrap_or_default();
         st.pulls.push((image.image.clone(), user));
+        st.pulled_specs.push(image.clone());
         if let Some((u, p)) = st.private.get(&image.image)
             && auth.is_none_or(|a| (&a.username, &a.password) != (u, p))
         {

@@ -150,18 +150,22 @@ impl RuntimeManager {
         pod: &Pod,
         c: &Container,
         sandbox_config: &api::PodSandboxConfig,
+        pull_secrets: &[k8s_openapi::api::core::v1::Secret],
     ) -> Result<config_gen::ImageUser, SyncError> {
         let image = c.image.clone().unwrap_or_default();
         let err = |reason: &str, message: String| start_error(c, reason, message);
-        if image.is_empty() {
-            return Err(err(
-                "InvalidImageName",
-                format!(
-                    "Failed to apply default image tag {image:?}: couldn't parse image name {image:?}: invalid reference format"
-                ),
-            ));
-        }
         let cref = container_reference(pod, &c.name);
+        // `applyDefaultImageTag`: a name that does not parse is InvalidImageName, with an InspectFailed event.
+        let parsed = if image.is_empty() {
+            Err(format!("couldn't parse image name {image:?}: invalid reference format"))
+        } else {
+            kubelet_credentialprovider::repository_to_pull(&image).map(|_| ()).map_err(|e| e.to_string())
+        };
+        if let Err(e) = parsed {
+            let m = format!("Failed to apply default image tag {image:?}: {e}");
+            self.recorder.event(&cref, WARNING, "InspectFailed", m.clone());
+            return Err(err("InvalidImageName", m));
+        }
         let policy = c.image_pull_policy.clone().unwrap_or_else(|| default_pull_policy(&image).to_string());
         // The pod's annotations go with the image, as upstream's ImageSpec carries them to the runtime.
         let annotations = pod.metadata.annotations.clone().unwrap_or_default().into_iter().collect();
@@ -188,6 +192,9 @@ impl RuntimeManager {
             }
             _ => {}
         }
+        // The keyring is consulted before the back-off and the pull queue, as upstream's EnsureImageExists; a pull
+        // secret that does not decode fails the start with its text (upstream's MakeDockerKeyring error).
+        let credentials = self.credentials_for(pod, &image, pull_secrets).await.map_err(|m| err(&m, m.clone()))?;
         let key = format!("{}_{image}", pod.metadata.uid.as_deref().unwrap_or(""));
         if self.image_backoff.is_in_backoff_since_update(&key) {
             let m = format!("Back-off pulling image {image:?}");
@@ -209,7 +216,7 @@ impl RuntimeManager {
         let started = tokio::time::Instant::now();
         let uid = kubelet_types::PodUid(pod.metadata.uid.clone().unwrap_or_default());
         self.pull_windows.lock().unwrap().entry(uid.clone()).or_insert((started, started));
-        let res = self.pull_with_credentials(pod, &spec, sandbox_config).await;
+        let res = self.pull_with_credentials(pod, &spec, &credentials, sandbox_config).await;
         drop(permit);
         if let Some(w) = self.pull_windows.lock().unwrap().get_mut(&uid) {
             w.1 = tokio::time::Instant::now();
@@ -233,12 +240,12 @@ impl RuntimeManager {
                 );
                 Ok(image_user(pulled.as_ref()))
             }
-            Err(e) => {
-                let text = e.text();
+            Err(errors) => {
+                let (text, why) = crate::pull::pull_failure(&image, &errors);
                 self.recorder.event(&cref, WARNING, reason::FAILED, format!("Failed to pull image {image:?}: {text}"));
                 self.image_backoff.next(&key, self.clock.now());
-                self.pull_errors.lock().unwrap().insert(key, format!("ErrImagePull: {text}"));
-                Err(err("ErrImagePull", text))
+                self.pull_errors.lock().unwrap().insert(key, format!("{why}: {text}"));
+                Err(err(why, text))
             }
         }
     }
@@ -403,11 +410,11 @@ impl RuntimeManager {
         status: &PodStatus,
         sandbox_id: &str,
         sandbox_config: &api::PodSandboxConfig,
-        pod_ips: &[String],
+        inputs: &crate::pull::PodInputs<'_>,
     ) -> Result<(), SyncError> {
         let c = spec.container;
         let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
-        let res = self.start_container_inner(pod, spec, status, sandbox_id, sandbox_config, pod_ips).await;
+        let res = self.start_container_inner(pod, spec, status, sandbox_id, sandbox_config, inputs).await;
         match &res {
             Ok(()) => self.reasons.remove(&uid, &c.name),
             Err(e) => {
@@ -436,7 +443,13 @@ impl RuntimeManager {
             ),
             // The hook's own event (FailedPostStartHook) was recorded already.
             "PostStartHookError" => {}
-            "ErrImagePull" | "ImagePullBackOff" | "ErrImageNeverPull" | "InvalidImageName" | "ImageInspectError" => {
+            "ErrImagePull"
+            | "ImagePullBackOff"
+            | "ErrImageNeverPull"
+            | "InvalidImageName"
+            | "ImageInspectError"
+            | "RegistryUnavailable"
+            | "SignatureValidationFailed" => {
                 self.recorder.event(&r, WARNING, reason::FAILED, format!("Error: {}", e.reason))
             }
             _ => self.recorder.event(&r, WARNING, reason::FAILED, format!("Error: {}", e.message)),
@@ -450,14 +463,15 @@ impl RuntimeManager {
         status: &PodStatus,
         sandbox_id: &str,
         sandbox_config: &api::PodSandboxConfig,
-        pod_ips: &[String],
+        inputs: &crate::pull::PodInputs<'_>,
     ) -> Result<(), SyncError> {
         let c = spec.container;
+        let pod_ips = inputs.pod_ips;
         if let Some(e) = self.do_backoff(pod, c, status) {
             return Err(e);
         }
         let err = |reason: &str, message: String| start_error(c, reason, message);
-        let image_user = self.ensure_image(pod, c, sandbox_config).await?;
+        let image_user = self.ensure_image(pod, c, sandbox_config, inputs.pull_secrets).await?;
         let log_dir = PathBuf::from(&sandbox_config.log_directory).join(&c.name);
         let kind = container_type(pod, &c.name);
         let cref = container_reference(pod, &c.name);

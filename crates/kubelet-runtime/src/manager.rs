@@ -565,7 +565,10 @@ impl RuntimeManager {
             }
         }
         let sandbox_config = config_gen::sandbox_config(&self.cfg, pod, actions.attempt);
-        self.start_containers(pod, status, &actions, &sandbox_id, &sandbox_config, &pod_ips, &mut result).await;
+        // The pull secrets, read once per sync (`getPullSecretsForPod`).
+        let pull_secrets = self.pull_secrets_of(pod).await;
+        let inputs = crate::pull::PodInputs { pod_ips: &pod_ips, pull_secrets: &pull_secrets };
+        self.start_containers(pod, status, &actions, &sandbox_id, &sandbox_config, &inputs, &mut result).await;
         result
     }
 
@@ -577,7 +580,7 @@ impl RuntimeManager {
         actions: &PodActions,
         sandbox_id: &str,
         sandbox_config: &api::PodSandboxConfig,
-        pod_ips: &[String],
+        pod_ips: &crate::pull::PodInputs<'_>,
         result: &mut SyncResult,
     ) {
         let spec = pod.spec.clone().unwrap_or_default();
@@ -587,6 +590,17 @@ impl RuntimeManager {
         for &i in &actions.ephemeral_containers_to_start {
             let ec = &ephemerals[i];
             let common = ephemeral_container_common(ec);
+            // Added to a running pod, it was never admitted: a field rkubelet does not apply keeps it from starting.
+            let prefix = format!("spec.ephemeralContainers[{i}]");
+            let kind = kubelet_types::pod_fields::ContainerKind::Ephemeral;
+            if let Some(m) = kubelet_types::pod_fields::refusal_for_container(&prefix, &common, kind) {
+                warn!(pod = %pod_ref(pod), podUID = %pod_uid(pod), containerName = %ec.name, error = %m, "refusing to start ephemeral container");
+                let cref = kubelet_types::events::container_reference(pod, &ec.name);
+                self.recorder.event(&cref, WARNING, reason::FAILED, format!("Error: {m}"));
+                let (target, reason) = (ec.name.clone(), "CreateContainerConfigError".to_string());
+                result.errors.push(SyncError { action: "StartContainer", target, reason, message: m });
+                continue;
+            }
             let start = StartSpec::ephemeral(&common, ec.target_container_name.as_deref());
             debug!(pod = %pod_ref(pod), podUID = %pod_uid(pod), containerName = %ec.name, targetContainerName = ?start.target, "creating ephemeral container");
             match self.start_container(pod, start, status, sandbox_id, sandbox_config, pod_ips).await {
@@ -653,13 +667,18 @@ impl RuntimeManager {
         if !handler.is_empty() {
             info!(pod = %pod_ref(pod), runtimeHandler = %handler, "running pod with runtime handler");
         }
-        let id = self.runtime.run_pod_sandbox(config, &handler).await.map_err(|e| failed(&e.message()))?;
+        let id = self.runtime.run_pod_sandbox(config, &handler).await.map_err(|e| failed(&e.grpc_text()))?;
         info!(pod = %pod_ref(pod), podSandboxID = %id, attempt, "created pod sandbox");
         let ips = match self.runtime.pod_sandbox_status(&id).await {
             Ok(st) => {
                 st.network.map(|n| vec![n.ip]).unwrap_or_default().into_iter().filter(|i| !i.is_empty()).collect()
             }
-            Err(e) => return Err(err("CreatePodSandboxError", format!("failed to get pod sandbox status: {e}"))),
+            Err(e) => {
+                // Upstream's SyncPod: an event, and the sync fails (the next one finds the sandbox).
+                let m = format!("Unable to get pod sandbox status: {}", e.grpc_text());
+                self.recorder.event(&pod_reference(pod), WARNING, "FailedStatusPodSandBox", m.clone());
+                return Err(err("CreatePodSandboxError", m));
+            }
         };
         Ok((id, ips))
     }

@@ -2,10 +2,11 @@
 //! `pkg/kubelet/images/image_manager.go` the keyring of EnsureImageExists, `pkg/kubelet/kuberuntime/kuberuntime_image.go`
 //! PullImage).
 //!
-//! Contract: called by the container start path for each pull it makes (never for an image already present and
-//! not to be pulled again). The pod's `imagePullSecrets` are read through the object source (the Node
-//! authorizer lets the node read the secrets of its pods); one that cannot be read is left out with upstream's
-//! `FailedToRetrieveImagePullSecret` event and the pull goes on. The credentials for the image's repository come
+//! Contract: the pod's `imagePullSecrets` are read once per sync that starts containers, through the object source
+//! (the Node authorizer lets the node read the secrets of its pods); one that cannot be read is left out with
+//! upstream's `FailedToRetrieveImagePullSecret` event and the pull goes on. The credentials are looked up by the
+//! container start path for each pull it makes (never for an image already present and not to be pulled again),
+//! before the pull waits for its turn. The credentials for the image's repository come
 //! from the [`CredentialLookup`]: the pull secrets first, then the node's docker config files, then the credential
 //! provider plugins, each most specific first. Each is tried in order until one pull succeeds; with none the pull
 //! is anonymous. The errors of all attempts make the pull's error, as upstream's aggregate. No credential is
@@ -14,7 +15,9 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kubelet_credentialprovider::{CredentialLookup, PodContext, TrackedAuthConfig, pull_secrets, repository_to_pull};
+use kubelet_credentialprovider::{
+    CredentialLookup, PodContext, TrackedAuthConfig, pull_secrets as decode_pull_secrets, repository_to_pull,
+};
 use kubelet_cri::{CriError, api};
 use kubelet_types::events::{WARNING, pod_reference};
 use kubelet_types::pod_update::pod_ref;
@@ -22,47 +25,65 @@ use tracing::{debug, info};
 
 use crate::manager::RuntimeManager;
 
-/// Why a pull failed.
-#[derive(Debug)]
-pub(crate) enum PullFailure {
-    /// The credentials could not be had (a pull secret that does not decode, an image name that does not parse).
-    Credentials(String),
-    /// The runtime's answers, one per credential tried (one for an anonymous pull).
-    Runtime(Vec<CriError>),
+/// What a sync hands to each container start: the pod's IPs and its pull secrets as read for this sync.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PodInputs<'a> {
+    /// The sandbox's IPs.
+    pub pod_ips: &'a [String],
+    /// The pod's `imagePullSecrets` that could be read.
+    pub pull_secrets: &'a [Secret],
 }
 
-impl PullFailure {
-    /// The message upstream shows: the runtime's error, or `[e1, e2]` when several credentials failed
-    /// (`utilerrors.NewAggregate`).
-    pub(crate) fn text(&self) -> String {
-        match self {
-            PullFailure::Credentials(m) => m.clone(),
-            PullFailure::Runtime(errs) if errs.len() == 1 => errs[0].grpc_text(),
-            PullFailure::Runtime(errs) => {
-                format!("[{}]", errs.iter().map(CriError::grpc_text).collect::<Vec<_>>().join(", "))
-            }
+/// The text of one runtime error as upstream's CRI client returns it: an `Unknown` status is reduced to its message
+/// (`remote_image.go` pullImageV1), any other keeps Go's `rpc error: code = ... desc = ...`.
+fn error_text(e: &CriError) -> String {
+    if e.code() == "Unknown" { e.message() } else { e.grpc_text() }
+}
+
+/// The message and reason of a failed pull (`utilerrors.NewAggregate` of the attempts, then `evalCRIPullErr`): one
+/// distinct error is shown alone, several as `[e1, e2]`; a runtime's `RegistryUnavailable` or
+/// `SignatureValidationFailed` error gets its own reason and upstream's sentence.
+pub(crate) fn pull_failure(image: &str, errors: &[CriError]) -> (String, &'static str) {
+    let mut distinct: Vec<String> = vec![];
+    for t in errors.iter().map(error_text) {
+        if !distinct.contains(&t) {
+            distinct.push(t);
         }
     }
+    let text = match distinct.len() {
+        1 => distinct.remove(0),
+        _ => format!("[{}]", distinct.join(", ")),
+    };
+    if let Some(rest) = text.strip_prefix("RegistryUnavailable") {
+        return (
+            format!("image pull failed for {image} because the registry is unavailable{rest}"),
+            "RegistryUnavailable",
+        );
+    }
+    if let Some(rest) = text.strip_prefix("SignatureValidationFailed") {
+        let m = format!("image pull failed for {image} because the signature validation failed{rest}");
+        return (m, "SignatureValidationFailed");
+    }
+    (text, "ErrImagePull")
 }
 
 impl RuntimeManager {
-    /// The pod's pull secrets that could be read (`getPullSecretsForPod`).
-    async fn pull_secrets_of(&self, pod: &Pod) -> Vec<Secret> {
+    /// The pod's pull secrets that could be read (`getPullSecretsForPod`), once per sync.
+    pub(crate) async fn pull_secrets_of(&self, pod: &Pod) -> Vec<Secret> {
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let refs = pod.spec.as_ref().and_then(|s| s.image_pull_secrets.as_ref());
         let (mut found, mut failed) = (vec![], vec![]);
         for name in refs.into_iter().flatten().map(|r| r.name.as_str()).filter(|n| !n.is_empty()) {
-            match self.objects.secret(ns, name).await {
-                Ok(Some(s)) => found.push(s),
-                Ok(None) => {
-                    info!(pod = %pod_ref(pod), secret = %format!("{ns}/{name}"), err = "not found", "unable to retrieve pull secret, the image pull may not succeed");
-                    failed.push(name.to_string());
+            let err = match self.objects.secret(ns, name).await {
+                Ok(Some(s)) => {
+                    found.push(s);
+                    continue;
                 }
-                Err(e) => {
-                    info!(pod = %pod_ref(pod), secret = %format!("{ns}/{name}"), err = %e, "unable to retrieve pull secret, the image pull may not succeed");
-                    failed.push(name.to_string());
-                }
-            }
+                Ok(None) => "not found".to_string(),
+                Err(e) => e,
+            };
+            info!(pod = %pod_ref(pod), secret = %format!("{ns}/{name}"), err = %err, "unable to retrieve pull secret, the image pull may not succeed");
+            failed.push(name.to_string());
         }
         if !failed.is_empty() {
             self.recorder.event(
@@ -78,16 +99,18 @@ impl RuntimeManager {
         found
     }
 
-    /// The credentials to try for `image`, in order; empty for an anonymous pull.
-    async fn credentials_for(
+    /// The credentials to try for `image`, in order (empty: an anonymous pull), looked up before the pull is queued
+    /// as upstream's EnsureImageExists does. A pull secret that does not decode is an error, as upstream's
+    /// `MakeDockerKeyring`; it names the secret and the fault, never a credential.
+    pub(crate) async fn credentials_for(
         &self,
-        lookup: &CredentialLookup,
         pod: &Pod,
         image: &str,
-    ) -> Result<Vec<TrackedAuthConfig>, PullFailure> {
-        let secrets =
-            pull_secrets(&self.pull_secrets_of(pod).await).map_err(|e| PullFailure::Credentials(e.to_string()))?;
-        let repo = repository_to_pull(image).map_err(|e| PullFailure::Credentials(e.to_string()))?;
+        pull_secrets: &[Secret],
+    ) -> Result<Vec<TrackedAuthConfig>, String> {
+        let Some(lookup) = &self.credentials else { return Ok(vec![]) };
+        let secrets = decode_pull_secrets(pull_secrets).map_err(|e| e.to_string())?;
+        let repo = repository_to_pull(image).map_err(|e| e.to_string())?;
         let spec = pod.spec.as_ref();
         let ctx = PodContext::new(
             pod.metadata.namespace.clone().unwrap_or_default(),
@@ -98,21 +121,18 @@ impl RuntimeManager {
         Ok(lookup.lookup(&repo, &ctx, &secrets).await)
     }
 
-    /// Pulls `spec` for `pod` (`PullImage` with the keyring's credentials): each credential in turn until one
-    /// pulls, or anonymously without any.
+    /// Pulls `spec` (`PullImage` with the keyring's credentials): each credential in turn until one pulls, or
+    /// anonymously without any. The errors of every attempt on failure.
     pub(crate) async fn pull_with_credentials(
         &self,
         pod: &Pod,
         spec: &api::ImageSpec,
+        credentials: &[TrackedAuthConfig],
         sandbox_config: &api::PodSandboxConfig,
-    ) -> Result<String, PullFailure> {
-        let credentials = match &self.credentials {
-            Some(lookup) => self.credentials_for(lookup, pod, &spec.image).await?,
-            None => vec![],
-        };
+    ) -> Result<String, Vec<CriError>> {
         if credentials.is_empty() {
             let pulled = self.images.pull_image(spec.clone(), None, Some(sandbox_config.clone())).await;
-            return pulled.map_err(|e| PullFailure::Runtime(vec![e]));
+            return pulled.map_err(|e| vec![e]);
         }
         let mut errors = vec![];
         for (i, c) in credentials.iter().enumerate() {
@@ -133,9 +153,44 @@ impl RuntimeManager {
                 }
             }
         }
-        Err(PullFailure::Runtime(errors))
+        Err(errors)
     }
 }
 
 /// The credential lookup of a runtime manager (`None`: anonymous pulls only).
 pub type Credentials = Option<Arc<CredentialLookup>>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unknown(m: &str) -> CriError {
+        CriError::Other { op: "PullImage", code: "Unknown".into(), message: m.into() }
+    }
+
+    #[test]
+    fn failures_read_as_upstreams_aggregate_and_evalcripullerr() {
+        let not_found = CriError::NotFound { op: "PullImage", message: "no such image".into() };
+        assert_eq!(pull_failure("i", &[unknown("a")]), ("a".into(), "ErrImagePull"));
+        assert_eq!(pull_failure("i", &[unknown("a"), unknown("a")]), ("a".into(), "ErrImagePull"));
+        assert_eq!(
+            pull_failure("i", &[unknown("a"), not_found.clone()]),
+            (format!("[a, {}]", not_found.grpc_text()), "ErrImagePull")
+        );
+        assert!(not_found.grpc_text().starts_with("rpc error: code = NotFound desc = "));
+        assert_eq!(
+            pull_failure("x:1", &[unknown("RegistryUnavailable: mirror down")]),
+            (
+                "image pull failed for x:1 because the registry is unavailable: mirror down".into(),
+                "RegistryUnavailable"
+            )
+        );
+        assert_eq!(
+            pull_failure("x:1", &[unknown("SignatureValidationFailed: bad sig")]),
+            (
+                "image pull failed for x:1 because the signature validation failed: bad sig".into(),
+                "SignatureValidationFailed"
+            )
+        );
+    }
+}

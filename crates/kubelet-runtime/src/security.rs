@@ -149,16 +149,25 @@ pub fn cri_supplemental_groups_policy(pod: &Pod) -> i32 {
     }
 }
 
-/// Whether SELinux is enabled on the host (go-selinux `GetEnabled`): selinuxfs is mounted and the process has a
-/// label other than `kernel`. Mounts ask the runtime to relabel only then. Read once per process.
+/// Whether SELinux is enabled on the host (go-selinux `GetEnabled`): a selinuxfs is mounted read-write and the
+/// process's label is not `kernel` (an unreadable label counts as enabled, as go-selinux's). Mounts ask the runtime
+/// to relabel only then. Read once per process.
 pub fn host_selinux_enabled() -> bool {
     static ENABLED: OnceLock<bool> = OnceLock::new();
     *ENABLED.get_or_init(|| {
-        std::path::Path::new("/sys/fs/selinux/enforce").exists()
-            && std::fs::read_to_string("/proc/self/attr/current").is_ok_and(|l| {
-                !l.trim_end_matches(['\0', '\n']).is_empty() && l.trim_end_matches(['\0', '\n']) != "kernel"
-            })
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+        selinux_enabled(&mountinfo, std::fs::read_to_string("/proc/self/attr/current").ok().as_deref())
     })
+}
+
+/// [`host_selinux_enabled`] from the mount table and the process's label.
+fn selinux_enabled(mountinfo: &str, label: Option<&str>) -> bool {
+    let selinuxfs_rw = mountinfo.lines().any(|l| {
+        let Some((mount, rest)) = l.split_once(" - ") else { return false };
+        let options = mount.split(' ').nth(5).unwrap_or("");
+        rest.split(' ').next() == Some("selinuxfs") && options.split(',').any(|o| o == "rw")
+    });
+    selinuxfs_rw && label.is_none_or(|l| l.trim_end_matches(['\0', '\n']) != "kernel")
 }
 
 #[cfg(test)]
@@ -258,6 +267,18 @@ mod tests {
         }
         let empty = pod(None, vec![container("c", Some(profile("Localhost", Some(" ".into()))))], &[]);
         assert_eq!(app_armor_refusal(&empty, true).as_deref(), Some("invalid empty AppArmor profile name: \" \""));
+    }
+
+    #[test]
+    fn selinux_counts_as_enabled_only_with_a_writable_selinuxfs_and_a_label_other_than_kernel() {
+        let rw = "31 22 0:28 / /sys/fs/selinux rw,relatime shared:9 - selinuxfs selinuxfs rw\n";
+        let ro = "31 22 0:28 / /sys/fs/selinux ro,relatime shared:9 - selinuxfs selinuxfs rw\n";
+        let none = "22 1 0:21 / /sys rw,nosuid shared:7 - sysfs sysfs rw\n";
+        assert!(selinux_enabled(rw, Some("system_u:system_r:kubelet_t:s0\0")));
+        assert!(selinux_enabled(rw, None), "an unreadable label counts as enabled");
+        assert!(!selinux_enabled(rw, Some("kernel\0")));
+        assert!(!selinux_enabled(ro, Some("system_u:system_r:kubelet_t:s0")), "read-only selinuxfs: disabled");
+        assert!(!selinux_enabled(none, Some("system_u:system_r:kubelet_t:s0")));
     }
 
     #[test]

@@ -191,3 +191,27 @@ async fn the_image_follows_the_debuggers_pull_policy() {
     assert_eq!(r.errors[0].reason, "ErrImageNeverPull", "{r:?}");
     assert_eq!(e.fake.count("PullImage"), 0);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_debugger_setting_a_field_rkubelet_does_not_apply_is_not_started_and_says_which() {
+    use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, FileKeySelector};
+    let e = env();
+    let p = pod("Always");
+    assert_eq!(e.mgr.sync_pod(&p, &status(&e).await).await.started, vec!["a"]);
+    let mut d = debug(&p, None);
+    let selector = FileKeySelector { key: "k".into(), path: "f".into(), volume_name: "v".into(), ..Default::default() };
+    d.spec.as_mut().unwrap().ephemeral_containers.as_mut().unwrap()[0].env = Some(vec![EnvVar {
+        name: "X".into(),
+        value_from: Some(EnvVarSource { file_key_ref: Some(selector), ..Default::default() }),
+        ..Default::default()
+    }]);
+    let r = e.mgr.sync_pod(&d, &status(&e).await).await;
+    assert!(r.started.is_empty(), "never run as if the field were absent");
+    assert_eq!(r.errors[0].reason, "CreateContainerConfigError");
+    assert!(
+        r.errors[0].message.starts_with("can't set `spec.ephemeralContainers[0].env[0].valueFrom.fileKeyRef`: "),
+        "{}",
+        r.errors[0].message
+    );
+    assert!(e.fake.container_ids("debugger").is_empty());
+}

@@ -93,7 +93,8 @@ async fn each_secret_is_tried_in_order_until_one_pulls_and_a_missing_one_is_an_e
     objects.secrets.insert("wrong".into(), pull_secret("wrong", "intruder", "guess"));
     objects.secrets.insert("good".into(), pull_secret("good", "puller", "right"));
     let s = setup(objects);
-    let p = pod_p(spec(&["missing", "wrong", "good"]));
+    let mut p = pod_p(spec(&["missing", "wrong", "good"]));
+    p.metadata.annotations = Some([("team".to_string(), "payments".to_string())].into());
     let r = s.e.mgr.sync_pod(&p, &status(&s.e).await).await;
     assert!(r.ok(), "{:?}", r.errors);
     assert_eq!(r.started, vec!["app"]);
@@ -110,6 +111,32 @@ async fn each_secret_is_tried_in_order_until_one_pulls_and_a_missing_one_is_an_e
     );
     let failed: Vec<_> = events.iter().filter(|(r, _)| r == "Failed").collect();
     assert!(failed.is_empty(), "one credential pulled: no failure event: {failed:?}");
+    // The pod's annotations go with the pull, as upstream's ImageSpec carries them.
+    let specs = s.e.fake.pulled_specs();
+    assert!(specs.iter().all(|i| i.annotations.get("team").map(String::as_str) == Some("payments")), "{specs:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_pull_secret_that_does_not_decode_and_a_bad_image_name_fail_before_any_pull() {
+    let mut broken = pull_secret("broken", "u", "p");
+    broken.data = Some([(".dockerconfigjson".to_string(), ByteString(b"{not json".to_vec()))].into());
+    let mut objects = Objects::default();
+    objects.secrets.insert("broken".into(), broken);
+    let s = setup(objects);
+    let r = s.e.mgr.sync_pod(&pod_p(spec(&["broken"])), &status(&s.e).await).await;
+    let e = &r.errors[0];
+    assert!(e.message.starts_with("secret default/broken: invalid .dockerconfigjson"), "{e:?}");
+    assert_eq!(e.reason, e.message, "upstream's waiting reason is the keyring's error itself");
+    assert!(s.e.fake.pulls().is_empty(), "no pull, so no back-off either");
+
+    let s = setup(Objects::default());
+    let mut sp = spec(&[]);
+    sp.containers[0].image = Some("UPPER/Case:1".into());
+    let r = s.e.mgr.sync_pod(&pod_p(sp), &status(&s.e).await).await;
+    assert_eq!(r.errors[0].reason, "InvalidImageName");
+    assert!(r.errors[0].message.starts_with("Failed to apply default image tag \"UPPER/Case:1\": "), "{:?}", r.errors);
+    assert!(s.events.0.lock().unwrap().iter().any(|(r, _)| r == "InspectFailed"));
+    assert!(s.e.fake.pulls().is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -120,8 +147,10 @@ async fn without_a_working_credential_the_pull_fails_with_every_answer_and_no_se
     let s = setup(objects);
     let r = s.e.mgr.sync_pod(&pod_p(spec(&["wrong", "also-wrong"])), &status(&s.e).await).await;
     assert_eq!(r.errors[0].reason, "ErrImagePull");
-    let one = format!("rpc error: code = Unknown desc = failed to pull and unpack image {IMAGE:?}: 401 Unauthorized");
-    assert_eq!(r.errors[0].message, format!("[{one}, {one}]"), "upstream's aggregate of both attempts");
+    // An Unknown status is shown by its message alone, and the same answer twice once (upstream's aggregate).
+    let one = format!("failed to pull and unpack image {IMAGE:?}: 401 Unauthorized");
+    assert_eq!(r.errors[0].message, one);
+    assert_eq!(s.e.fake.pulls().len(), 2, "both credentials were tried");
     for secret in ["guess-1", "guess-2"] {
         assert!(!r.errors[0].message.contains(secret));
         assert!(s.events.0.lock().unwrap().iter().all(|(_, m)| !m.contains(secret)));

@@ -11,6 +11,7 @@ pub mod events;
 pub mod labels;
 pub mod objects;
 pub mod pleg;
+pub mod pod_fields;
 pub mod pod_update;
 pub mod probe;
 pub mod qos;

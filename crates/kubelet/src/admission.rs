@@ -176,6 +176,25 @@ impl PodAdmitHandler for AppArmor {
     }
 }
 
+/// Refuses pods that name a RuntimeClass on a node without an apiserver (no `--kubeconfig`): no class can ever be
+/// resolved there. Upstream's kubelet has no RuntimeClass manager then and runs the pod on the default handler, as
+/// if the field were absent; rkubelet refuses it instead, once, with an event.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StandaloneRuntimeClass;
+
+impl PodAdmitHandler for StandaloneRuntimeClass {
+    fn admit(&self, pod: &Pod, _others: &[std::sync::Arc<Pod>]) -> Option<AdmitResult> {
+        let name = pod.spec.as_ref()?.runtime_class_name.as_deref().filter(|n| !n.is_empty())?;
+        Some(AdmitResult {
+            reason: kubelet_types::pod_fields::REASON.into(),
+            message: format!(
+                "can't set `spec.runtimeClassName`: this node runs without an apiserver (no --kubeconfig) and cannot \
+                 resolve RuntimeClass {name:?}; remove the field, or join the node to a cluster"
+            ),
+        })
+    }
+}
+
 /// The pod features admit handler (`lifecycle/handlers.go` podFeaturesAdmitHandler, `features_linux.go`
 /// isPodLevelResourcesSupported): with the PodLevelResources gate off, a pod with pod-level resources is refused.
 #[derive(Debug, Clone, Copy)]
@@ -260,6 +279,16 @@ mod tests {
         assert_eq!(AppArmor { host_enabled: true }.admit(&p, &[]), None);
         p.status = Some(PodStatus { phase: Some("Running".into()), ..Default::default() });
         assert_eq!(AppArmor { host_enabled: false }.admit(&p, &[]), None);
+    }
+
+    #[test]
+    fn a_standalone_node_refuses_a_runtime_class_it_cannot_resolve() {
+        let mut p = Pod { spec: Some(PodSpec::default()), ..Default::default() };
+        assert_eq!(StandaloneRuntimeClass.admit(&p, &[]), None);
+        p.spec.as_mut().unwrap().runtime_class_name = Some("gvisor".into());
+        let r = StandaloneRuntimeClass.admit(&p, &[]).unwrap();
+        assert_eq!(r.reason, "UnsupportedPodField");
+        assert!(r.message.starts_with("can't set `spec.runtimeClassName`: this node runs without an apiserver"));
     }
 
     #[test]

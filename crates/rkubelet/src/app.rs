@@ -313,11 +313,12 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     };
     let sysctls = kubelet::admission::SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls)
         .map_err(|e| anyhow::anyhow!("allowedUnsafeSysctls: {e}"))?;
-    let admit: Vec<Arc<dyn kubelet::admission::PodAdmitHandler>> = vec![
+    let mut admit: Vec<Arc<dyn kubelet::admission::PodAdmitHandler>> = vec![
         Arc::new(kubelet::pressure::PressureAdmit::new(pressure.clone()).with_running_pods(&*remote).await),
         Arc::new(sysctls),
         Arc::new(kubelet::admission::NodeOs),
         Arc::new(kubelet::predicate::PredicateAdmit { node: node_rx.clone() }),
+        Arc::new(kubelet::admission::AppArmor { host_enabled: kubelet_runtime::security::host_app_armor_enabled() }),
         Arc::new(kubelet::admission::PodFeatures {
             pod_level_resources: cfg.feature_gate("PodLevelResources").unwrap_or(true),
         }),
@@ -325,8 +326,10 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         Arc::new(kubelet::admission::SupportedVolumes),
         Arc::new(kubelet::admission::UserNamespaces),
         Arc::new(kubelet::admission_fields::UnsupportedPodFields),
-        Arc::new(kubelet::admission::AppArmor { host_enabled: kubelet_runtime::security::host_app_armor_enabled() }),
     ];
+    if kubeconfig.is_none() {
+        admit.push(Arc::new(kubelet::admission::StandaloneRuntimeClass));
+    }
     let tokens = Arc::new(kubelet_volume::TokenManager::new(objects.clone(), clock.clone()));
     let service_accounts = Arc::new(crate::pull_credentials::ApiServiceAccounts::new(tokens.clone()));
     let credentials = crate::pull_credentials::lookup(

@@ -87,11 +87,8 @@ impl ServiceAccountSource for ApiServiceAccounts {
             .service_account_token(&request.namespace, &request.service_account_name, &tr)
             .await
             .map_err(|e| ServiceAccountSourceError(format!("cannot get a token of serviceaccount {who}: {e}")))?;
-        let token = answer.status.map(|s| s.token).unwrap_or_default();
-        if token.is_empty() {
-            return Err(ServiceAccountSourceError(format!("the apiserver returned no token for serviceaccount {who}")));
-        }
-        Ok(ServiceAccountToken::new(token))
+        // Passed on as the apiserver gave it, as upstream's getServiceAccountToken does.
+        Ok(ServiceAccountToken::new(answer.status.map(|s| s.token).unwrap_or_default()))
     }
 }
 
