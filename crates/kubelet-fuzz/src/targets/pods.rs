@@ -40,6 +40,8 @@ pub(crate) struct Case {
     pod: Pod,
     image_user: ImageUser,
     seccomp_default: bool,
+    /// Whether the node's kernel enforces AppArmor (the AppArmor admit handler's view).
+    apparmor_host: bool,
     unsupported: Option<(Object, &'static str)>,
 }
 
@@ -239,7 +241,7 @@ fn case() -> BoxedStrategy<Case> {
         Just(ImageUser { uid: None, username: "nobody".into() }),
     ];
     let unsupported = prop_oneof![4 => Just(None), 1 => (0..UNSUPPORTED.len()).prop_map(Some)];
-    (of(pod_security()), hosts, names, containers, image_user, any::<bool>(), unsupported)
+    (of(pod_security()), hosts, names, containers, image_user, (any::<bool>(), any::<bool>()), unsupported)
         .prop_map(
             |(
                 psc,
@@ -247,7 +249,7 @@ fn case() -> BoxedStrategy<Case> {
                 (hostname, subdomain, fqdn),
                 (a, b, init, sidecar),
                 image_user,
-                seccomp_default,
+                (seccomp_default, apparmor_host),
                 unsupported,
             )| {
                 let spec = PodSpec {
@@ -275,23 +277,38 @@ fn case() -> BoxedStrategy<Case> {
                     set(&mut pod);
                     (object, field)
                 });
-                Case { pod, image_user, seccomp_default, unsupported }
+                Case { pod, image_user, seccomp_default, apparmor_host, unsupported }
             },
         )
         .boxed()
 }
 
 /// Runs the admit handlers that judge these fields; the first refusal's reason.
-fn admission(pod: &Pod) -> Result<Option<String>, String> {
+fn admission(pod: &Pod, apparmor_host: bool) -> Result<Option<String>, String> {
     let sysctls = kubelet::admission::SysctlAllowlist::new(&[])?;
-    let handlers: [&dyn PodAdmitHandler; 5] = [
+    let apparmor = kubelet::admission::AppArmor { host_enabled: apparmor_host };
+    let handlers: [&dyn PodAdmitHandler; 6] = [
         &kubelet::admission_fields::UnsupportedPodFields,
         &kubelet::admission::UserNamespaces,
         &sysctls,
         &kubelet::admission::NodeOs,
+        &apparmor,
         &kubelet::admission::SupportedVolumes,
     ];
     Ok(handlers.iter().find_map(|h| h.admit(pod, &[])).map(|r| r.reason))
+}
+
+/// Whether the pod asks for an AppArmor profile to be enforced (any profile but `Unconfined`, of the pod or of a
+/// container), judged here apart from the handler.
+fn needs_apparmor(pod: &Pod) -> bool {
+    let s = pod.spec.as_ref().unwrap();
+    let confined = |p: Option<&AppArmorProfile>| p.is_some_and(|p| p.type_ != "Unconfined");
+    confined(s.security_context.as_ref().and_then(|p| p.app_armor_profile.as_ref()))
+        || s.init_containers
+            .iter()
+            .flatten()
+            .chain(&s.containers)
+            .any(|c| confined(c.security_context.as_ref().and_then(|sc| sc.app_armor_profile.as_ref())))
 }
 
 /// Whether the pod sets a sysctl the default allowlist refuses: not a safe one, or one of the network or IPC
@@ -499,7 +516,7 @@ pub(crate) fn pod_cri_config(o: &Options) -> Report {
                 .map(|(_, row)| (row.object, row.field))
                 .collect();
             same("the table's rows the pod sets", case.unsupported.into_iter().collect(), found)?;
-            let refused = admission(&case.pod)?;
+            let refused = admission(&case.pod, case.apparmor_host)?;
             let expected = if case.unsupported.is_some() {
                 Some("UnsupportedPodField")
             } else if case.pod.spec.as_ref().and_then(|s| s.host_users) == Some(false) {
@@ -510,10 +527,15 @@ pub(crate) fn pod_cri_config(o: &Options) -> Report {
             if let Some(want) = expected {
                 return same("admission", Some(want), refused.as_deref());
             }
-            if sysctl_forbidden(&case.pod) || refused.is_some() {
-                // Only the sysctl allowlist may refuse what is left, and only a sysctl it does not allow.
-                return same("admission", sysctl_forbidden(&case.pod).then_some("SysctlForbidden"), refused.as_deref());
+            if sysctl_forbidden(&case.pod) {
+                return same("admission", Some("SysctlForbidden"), refused.as_deref());
             }
+            if needs_apparmor(&case.pod) && !case.apparmor_host {
+                // Never run unconfined on a kernel that cannot enforce the profile.
+                return same("admission", Some("AppArmor"), refused.as_deref());
+            }
+            // Nothing else may refuse what is left.
+            same("admission", None, refused.as_deref())?;
             let cfg =
                 RuntimeManagerConfig { resolv_conf: None, seccomp_default: case.seccomp_default, ..Default::default() };
             check_sandbox(&cfg, &case.pod)?;
