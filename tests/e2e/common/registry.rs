@@ -120,9 +120,23 @@ impl Registry {
 }
 
 impl Drop for Registry {
+    /// Stops the registry and removes the names of its images from the node: only the names (the content is shared
+    /// with `localhost/busybox:1`, whose name CRI RemoveImage would remove too). Left behind, containerd would report
+    /// such a name, first in its sort, as the image of later tests' containers.
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.hosts_dir);
+        let sock = super::endpoint().trim_start_matches("unix://").to_string();
+        let ctr = |args: &[&str]| Command::new("ctr").args(["-a", &sock, "-n", "k8s.io", "images"]).args(args).output();
+        let Ok(out) = ctr(&["ls", "-q"]) else { return };
+        let prefix = format!("{}/", self.host);
+        let ours: Vec<String> =
+            String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with(&prefix)).map(String::from).collect();
+        if !ours.is_empty() {
+            let mut args = vec!["rm"];
+            args.extend(ours.iter().map(String::as_str));
+            let _ = ctr(&args);
+        }
     }
 }
