@@ -156,16 +156,19 @@ impl RuntimeManager {
         let err = |reason: &str, message: String| start_error(c, reason, message);
         let cref = container_reference(pod, &c.name);
         // `applyDefaultImageTag`: a name that does not parse is InvalidImageName, with an InspectFailed event.
-        let parsed = if image.is_empty() {
+        let repo = if image.is_empty() {
             Err(format!("couldn't parse image name {image:?}: invalid reference format"))
         } else {
-            kubelet_credentialprovider::repository_to_pull(&image).map(|_| ()).map_err(|e| e.to_string())
+            kubelet_credentialprovider::repository_to_pull(&image).map_err(|e| e.to_string())
         };
-        if let Err(e) = parsed {
-            let m = format!("Failed to apply default image tag {image:?}: {e}");
-            self.recorder.event(&cref, WARNING, "InspectFailed", m.clone());
-            return Err(err("InvalidImageName", m));
-        }
+        let repo = match repo {
+            Ok(r) => r,
+            Err(e) => {
+                let m = format!("Failed to apply default image tag {image:?}: {e}");
+                self.recorder.event(&cref, WARNING, "InspectFailed", m.clone());
+                return Err(err("InvalidImageName", m));
+            }
+        };
         let policy = c.image_pull_policy.clone().unwrap_or_else(|| default_pull_policy(&image).to_string());
         // The pod's annotations go with the image, as upstream's ImageSpec carries them to the runtime.
         let annotations = pod.metadata.annotations.clone().unwrap_or_default().into_iter().collect();
@@ -194,7 +197,7 @@ impl RuntimeManager {
         }
         // The keyring is consulted before the back-off and the pull queue, as upstream's EnsureImageExists; a pull
         // secret that does not decode fails the start with its text (upstream's MakeDockerKeyring error).
-        let credentials = self.credentials_for(pod, &image, pull_secrets).await.map_err(|m| err(&m, m.clone()))?;
+        let credentials = self.credentials_for(pod, &repo, pull_secrets).await.map_err(|m| err(&m, m.clone()))?;
         let key = format!("{}_{image}", pod.metadata.uid.as_deref().unwrap_or(""));
         if self.image_backoff.is_in_backoff_since_update(&key) {
             let m = format!("Back-off pulling image {image:?}");

@@ -580,7 +580,7 @@ impl RuntimeManager {
         actions: &PodActions,
         sandbox_id: &str,
         sandbox_config: &api::PodSandboxConfig,
-        pod_ips: &crate::pull::PodInputs<'_>,
+        inputs: &crate::pull::PodInputs<'_>,
         result: &mut SyncResult,
     ) {
         let spec = pod.spec.clone().unwrap_or_default();
@@ -603,15 +603,14 @@ impl RuntimeManager {
             }
             let start = StartSpec::ephemeral(&common, ec.target_container_name.as_deref());
             debug!(pod = %pod_ref(pod), podUID = %pod_uid(pod), containerName = %ec.name, targetContainerName = ?start.target, "creating ephemeral container");
-            match self.start_container(pod, start, status, sandbox_id, sandbox_config, pod_ips).await {
+            match self.start_container(pod, start, status, sandbox_id, sandbox_config, inputs).await {
                 Ok(()) => result.started.push(ec.name.clone()),
                 Err(e) => result.errors.push(e),
             }
         }
         for &i in &actions.init_containers_to_start {
             let c = &spec.init_containers.as_deref().unwrap_or(&[])[i];
-            match self.start_container(pod, StartSpec::container(c), status, sandbox_id, sandbox_config, pod_ips).await
-            {
+            match self.start_container(pod, StartSpec::container(c), status, sandbox_id, sandbox_config, inputs).await {
                 Ok(()) => result.started.push(c.name.clone()),
                 Err(e) => {
                     result.errors.push(e);
@@ -624,8 +623,7 @@ impl RuntimeManager {
         }
         for &i in &actions.containers_to_start {
             let c = &spec.containers[i];
-            match self.start_container(pod, StartSpec::container(c), status, sandbox_id, sandbox_config, pod_ips).await
-            {
+            match self.start_container(pod, StartSpec::container(c), status, sandbox_id, sandbox_config, inputs).await {
                 Ok(()) => result.started.push(c.name.clone()),
                 Err(e) => result.errors.push(e),
             }

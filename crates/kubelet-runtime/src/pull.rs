@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kubelet_credentialprovider::{
-    CredentialLookup, PodContext, TrackedAuthConfig, pull_secrets as decode_pull_secrets, repository_to_pull,
+    CredentialLookup, PodContext, TrackedAuthConfig, pull_secrets as decode_pull_secrets,
 };
 use kubelet_cri::{CriError, api};
 use kubelet_types::events::{WARNING, pod_reference};
@@ -99,18 +99,20 @@ impl RuntimeManager {
         found
     }
 
-    /// The credentials to try for `image`, in order (empty: an anonymous pull), looked up before the pull is queued
-    /// as upstream's EnsureImageExists does. A pull secret that does not decode is an error, as upstream's
-    /// `MakeDockerKeyring`; it names the secret and the fault, never a credential.
+    /// The credentials to try for repository `repo` (the image without tag or digest, [`repository_to_pull`]), in
+    /// order (empty: an anonymous pull), looked up before the pull is queued as upstream's EnsureImageExists does. A
+    /// pull secret that does not decode is an error, as upstream's `MakeDockerKeyring`; it names the secret and the
+    /// fault, never a credential.
+    ///
+    /// [`repository_to_pull`]: kubelet_credentialprovider::repository_to_pull
     pub(crate) async fn credentials_for(
         &self,
         pod: &Pod,
-        image: &str,
+        repo: &str,
         pull_secrets: &[Secret],
     ) -> Result<Vec<TrackedAuthConfig>, String> {
         let Some(lookup) = &self.credentials else { return Ok(vec![]) };
         let secrets = decode_pull_secrets(pull_secrets).map_err(|e| e.to_string())?;
-        let repo = repository_to_pull(image).map_err(|e| e.to_string())?;
         let spec = pod.spec.as_ref();
         let ctx = PodContext::new(
             pod.metadata.namespace.clone().unwrap_or_default(),
@@ -118,7 +120,7 @@ impl RuntimeManager {
             pod.metadata.uid.clone().unwrap_or_default(),
             spec.and_then(|s| s.service_account_name.clone()).unwrap_or_default(),
         );
-        Ok(lookup.lookup(&repo, &ctx, &secrets).await)
+        Ok(lookup.lookup(repo, &ctx, &secrets).await)
     }
 
     /// Pulls `spec` (`PullImage` with the keyring's credentials): each credential in turn until one pulls, or

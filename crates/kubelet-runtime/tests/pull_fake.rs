@@ -16,7 +16,7 @@ use kubelet_cri::RuntimeService;
 use kubelet_types::events::Recorder;
 use kubelet_types::objects::ObjectSource;
 
-use common::{env, pod_p, status};
+use common::{env_built, pod_p, status};
 
 const IMAGE: &str = "reg.example:5000/team/app:1";
 
@@ -76,23 +76,26 @@ struct Setup {
 }
 
 fn setup(objects: Objects) -> Setup {
-    let mut e = env();
-    e.fake.require_credentials(IMAGE, "puller", "right");
     let events = Arc::new(Events::default());
     let lookup = Arc::new(CredentialLookup::new(NodeKeyring::empty(), None));
-    e.mgr = std::mem::replace(&mut e.mgr, common::env().mgr)
-        .with_objects(Arc::new(objects))
-        .with_recorder(events.clone())
-        .with_credentials(lookup);
+    let recorder = events.clone();
+    let e = env_built(|m| m.with_objects(Arc::new(objects)).with_recorder(recorder).with_credentials(lookup));
+    e.fake.require_credentials(IMAGE, "puller", "right");
     Setup { e, events }
+}
+
+/// Secrets `(name, user, password)` for reg.example:5000.
+fn with_secrets(secrets: &[(&str, &str, &str)]) -> Objects {
+    let mut objects = Objects::default();
+    for (name, user, password) in secrets {
+        objects.secrets.insert(name.to_string(), pull_secret(name, user, password));
+    }
+    objects
 }
 
 #[tokio::test(start_paused = true)]
 async fn each_secret_is_tried_in_order_until_one_pulls_and_a_missing_one_is_an_event() {
-    let mut objects = Objects::default();
-    objects.secrets.insert("wrong".into(), pull_secret("wrong", "intruder", "guess"));
-    objects.secrets.insert("good".into(), pull_secret("good", "puller", "right"));
-    let s = setup(objects);
+    let s = setup(with_secrets(&[("wrong", "intruder", "guess"), ("good", "puller", "right")]));
     let mut p = pod_p(spec(&["missing", "wrong", "good"]));
     p.metadata.annotations = Some([("team".to_string(), "payments".to_string())].into());
     let r = s.e.mgr.sync_pod(&p, &status(&s.e).await).await;
@@ -141,10 +144,7 @@ async fn a_pull_secret_that_does_not_decode_and_a_bad_image_name_fail_before_any
 
 #[tokio::test(start_paused = true)]
 async fn without_a_working_credential_the_pull_fails_with_every_answer_and_no_secret_in_it() {
-    let mut objects = Objects::default();
-    objects.secrets.insert("wrong".into(), pull_secret("wrong", "intruder", "guess-1"));
-    objects.secrets.insert("also-wrong".into(), pull_secret("also-wrong", "intruder2", "guess-2"));
-    let s = setup(objects);
+    let s = setup(with_secrets(&[("wrong", "intruder", "guess-1"), ("also-wrong", "intruder2", "guess-2")]));
     let r = s.e.mgr.sync_pod(&pod_p(spec(&["wrong", "also-wrong"])), &status(&s.e).await).await;
     assert_eq!(r.errors[0].reason, "ErrImagePull");
     // An Unknown status is shown by its message alone, and the same answer twice once (upstream's aggregate).

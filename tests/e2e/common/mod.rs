@@ -549,6 +549,22 @@ pub async fn get_json(kc: &Path, args: &[&str]) -> Option<Value> {
     out.status.success().then(|| serde_json::from_slice(&out.stdout).ok()).flatten()
 }
 
+/// Removes from the node the image names starting with `prefix` (names only, with `ctr`: CRI RemoveImage would
+/// remove every name of an image, `localhost/busybox:1` included, when the content is shared); the names removed.
+pub fn remove_image_names(prefix: &str) -> Vec<String> {
+    let sock = endpoint().trim_start_matches("unix://").to_string();
+    let ctr = |args: &[&str]| Command::new("ctr").args(["-a", &sock, "-n", "k8s.io", "images"]).args(args).output();
+    let Ok(out) = ctr(&["ls", "-q"]) else { return vec![] };
+    let ours: Vec<String> =
+        String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with(prefix)).map(String::from).collect();
+    if !ours.is_empty() {
+        let mut args = vec!["rm"];
+        args.extend(ours.iter().map(String::as_str));
+        let _ = ctr(&args);
+    }
+    ours
+}
+
 /// rkubelet's environment for its highest verbosity: every target of rkubelet and of its libraries at trace.
 pub fn loudest_log() -> Vec<(String, String)> {
     vec![("RKUBELET_LOG".into(), "trace".into())]

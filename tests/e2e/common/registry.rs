@@ -127,16 +127,6 @@ impl Drop for Registry {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let _ = std::fs::remove_dir_all(&self.hosts_dir);
-        let sock = super::endpoint().trim_start_matches("unix://").to_string();
-        let ctr = |args: &[&str]| Command::new("ctr").args(["-a", &sock, "-n", "k8s.io", "images"]).args(args).output();
-        let Ok(out) = ctr(&["ls", "-q"]) else { return };
-        let prefix = format!("{}/", self.host);
-        let ours: Vec<String> =
-            String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with(&prefix)).map(String::from).collect();
-        if !ours.is_empty() {
-            let mut args = vec!["rm"];
-            args.extend(ours.iter().map(String::as_str));
-            let _ = ctr(&args);
-        }
+        super::remove_image_names(&format!("{}/", self.host));
     }
 }

@@ -20,6 +20,13 @@ pub fn env() -> Env {
     env_with(|_| {})
 }
 
+/// As [`env`], with the manager built further by `build` (its collaborators: objects, recorder, credentials).
+#[allow(dead_code)] // not every test binary uses every helper
+pub fn env_built(build: impl FnOnce(RuntimeManager) -> RuntimeManager) -> Env {
+    let Env { fake, mgr, _dir } = env();
+    Env { fake, mgr: build(mgr), _dir }
+}
+
 /// As [`env`], with the configuration changed by `edit`.
 pub fn env_with(edit: impl FnOnce(&mut RuntimeManagerConfig)) -> Env {
     let clock = Arc::new(TestClock::fixed());
