@@ -9,10 +9,6 @@
 export PATH="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:${PATH:-}"
 
 RK_DEFAULT_WORKDIR="/var/lib/rkubelet-dev"
-# Names shared by setup and teardown.
-RK_CNI_NETWORK="rkubelet"     # CNI network name (IPAM leases, result cache, portmap comments)
-RK_BRIDGE="cni0"              # bridge created by the CNI bridge plugin
-RK_POD_CIDR="10.88.0.0/16"
 RK_FWD_COMMENT="rkubelet: keep pod traffic on this machine"
 
 rk_log() { printf '[%s] %s\n' "${RK_PROG:-rkubelet}" "$*" >&2; }
@@ -36,6 +32,49 @@ rk_resolve_workdir() {
     CLOG="$WORKDIR/containerd.log"
     CNI_CONF_DIR="$WORKDIR/cni/net.d"
     LOCKFILE="$WORKDIR/.node.lock"
+    rk_select_runtime
+}
+
+# rk_select_runtime: which containerd WORKDIR runs, and the names that go with it (shared by setup and teardown).
+# $RKUBELET_CONTAINERD picks it: `1.6` (Debian's containerd and runc, the default) or `2.3` (containerd 2.3 and runc
+# 1.5 from ../shared/runtimes/containerd-2.3); without it, what setup recorded in $WORKDIR/runtime.env. Each has its
+# own CNI network, bridge and subnet, so both can run at once. $WORKDIR/bin holds links to the runtime's programs
+# (containerd, its shim, ctr, runc) and comes first in PATH: every script and test finds the right ones there.
+rk_select_runtime() {
+    local want="${RKUBELET_CONTAINERD:-}"
+    if [[ -z "$want" && -f "$WORKDIR/runtime.env" ]]; then
+        want="$(sed -n 's/^RK_CONTAINERD=//p' "$WORKDIR/runtime.env")"
+    fi
+    RK_CONTAINERD="${want:-1.6}"
+    case "$RK_CONTAINERD" in
+        1.6) RK_CNI_NETWORK="rkubelet" RK_BRIDGE="cni0" RK_POD_CIDR="10.88.0.0/16" ;;
+        2.3) RK_CNI_NETWORK="rkubelet2" RK_BRIDGE="cni1" RK_POD_CIDR="10.89.0.0/16" ;;
+        *) rk_die "RKUBELET_CONTAINERD=$RK_CONTAINERD: expected 1.6 (Debian's containerd) or 2.3 (../shared/runtimes/containerd-2.3)" ;;
+    esac
+    export PATH="$WORKDIR/bin:$PATH"
+}
+
+# rk_containerd2_bin: prints the folder holding containerd 2.3's programs: $RKUBELET_CONTAINERD2_BIN, else
+# ../shared/runtimes/containerd-2.3/bin unpacked by ../shared/unpack.sh (beside the project, or /work/shared).
+# Fails with one line saying why when neither is there.
+rk_containerd2_bin() {
+    local project unpack bin
+    if [[ -n "${RKUBELET_CONTAINERD2_BIN:-}" ]]; then
+        [[ -x "$RKUBELET_CONTAINERD2_BIN/containerd" ]] ||
+            { echo "RKUBELET_CONTAINERD2_BIN=$RKUBELET_CONTAINERD2_BIN holds no containerd" >&2; return 1; }
+        echo "$RKUBELET_CONTAINERD2_BIN"
+        return 0
+    fi
+    project="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+    for unpack in "$project/../shared/unpack.sh" /work/shared/unpack.sh; do
+        [[ -f "$unpack" && -d "$(dirname "$unpack")/runtimes/containerd-2.3" ]] || continue
+        bin="$(sh "$unpack" 2>/dev/null | tail -n 1)/runtimes/containerd-2.3/bin"
+        [[ -x "$bin/containerd" ]] || { echo "$unpack did not unpack containerd 2.3 (got $bin)" >&2; return 1; }
+        echo "$bin"
+        return 0
+    done
+    echo "containerd 2.3 not found: neither RKUBELET_CONTAINERD2_BIN nor ../shared/runtimes/containerd-2.3 beside the project" >&2
+    return 1
 }
 
 # Serialise setup/teardown runs on the same WORKDIR (parallel test runners may

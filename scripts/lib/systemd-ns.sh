@@ -528,7 +528,7 @@ cmd_stop() {
 }
 
 # --------------------------------------------------------------------------
-# containerd: a second containerd (Debian's /usr/bin/containerd) inside the
+# containerd: a second containerd (the project's, 1.6 or 2.3) inside the
 # namespace with the systemd cgroup driver, as the transient service
 # rk-containerd.service (Delegate=yes, KillMode=process, like upstream's
 # containerd.service). Own root/state/sockets/config/log under
@@ -542,6 +542,13 @@ cmd_containerd() {
     local pid cdir sock deadline t0 state
     pid="$(running_pid)" || die "no systemd running for $DIR (run: $0 start $DIR)"
     t0=$(date +%s%N)
+    # The programs of the project's containerd (scripts/node-setup.sh links them into $RKUBELET_WORKDIR/bin: 1.6
+    # or 2.3), else Debian's. containerd 2 migrates this version 2 file on load.
+    local bindir=/usr/bin
+    if [[ -x "${RKUBELET_WORKDIR:-/var/lib/rkubelet-dev}/bin/containerd" ]]; then
+        bindir="${RKUBELET_WORKDIR:-/var/lib/rkubelet-dev}/bin"
+    fi
+    PATH="$bindir:$PATH"
     cdir="$DIR/containerd"
     sock="$cdir/containerd.sock"
     ((${#sock} < 100)) || die "socket path $sock too long for a unix socket; use a shorter DIR"
@@ -620,7 +627,7 @@ JSON
         -p Delegate=yes -p KillMode=process -p LimitNOFILE=1048576 \
         -p StandardOutput="append:$cdir/containerd.log" -p StandardError="append:$cdir/containerd.log" \
         --setenv=PATH="$PATH" \
-        /usr/bin/containerd --config "$cdir/config.toml" >&2 ||
+        "$bindir/containerd" --config "$cdir/config.toml" >&2 ||
         die "systemd-run of containerd failed"
     deadline=$(($(date +%s) + 30))
     until timeout 5 ctr -a "$sock" version >/dev/null 2>&1; do

@@ -585,7 +585,7 @@ cmd_stop() {
 }
 
 # --------------------------------------------------------------------------
-# containerd: Debian's containerd inside the VM (config as in
+# containerd: the project's containerd (1.6 or 2.3) inside the VM (config as in
 # scripts/node-setup.sh, but cgroup v2 and the VM's own paths). Started
 # setsid'd from an exec job, so it outlives that job.
 # --------------------------------------------------------------------------
@@ -671,6 +671,12 @@ for t in "$@"; do
 done
 echo $SOCK
 EOF
+    # The programs of the project's containerd (scripts/node-setup.sh links them into $RKUBELET_WORKDIR/bin: 1.6 or
+    # 2.3; the VM sees the host's files), else Debian's. containerd 2 migrates the version 2 file above on load.
+    local bindir="${RKUBELET_WORKDIR:-/var/lib/rkubelet-dev}/bin"
+    if [[ -x "$bindir/containerd" ]]; then
+        sed -i "s|^set -euo pipefail\$|set -euo pipefail\nexport PATH=\"$bindir:\$PATH\"|" "$GDIR/containerd.sh"
+    fi
     cmd_exec "$DIR" bash "$GDIR/containerd.sh" "${tars[@]}"
 }
 

@@ -142,7 +142,7 @@ impl SystemdNs {
         let node_dir = endpoint().trim_start_matches("unix://").rsplit_once('/').unwrap().0.to_string();
         for image in ["pause", "busybox"] {
             let tar = format!("{node_dir}/images/{image}.oci.tar");
-            let st = std::process::Command::new("ctr")
+            let st = std::process::Command::new(runtime_program("ctr"))
                 .args(["-a", &socket, "-n", "k8s.io", "images", "import", &tar])
                 .output()
                 .unwrap();

@@ -132,7 +132,7 @@ async fn one_pod_whose_runtime_calls_hang_stalls_nothing_else() {
     let web = containers.iter().find(|c| c.state == api::ContainerState::ContainerRunning as i32).expect("web runs");
     proxy.hang(STATUS_METHODS, needles);
     let sock = endpoint().trim_start_matches("unix://").to_string();
-    let out = std::process::Command::new("ctr")
+    let out = std::process::Command::new(runtime_program("ctr"))
         .args(["-a", &sock, "-n", "k8s.io", "tasks", "kill", "-s", "SIGKILL", &web.id])
         .output()
         .unwrap();

@@ -76,7 +76,11 @@ fn build_image(dir: &Path, name: &str, size: usize) -> std::path::PathBuf {
 
 fn import(tar: &Path) {
     let sock = endpoint().trim_start_matches("unix://").to_string();
-    let out = Command::new("ctr").args(["-a", &sock, "-n", "k8s.io", "images", "import"]).arg(tar).output().unwrap();
+    let out = Command::new(runtime_program("ctr"))
+        .args(["-a", &sock, "-n", "k8s.io", "images", "import"])
+        .arg(tar)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "ctr import: {}", String::from_utf8_lossy(&out.stderr));
 }
 

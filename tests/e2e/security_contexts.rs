@@ -10,6 +10,7 @@
 mod common;
 
 use std::process::Command;
+use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
@@ -120,5 +121,89 @@ async fn apparmor_and_selinux_reach_the_runtime_and_a_profile_the_node_cannot_en
         assert!(sc["supplemental_groups"].as_array().unwrap().contains(&serde_json::json!(4000)), "{sc}");
     }
     assert_eq!(containers.len(), 2);
+    node.stop_and_clean(&rt).await;
+}
+
+/// A host folder with a tmpfs mounted below it (`sub`): what a recursive read-only mount makes read-only and a
+/// plain read-only bind does not. Unmounted when dropped, also when the test fails.
+struct SubmountedDir(tempfile::TempDir);
+
+impl SubmountedDir {
+    fn new() -> SubmountedDir {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        let flags = nix::mount::MsFlags::empty();
+        nix::mount::mount(Some("tmpfs"), &dir.path().join("sub"), Some("tmpfs"), flags, Some("size=1m")).unwrap();
+        SubmountedDir(dir)
+    }
+}
+
+impl Drop for SubmountedDir {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.0.path().join("sub"), nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+fn rro_pod(dir: &std::path::Path, strict_mode: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: rro\nspec:\n  restartPolicy: Never\n  volumes:\n  - name: v\n    \
+         hostPath:\n      path: {}\n  containers:\n  - name: strict\n    image: localhost/busybox:1\n    \
+         command: [\"sh\", \"-c\", \"! touch /v/sub/strict\"]\n    volumeMounts:\n    - name: v\n      mountPath: /v\n      \
+         readOnly: true\n      recursiveReadOnly: {strict_mode}\n  - name: plain\n    image: localhost/busybox:1\n    \
+         command: [\"sh\", \"-c\", \"touch /v/sub/plain\"]\n    volumeMounts:\n    - name: v\n      mountPath: /v\n      \
+         readOnly: true\n",
+        dir.display()
+    )
+}
+
+/// Recursive read-only mounts as upstream's `resolveRecursiveReadOnly` with the runtime's handler features:
+/// containerd 2.3 reports `recursiveReadOnlyMounts` for its handlers, so `Enabled` makes the tmpfs below the
+/// volume read-only too, while a plain `readOnly` mount leaves it writable (the container `plain` proves the
+/// difference). Containerd 1.6 reports no handlers: `Enabled` fails the container with upstream's text, never runs
+/// it with a writable submount, and `IfPossible` falls back to the plain mount.
+#[tokio::test]
+async fn recursive_read_only_mounts_follow_the_runtime_handlers_features() {
+    let (_g, rt) = fresh_runtime().await;
+    let dir = SubmountedDir::new();
+    if containerd_version() == "1.6" {
+        let enabled = rro_pod(dir.0.path(), "Enabled");
+        let if_possible = rro_pod(dir.0.path(), "IfPossible")
+            .replace("name: rro", "name: rro-if-possible")
+            .replace("/v/sub/strict", "/v/sub/if-possible")
+            .replace("/v/sub/plain", "/v/sub/if-possible-plain");
+        let mut node = Node::start(&[("rro.yaml", &enabled), ("if-possible.yaml", &if_possible)]);
+        let p = node
+            .wait_for("strict refused", Duration::from_secs(60), || async {
+                pod("rro-e2e-node").await.filter(|p| {
+                    p["status"]["containerStatuses"].as_array().is_some_and(|cs| {
+                        cs.iter().any(|c| c["state"]["waiting"]["reason"] == "CreateContainerConfigError")
+                    })
+                })
+            })
+            .await;
+        let strict = p["status"]["containerStatuses"].as_array().unwrap().iter().find(|c| c["name"] == "strict");
+        assert_eq!(
+            strict.unwrap()["state"]["waiting"]["message"],
+            "failed to resolve recursive read-only mode: volume \"v\" requested recursive read-only mode, but it is \
+             not supported by the runtime",
+            "{p}"
+        );
+        assert!(!dir.0.path().join("sub/strict").exists());
+        // IfPossible on a runtime that cannot: the plain read-only mount, its submount writable.
+        let p = node.wait_phase("rro-if-possible-e2e-node", "Failed").await;
+        let strict = p["status"]["containerStatuses"].as_array().unwrap().iter().find(|c| c["name"] == "strict");
+        assert_eq!(strict.unwrap()["state"]["terminated"]["exitCode"], 1, "touch succeeded: {p}");
+        node.stop_and_clean(&rt).await;
+        return;
+    }
+    let mut node = Node::start(&[("rro.yaml", &rro_pod(dir.0.path(), "Enabled"))]);
+    let p = node.wait_phase("rro-e2e-node", "Succeeded").await;
+    assert!(dir.0.path().join("sub/plain").exists() && !dir.0.path().join("sub/strict").exists(), "{p}");
+    let strict =
+        containers_of(&rt, "rro-e2e-node").await.into_iter().find(|c| c.metadata.as_ref().unwrap().name == "strict");
+    let info = crictl("inspect", &strict.unwrap().id);
+    let mounts = info["info"]["config"]["mounts"].as_array().cloned().unwrap_or_default();
+    let v = mounts.iter().find(|m| m["container_path"] == "/v").expect("the volume's mount");
+    assert_eq!(v["recursive_read_only"], true, "{v}");
     node.stop_and_clean(&rt).await;
 }

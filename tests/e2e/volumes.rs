@@ -248,3 +248,58 @@ async fn a_restarted_kubelet_keeps_running_pods_volumes_and_cleans_up_those_of_p
     assert_eq!(keep_mounts.len(), 1, "mounted once, not again on top: {keep_mounts:?}");
     node.stop_and_clean(&rt).await;
 }
+
+const IMAGE_VOLUME: &str = r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: imgvol
+spec:
+  restartPolicy: Never
+  volumes:
+  - name: tools
+    image:
+      reference: localhost/busybox:1
+      pullPolicy: IfNotPresent
+  containers:
+  - name: app
+    image: localhost/busybox:1
+    command: ["sh", "-c", "test -x /img/bin/busybox && test -x /sub/busybox && ! touch /img/written && ! test -e /sub/bin"]
+    volumeMounts:
+    - name: tools
+      mountPath: /img
+    - name: tools
+      mountPath: /sub
+      subPath: bin
+"#;
+
+/// An image volume (ImageVolume, beta and on in v1.35): containerd 2.3 mounts the image's files read-only, and
+/// a subPath inside it; the image is ensured with the volume's pull policy and its event names the pod. Containerd
+/// 1.6 has no image mounts: the container fails at CreateContainer, as upstream's kubelet leaves it to the runtime.
+#[tokio::test]
+async fn an_image_volume_is_the_images_files_read_only_with_its_subpath() {
+    let (_g, rt) = fresh_runtime().await;
+    let mut node = Node::start(&[("imgvol.yaml", IMAGE_VOLUME)]);
+    if containerd_version() == "1.6" {
+        let p = node
+            .wait_for("the container fails at CreateContainer", Duration::from_secs(60), || async {
+                pod("imgvol-e2e-node").await.filter(|p| {
+                    p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"] == "CreateContainerError"
+                })
+            })
+            .await;
+        assert!(containers_of(&rt, "imgvol-e2e-node").await.is_empty(), "{p}");
+        node.stop_and_clean(&rt).await;
+        return;
+    }
+    let p = node.wait_phase("imgvol-e2e-node", "Succeeded").await;
+    assert_eq!(p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"], 0, "{p}");
+    // The volume's image is ensured by its pull policy, with the pod (no container field) as the event's object.
+    let log = node.log();
+    assert!(
+        log.lines().any(|l| l.contains(r#"fieldPath="""#)
+            && l.contains(r#"Container image "localhost/busybox:1" already present on machine"#)),
+        "{}",
+        tail(&log, 30)
+    );
+    node.stop_and_clean(&rt).await;
+}

@@ -5,6 +5,10 @@
 //! demand ([`FakeRuntime::inject_error`]), holds back the status calls of chosen objects as a runtime stuck on one
 //! pod does ([`FakeRuntime::hang`]) and makes containers exit ([`FakeRuntime::exit_container`]) so PLEG and
 //! restart logic can be tested. Times come from a counter so they are ordered and deterministic.
+//!
+//! Like containerd 1.6 it does not stream container events (`GetContainerEvents` answers Unimplemented) until
+//! [`FakeRuntime::enable_events`]; from then on every state change it makes is sent to each open stream, as
+//! containerd 2 does, and [`FakeRuntime::break_event_streams`] fails the open streams.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
@@ -58,6 +62,9 @@ struct State {
     private: HashMap<String, (String, String)>,
     pulls: Vec<(String, String)>,
     pulled_specs: Vec<api::ImageSpec>,
+    /// What `Status` reports besides the conditions, and `RuntimeConfig`'s answer (None: Unimplemented, as 1.6).
+    handlers: Vec<api::RuntimeHandler>,
+    cgroup_driver: Option<api::CgroupDriver>,
 }
 
 /// What an `ExecSync` in the fake does: given the container name and the command, the output or an error.
@@ -65,6 +72,9 @@ pub type ExecHandler = std::sync::Arc<dyn Fn(&str, &[String]) -> CriResult<crate
 
 /// A source of Unix-nanosecond timestamps for the fake's created/started/finished times.
 pub type TimeSource = Box<dyn Fn() -> i64 + Send + Sync>;
+
+/// The sending end of one open `GetContainerEvents` stream.
+type EventSender = tokio::sync::mpsc::UnboundedSender<CriResult<api::ContainerEventResponse>>;
 
 /// The in-memory runtime.
 #[derive(Default)]
@@ -82,6 +92,10 @@ pub struct FakeRuntime {
     hung: Mutex<std::collections::HashSet<String>>,
     /// Woken when an object is released.
     released: tokio::sync::Notify,
+    /// Whether `GetContainerEvents` streams ([`FakeRuntime::enable_events`]; off: Unimplemented, as 1.6).
+    events_enabled: std::sync::atomic::AtomicBool,
+    /// The open event streams.
+    event_streams: Mutex<Vec<EventSender>>,
 }
 
 impl std::fmt::Debug for FakeRuntime {
@@ -96,6 +110,11 @@ const NOT_READY: i32 = api::PodSandboxState::SandboxNotready as i32;
 const CREATED: i32 = api::ContainerState::ContainerCreated as i32;
 const RUNNING: i32 = api::ContainerState::ContainerRunning as i32;
 const EXITED: i32 = api::ContainerState::ContainerExited as i32;
+
+use api::ContainerEventType::{
+    ContainerCreatedEvent as CREATED_EVENT, ContainerDeletedEvent as DELETED_EVENT,
+    ContainerStartedEvent as STARTED_EVENT, ContainerStoppedEvent as STOPPED_EVENT,
+};
 
 fn labels_match(labels: &HashMap<String, String>, selector: &HashMap<String, String>) -> bool {
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
@@ -224,6 +243,16 @@ impl FakeRuntime {
         }
     }
 
+    /// The runtime handlers `Status` reports (none by default, as containerd 1.6).
+    pub fn set_runtime_handlers(&self, handlers: Vec<api::RuntimeHandler>) {
+        self.state.lock().unwrap().handlers = handlers;
+    }
+
+    /// The cgroup driver `RuntimeConfig` answers (None, the default: Unimplemented, as containerd 1.6).
+    pub fn set_cgroup_driver(&self, driver: Option<api::CgroupDriver>) {
+        self.state.lock().unwrap().cgroup_driver = driver;
+    }
+
     /// Makes the next call of `op` (a CRI method name such as `"StartContainer"`) fail with `err`.
     pub fn inject_error(&self, op: &'static str, err: CriError) {
         self.state.lock().unwrap().errors.entry(op).or_default().push_back(err);
@@ -265,6 +294,8 @@ impl FakeRuntime {
             c.finished_at = now;
             c.exit_code = code;
             c.reason = if code == 0 { "Completed".into() } else { "Error".into() };
+            let ev = self.event(&st, id, STOPPED_EVENT, now);
+            self.send_events(ev);
         }
     }
 
@@ -282,14 +313,99 @@ impl FakeRuntime {
     pub fn kill_sandbox(&self, id: &str) {
         let now = self.now();
         let mut st = self.state.lock().unwrap();
-        if let Some(s) = st.sandboxes.get_mut(id) {
-            s.state = NOT_READY;
-        }
-        for c in st.containers.values_mut().filter(|c| c.sandbox_id == id && c.state == RUNNING) {
+        self.stop_sandbox_in(&mut st, id, now);
+    }
+
+    /// Stops the sandbox `id` and its running containers (exit code 137), with their events.
+    fn stop_sandbox_in(&self, st: &mut State, id: &str, now: i64) {
+        let mut stopped = vec![];
+        for (cid, c) in st.containers.iter_mut().filter(|(_, c)| c.sandbox_id == id && c.state == RUNNING) {
             c.state = EXITED;
             c.finished_at = now;
             c.exit_code = 137;
             c.reason = "Error".into();
+            stopped.push(cid.clone());
+        }
+        stopped.sort();
+        let mut was_ready = false;
+        if let Some(s) = st.sandboxes.get_mut(id) {
+            was_ready = s.state == READY;
+            s.state = NOT_READY;
+        }
+        if self.events_on() {
+            let mut evs: Vec<_> = stopped.iter().filter_map(|c| self.event(st, c, STOPPED_EVENT, now)).collect();
+            evs.extend(was_ready.then(|| self.event(st, id, STOPPED_EVENT, now)).flatten());
+            self.send_events(evs);
+        }
+    }
+
+    /// Makes `GetContainerEvents` stream events (off by default: Unimplemented, as containerd 1.6). Every state
+    /// change from then on (sandbox run, stop, removal; container creation, start, stop, exit, removal) is sent to
+    /// each open stream, with the sandbox's status and its containers' statuses.
+    pub fn enable_events(&self) {
+        self.events_enabled.store(true, Ordering::Relaxed);
+    }
+
+    /// Ends every open event stream with an error (code Unavailable), as a runtime restart does; later
+    /// `GetContainerEvents` calls open new streams.
+    pub fn break_event_streams(&self) {
+        for tx in self.event_streams.lock().unwrap().drain(..) {
+            let _ = tx.send(Err(CriError::Other {
+                op: "GetContainerEvents",
+                code: "Unavailable".into(),
+                message: "error reading from server: EOF".into(),
+            }));
+        }
+    }
+
+    /// Whether events are streamed and someone listens.
+    fn events_on(&self) -> bool {
+        self.events_enabled.load(Ordering::Relaxed) && !self.event_streams.lock().unwrap().is_empty()
+    }
+
+    /// The event of `id` (a container, or a sandbox) as of the state `st`, while anyone listens: the sandbox's
+    /// status and its containers' statuses, oldest first.
+    fn event(
+        &self,
+        st: &State,
+        id: &str,
+        kind: api::ContainerEventType,
+        at: i64,
+    ) -> Option<api::ContainerEventResponse> {
+        if !self.events_on() {
+            return None;
+        }
+        let sandbox_id = st.containers.get(id).map(|c| c.sandbox_id.as_str()).unwrap_or(id);
+        let mut containers: Vec<_> = st
+            .containers
+            .iter()
+            .filter(|(_, c)| c.sandbox_id == sandbox_id)
+            .map(|(cid, c)| Self::status_of(st, cid, c))
+            .collect();
+        containers.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        Some(api::ContainerEventResponse {
+            container_id: id.to_string(),
+            container_event_type: kind as i32,
+            created_at: at,
+            pod_sandbox_status: st.sandboxes.get(sandbox_id).map(|s| api::PodSandboxStatus {
+                id: sandbox_id.to_string(),
+                metadata: s.config.metadata.clone(),
+                state: s.state,
+                created_at: s.created_at,
+                labels: s.config.labels.clone(),
+                annotations: s.config.annotations.clone(),
+                runtime_handler: s.handler.clone(),
+                ..Default::default()
+            }),
+            containers_statuses: containers,
+        })
+    }
+
+    /// Sends events to every open stream (forgetting the streams nobody reads any more).
+    fn send_events(&self, events: impl IntoIterator<Item = api::ContainerEventResponse>) {
+        let mut streams = self.event_streams.lock().unwrap();
+        for ev in events {
+            streams.retain(|tx| tx.send(Ok(ev.clone())).is_ok());
         }
     }
 
@@ -322,6 +438,30 @@ impl FakeRuntime {
         (st.sandboxes.len(), st.containers.len())
     }
 
+    /// The CRI status of container `id`.
+    fn status_of(st: &State, id: &str, c: &FakeContainer) -> api::ContainerStatus {
+        api::ContainerStatus {
+            id: id.to_string(),
+            metadata: c.config.metadata.clone(),
+            state: c.state,
+            created_at: c.created_at,
+            started_at: c.started_at,
+            finished_at: c.finished_at,
+            exit_code: c.exit_code,
+            image: c.config.image.clone(),
+            image_ref: st
+                .images
+                .get(c.config.image.as_ref().map(|i| i.image.as_str()).unwrap_or(""))
+                .map(|i| i.id.clone())
+                .unwrap_or_default(),
+            reason: c.reason.clone(),
+            labels: c.config.labels.clone(),
+            annotations: c.config.annotations.clone(),
+            log_path: c.config.log_path.clone(),
+            ..Default::default()
+        }
+    }
+
     fn to_container(id: &str, c: &FakeContainer) -> api::Container {
         api::Container {
             id: id.to_string(),
@@ -350,10 +490,20 @@ impl RuntimeService for FakeRuntime {
         })
     }
 
-    async fn status(&self) -> CriResult<api::RuntimeStatus> {
-        drop(self.enter("Status")?);
+    async fn status(&self) -> CriResult<api::StatusResponse> {
+        let st = self.enter("Status")?;
         let cond = |t: &str| api::RuntimeCondition { r#type: t.into(), status: true, ..Default::default() };
-        Ok(api::RuntimeStatus { conditions: vec![cond("RuntimeReady"), cond("NetworkReady")] })
+        Ok(api::StatusResponse {
+            status: Some(api::RuntimeStatus { conditions: vec![cond("RuntimeReady"), cond("NetworkReady")] }),
+            runtime_handlers: st.handlers.clone(),
+            ..Default::default()
+        })
+    }
+
+    async fn runtime_config(&self) -> CriResult<api::RuntimeConfigResponse> {
+        let st = self.enter("RuntimeConfig")?;
+        let driver = st.cgroup_driver.ok_or(CriError::Unimplemented { op: "RuntimeConfig" })?;
+        Ok(api::RuntimeConfigResponse { linux: Some(api::LinuxRuntimeConfiguration { cgroup_driver: driver as i32 }) })
     }
 
     async fn run_pod_sandbox(&self, config: api::PodSandboxConfig, handler: &str) -> CriResult<String> {
@@ -365,28 +515,33 @@ impl RuntimeService for FakeRuntime {
         }
         let handler = handler.to_string();
         st.sandboxes.insert(id.clone(), FakeSandbox { config, state: READY, created_at: now, handler });
+        let evs = [self.event(&st, &id, CREATED_EVENT, now), self.event(&st, &id, STARTED_EVENT, now)];
+        self.send_events(evs.into_iter().flatten());
         Ok(id)
     }
 
     async fn stop_pod_sandbox(&self, id: &str) -> CriResult<()> {
         let now = self.now();
         let mut st = self.enter("StopPodSandbox")?;
-        if let Some(s) = st.sandboxes.get_mut(id) {
-            s.state = NOT_READY;
-        }
-        for c in st.containers.values_mut().filter(|c| c.sandbox_id == id && c.state == RUNNING) {
-            c.state = EXITED;
-            c.finished_at = now;
-            c.exit_code = 137;
-            c.reason = "Error".into();
-        }
+        self.stop_sandbox_in(&mut st, id, now);
         Ok(())
     }
 
     async fn remove_pod_sandbox(&self, id: &str) -> CriResult<()> {
         let mut st = self.enter("RemovePodSandbox")?;
+        // Its containers' removals, then its own, each with the sandbox as it was.
+        let mut evs = vec![];
+        if self.events_on() {
+            let now = self.now();
+            let mut ids: Vec<_> =
+                st.containers.iter().filter(|(_, c)| c.sandbox_id == id).map(|(cid, _)| cid.clone()).collect();
+            ids.sort();
+            evs.extend(ids.iter().filter_map(|c| self.event(&st, c, DELETED_EVENT, now)));
+            evs.extend(st.sandboxes.contains_key(id).then(|| self.event(&st, id, DELETED_EVENT, now)).flatten());
+        }
         st.sandboxes.remove(id);
         st.containers.retain(|_, c| c.sandbox_id != id);
+        self.send_events(evs);
         Ok(())
     }
 
@@ -517,6 +672,8 @@ impl RuntimeService for FakeRuntime {
                 reason: String::new(),
             },
         );
+        let ev = self.event(&st, &id, CREATED_EVENT, now);
+        self.send_events(ev);
         Ok(id)
     }
 
@@ -539,6 +696,11 @@ impl RuntimeService for FakeRuntime {
             c.exit_code = code;
             c.reason = if code == 0 { "Completed".into() } else { "Error".into() };
         }
+        let mut evs = vec![self.event(&st, id, STARTED_EVENT, now)];
+        if exit.is_some() {
+            evs.push(self.event(&st, id, STOPPED_EVENT, now + 1));
+        }
+        self.send_events(evs.into_iter().flatten());
         Ok(())
     }
 
@@ -552,6 +714,8 @@ impl RuntimeService for FakeRuntime {
             c.finished_at = now;
             c.exit_code = 137;
             c.reason = "Error".into();
+            let ev = self.event(&st, id, STOPPED_EVENT, now);
+            self.send_events(ev);
         }
         Ok(())
     }
@@ -585,8 +749,31 @@ impl RuntimeService for FakeRuntime {
     }
 
     async fn remove_container(&self, id: &str) -> CriResult<()> {
-        self.enter("RemoveContainer")?.containers.remove(id);
+        let mut st = self.enter("RemoveContainer")?;
+        let ev = if st.containers.contains_key(id) && self.events_on() {
+            let now = self.now();
+            self.event(&st, id, DELETED_EVENT, now)
+        } else {
+            None
+        };
+        st.containers.remove(id);
+        // The event carries the sandbox's containers as they are after the removal.
+        let ev = ev.map(|mut ev| {
+            ev.containers_statuses.retain(|c| c.id != id);
+            ev
+        });
+        self.send_events(ev);
         Ok(())
+    }
+
+    async fn container_events(&self) -> CriResult<crate::ContainerEventStream> {
+        drop(self.enter("GetContainerEvents")?);
+        if !self.events_enabled.load(Ordering::Relaxed) {
+            return Err(CriError::Unimplemented { op: "GetContainerEvents" });
+        }
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.event_streams.lock().unwrap().push(tx);
+        Ok(Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx)))
     }
 
     async fn reopen_container_log(&self, id: &str) -> CriResult<()> {
@@ -677,26 +864,7 @@ impl RuntimeService for FakeRuntime {
             .containers
             .get(id)
             .ok_or_else(|| CriError::NotFound { op: "ContainerStatus", message: format!("container {id}") })?;
-        Ok(api::ContainerStatus {
-            id: id.to_string(),
-            metadata: c.config.metadata.clone(),
-            state: c.state,
-            created_at: c.created_at,
-            started_at: c.started_at,
-            finished_at: c.finished_at,
-            exit_code: c.exit_code,
-            image: c.config.image.clone(),
-            image_ref: st
-                .images
-                .get(c.config.image.as_ref().map(|i| i.image.as_str()).unwrap_or(""))
-                .map(|i| i.id.clone())
-                .unwrap_or_default(),
-            reason: c.reason.clone(),
-            labels: c.config.labels.clone(),
-            annotations: c.config.annotations.clone(),
-            log_path: c.config.log_path.clone(),
-            ..Default::default()
-        })
+        Ok(Self::status_of(&st, id, c))
     }
 }
 
@@ -751,15 +919,19 @@ impl ImageService for FakeRuntime {
 mod tests {
     use super::*;
 
+    fn app_config() -> api::ContainerConfig {
+        api::ContainerConfig {
+            metadata: Some(api::ContainerMetadata { name: "app".into(), attempt: 0 }),
+            image: Some(api::ImageSpec { image: "busybox".into(), ..Default::default() }),
+            ..Default::default()
+        }
+    }
+
     #[tokio::test]
     async fn sandbox_and_container_lifecycle() {
         let f = FakeRuntime::new(&["busybox"]);
         let sid = f.run_pod_sandbox(api::PodSandboxConfig::default(), "").await.unwrap();
-        let cfg = api::ContainerConfig {
-            metadata: Some(api::ContainerMetadata { name: "app".into(), attempt: 0 }),
-            image: Some(api::ImageSpec { image: "busybox".into(), ..Default::default() }),
-            ..Default::default()
-        };
+        let cfg = app_config();
         let cid = f.create_container(&sid, cfg, Default::default()).await.unwrap();
         f.start_container(&cid).await.unwrap();
         assert_eq!(f.container_status(&cid).await.unwrap().state, RUNNING);
@@ -771,6 +943,65 @@ mod tests {
         f.remove_pod_sandbox(&sid).await.unwrap();
         assert!(f.container_status(&cid).await.unwrap_err().is_not_found());
         assert_eq!(f.count("StartContainer"), 1);
+    }
+
+    #[tokio::test]
+    async fn events_stream_every_state_change_once_enabled_and_break_on_demand() {
+        use tokio_stream::StreamExt;
+        let f = FakeRuntime::new(&["busybox"]);
+        let e = f.container_events().await.err().expect("off by default");
+        assert!(matches!(e, CriError::Unimplemented { op: "GetContainerEvents" }));
+        f.enable_events();
+        let mut s = f.container_events().await.unwrap();
+        let meta = api::PodSandboxMetadata { uid: "u1".into(), name: "web".into(), ..Default::default() };
+        let sid =
+            f.run_pod_sandbox(api::PodSandboxConfig { metadata: Some(meta), ..Default::default() }, "").await.unwrap();
+        let cfg = app_config();
+        let cid = f.create_container(&sid, cfg, Default::default()).await.unwrap();
+        f.start_container(&cid).await.unwrap();
+        f.exit_container(&cid, 1);
+        f.stop_pod_sandbox(&sid).await.unwrap();
+        f.remove_container(&cid).await.unwrap();
+        f.remove_pod_sandbox(&sid).await.unwrap();
+        let want = [
+            (&sid, CREATED_EVENT),
+            (&sid, STARTED_EVENT),
+            (&cid, CREATED_EVENT),
+            (&cid, STARTED_EVENT),
+            (&cid, STOPPED_EVENT),
+            (&sid, STOPPED_EVENT),
+            (&cid, DELETED_EVENT),
+            (&sid, DELETED_EVENT),
+        ];
+        let mut last = 0;
+        for (i, (id, kind)) in want.into_iter().enumerate() {
+            let ev = s.next().await.unwrap().unwrap();
+            assert_eq!((&ev.container_id, ev.container_event_type), (id, kind as i32), "event {i}");
+            assert!(ev.created_at >= last, "event {i}: times do not go back");
+            last = ev.created_at;
+            let sb = ev.pod_sandbox_status.expect("the sandbox's status");
+            assert_eq!((sb.id.as_str(), sb.metadata.unwrap().uid.as_str()), (sid.as_str(), "u1"));
+            if i == 4 {
+                let c = &ev.containers_statuses[0];
+                assert_eq!((c.id.as_str(), c.state, c.exit_code), (cid.as_str(), EXITED, 1));
+            }
+        }
+        let quiet = tokio::time::timeout(std::time::Duration::from_millis(10), s.next()).await;
+        assert!(quiet.is_err(), "nothing else: {quiet:?}");
+
+        // Broken streams end with an error; a new call opens a new stream.
+        let mut other = f.container_events().await.unwrap();
+        f.break_event_streams();
+        for s in [&mut s, &mut other] {
+            let e = s.next().await.unwrap().unwrap_err();
+            assert_eq!(e.code(), "Unavailable");
+            assert!(s.next().await.is_none());
+        }
+        let mut s = f.container_events().await.unwrap();
+        f.kill_sandbox("missing");
+        f.run_pod_sandbox(api::PodSandboxConfig::default(), "").await.unwrap();
+        assert_eq!(s.next().await.unwrap().unwrap().container_event_type, CREATED_EVENT as i32);
+        assert_eq!(f.count("GetContainerEvents"), 4);
     }
 
     #[tokio::test(start_paused = true)]

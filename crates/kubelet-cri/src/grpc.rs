@@ -30,8 +30,14 @@ impl RuntimeServer for FakeCriServer {
     }
 
     async fn status(&self, _r: Request<api::StatusRequest>) -> Result<Response<api::StatusResponse>, Status> {
-        let status = self.0.status().await.map_err(st)?;
-        Ok(Response::new(api::StatusResponse { status: Some(status), ..Default::default() }))
+        self.0.status().await.map(Response::new).map_err(st)
+    }
+
+    async fn runtime_config(
+        &self,
+        _r: Request<api::RuntimeConfigRequest>,
+    ) -> Result<Response<api::RuntimeConfigResponse>, Status> {
+        self.0.runtime_config().await.map(Response::new).map_err(st)
     }
 
     async fn run_pod_sandbox(
@@ -126,6 +132,15 @@ impl RuntimeServer for FakeCriServer {
         let t = std::time::Duration::from_secs(r.timeout.max(0) as u64);
         let o = self.0.exec_sync(&r.container_id, r.cmd, t).await.map_err(st)?;
         Ok(Response::new(api::ExecSyncResponse { stdout: o.stdout, stderr: o.stderr, exit_code: o.exit_code }))
+    }
+
+    async fn get_container_events(
+        &self,
+        _r: Request<api::GetEventsRequest>,
+    ) -> Result<Response<tonic::codegen::BoxStream<api::ContainerEventResponse>>, Status> {
+        use tokio_stream::StreamExt;
+        let events = self.0.container_events().await.map_err(st)?;
+        Ok(Response::new(Box::pin(events.map(|r| r.map_err(st)))))
     }
 
     async fn container_status(
@@ -273,6 +288,50 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(ok, "the client reconnects to the restarted runtime");
+    }
+
+    #[tokio::test]
+    async fn container_events_stream_over_grpc_and_end_with_the_runtimes_error() {
+        use tokio_stream::StreamExt;
+        async fn next(s: &mut crate::ContainerEventStream) -> Option<crate::CriResult<api::ContainerEventResponse>> {
+            tokio::time::timeout(Duration::from_secs(5), s.next()).await.expect("an event or the end")
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("cri.sock");
+        let fake = Arc::new(FakeRuntime::new(&["busybox"]));
+        let _served = ServedFake::start(fake.clone(), &sock).unwrap();
+        let client = RemoteRuntime::new(&format!("unix://{}", sock.display()), Duration::from_secs(5)).unwrap();
+
+        // A runtime without events (containerd 1.6) answers Unimplemented at once.
+        let e = client.container_events().await.err().expect("unimplemented");
+        assert!(matches!(e, CriError::Unimplemented { op: "GetContainerEvents" }), "{e:?}");
+
+        fake.enable_events();
+        let mut events = client.container_events().await.unwrap();
+        // The server subscribes when the call arrives; wait for it before changing anything.
+        for _ in 0..100 {
+            if fake.count("GetContainerEvents") == 2 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let meta = api::PodSandboxMetadata { uid: "u1".into(), name: "web".into(), ..Default::default() };
+        let sid = fake
+            .run_pod_sandbox(api::PodSandboxConfig { metadata: Some(meta), ..Default::default() }, "")
+            .await
+            .unwrap();
+        let ev = next(&mut events).await.unwrap().unwrap();
+        let created = api::ContainerEventType::ContainerCreatedEvent as i32;
+        assert_eq!((ev.container_id.as_str(), ev.container_event_type), (sid.as_str(), created));
+        assert_eq!(ev.pod_sandbox_status.unwrap().metadata.unwrap().uid, "u1");
+        let ev = next(&mut events).await.unwrap().unwrap();
+        assert_eq!(ev.container_event_type, api::ContainerEventType::ContainerStartedEvent as i32);
+
+        // The runtime fails the stream: the client's stream gives the error, then ends.
+        fake.break_event_streams();
+        let e = next(&mut events).await.unwrap().unwrap_err();
+        assert_eq!(e.message(), "error reading from server: EOF", "{e:?}");
+        assert!(next(&mut events).await.is_none());
     }
 
     #[tokio::test]

@@ -21,4 +21,4 @@ pub use error::{CriError, CriResult};
 pub use fake::FakeRuntime;
 pub use kubelet_proto::runtime::v1 as api;
 pub use remote::{RemoteRuntime, socket_path};
-pub use service::{ExecOutput, ImageService, RuntimeService};
+pub use service::{ContainerEventStream, ExecOutput, ImageService, RuntimeService};

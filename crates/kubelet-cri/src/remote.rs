@@ -3,8 +3,8 @@
 //!
 //! The channel connects lazily and reconnects after any transport failure, so a runtime that is down or
 //! restarting makes calls fail with [`CriError::Unavailable`] until it is back; nothing here panics or gives up.
-//! Every call carries `runtimeRequestTimeout`, except `PullImage` (bounded by the caller) and `StopContainer`
-//! (its own grace period plus the timeout), as upstream.
+//! Every call carries `runtimeRequestTimeout`, except `PullImage` (bounded by the caller), `StopContainer`
+//! (its own grace period plus the timeout) and the long-lived `GetContainerEvents` stream (none), as upstream.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -20,6 +20,14 @@ use crate::{CriError, CriResult, ImageService, RuntimeService};
 
 /// Largest gRPC message accepted, as upstream's `maxMsgSize` (16 MiB).
 const MAX_MSG_SIZE: usize = 16 * 1024 * 1024;
+
+/// How long opening `GetContainerEvents` waits for an answer. A Go gRPC server sends a stream's headers with its
+/// first message, so a runtime with nothing to report answers nothing: an error that comes at once (Unimplemented,
+/// no socket) is returned by the open, a later one is the stream's first item.
+const EVENTS_OPEN_WAIT: Duration = Duration::from_millis(500);
+
+/// Events received and not yet taken by the stream's reader (upstream's channel holds 1000).
+const EVENTS_BUFFER: usize = 1000;
 
 /// A CRI runtime reached over gRPC.
 #[derive(Clone)]
@@ -143,11 +151,24 @@ impl RuntimeService for RemoteRuntime {
         self.call("Version", Some(self.timeout), c.version(r)).await
     }
 
-    async fn status(&self) -> CriResult<api::RuntimeStatus> {
+    async fn status(&self) -> CriResult<api::StatusResponse> {
         let mut c = self.runtime.clone();
         let r = self.req(api::StatusRequest { verbose: false }, Some(self.timeout));
         let resp = self.call("Status", Some(self.timeout), c.status(r)).await?;
-        resp.status.ok_or(CriError::Other { op: "Status", code: "Internal".into(), message: "no status".into() })
+        if resp.status.is_none() {
+            return Err(CriError::Other {
+                op: "Status",
+                code: "Internal".into(),
+                message: "runtime status is nil".into(),
+            });
+        }
+        Ok(resp)
+    }
+
+    async fn runtime_config(&self) -> CriResult<api::RuntimeConfigResponse> {
+        let mut c = self.runtime.clone();
+        let r = self.req(api::RuntimeConfigRequest {}, Some(self.timeout));
+        self.call("RuntimeConfig", Some(self.timeout), c.runtime_config(r)).await
     }
 
     async fn sandbox_image(&self) -> CriResult<Option<String>> {
@@ -249,6 +270,63 @@ impl RuntimeService for RemoteRuntime {
         let mut c = self.runtime.clone();
         let r = self.req(api::RemoveContainerRequest { container_id: id.to_string() }, Some(self.timeout));
         self.call("RemoveContainer", Some(self.timeout), c.remove_container(r)).await.map(|_| ())
+    }
+
+    async fn container_events(&self) -> CriResult<crate::ContainerEventStream> {
+        const OP: &str = "GetContainerEvents";
+        let mut c = self.runtime.clone();
+        // No deadline: the stream lives as long as its reader keeps it.
+        let r = self.req(api::GetEventsRequest {}, None);
+        let (tx, rx) = tokio::sync::mpsc::channel::<CriResult<api::ContainerEventResponse>>(EVENTS_BUFFER);
+        let (opened_tx, opened_rx) = tokio::sync::oneshot::channel::<CriResult<()>>();
+        // The stream is read on its own task, which ends (dropping the call) once the reader is gone.
+        tokio::spawn(async move {
+            let open = tokio::select! {
+                r = c.get_container_events(r) => r,
+                _ = tx.closed() => return,
+            };
+            let mut stream = match open {
+                Ok(resp) => {
+                    let _ = opened_tx.send(Ok(()));
+                    resp.into_inner()
+                }
+                Err(s) => {
+                    let e = CriError::from_status(OP, s);
+                    tracing::debug!(error = %e, "GetContainerEvents failed to get streaming client");
+                    if let Err(Err(e)) = opened_tx.send(Err(e)) {
+                        let _ = tx.send(Err(e)).await;
+                    }
+                    return;
+                }
+            };
+            loop {
+                let msg = tokio::select! {
+                    m = stream.message() => m,
+                    _ = tx.closed() => return,
+                };
+                match msg {
+                    Ok(Some(ev)) => {
+                        if tx.send(Ok(ev)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => {
+                        tracing::debug!("container events stream is closed");
+                        return;
+                    }
+                    Err(s) => {
+                        let e = CriError::from_status(OP, s);
+                        tracing::debug!(error = %e, "failed to receive streaming container event");
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                }
+            }
+        });
+        if let Ok(Ok(Err(e))) = tokio::time::timeout(EVENTS_OPEN_WAIT, opened_rx).await {
+            return Err(e);
+        }
+        Ok(Box::pin(tokio_stream::wrappers::ReceiverStream::new(rx)))
     }
 
     async fn list_containers(&self, filter: Option<api::ContainerFilter>) -> CriResult<Vec<api::Container>> {

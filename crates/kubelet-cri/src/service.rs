@@ -6,13 +6,24 @@ use crate::CriResult;
 use crate::api;
 use crate::brief::{BriefContainer, BriefSandbox};
 
+/// The container events a runtime streams (`GetContainerEvents`): one item per event, an error item when the
+/// stream fails; the stream ends (or fails) when the runtime closes it.
+pub type ContainerEventStream =
+    std::pin::Pin<Box<dyn tokio_stream::Stream<Item = CriResult<api::ContainerEventResponse>> + Send>>;
+
 /// Pod sandbox and container lifecycle (`RuntimeService`).
 #[async_trait]
 pub trait RuntimeService: Send + Sync + 'static {
     /// Runtime name and versions.
     async fn version(&self) -> CriResult<api::VersionResponse>;
-    /// Runtime conditions (RuntimeReady, NetworkReady).
-    async fn status(&self) -> CriResult<api::RuntimeStatus>;
+    /// Runtime conditions (RuntimeReady, NetworkReady), the runtime handlers with their features and the runtime's
+    /// features (`Status` without verbose, as upstream's `updateRuntimeUp`); `status` is always set.
+    async fn status(&self) -> CriResult<api::StatusResponse>;
+    /// The runtime's configuration for the kubelet (`RuntimeConfig`: the cgroup driver). Runtimes before the call
+    /// existed (containerd 1.6) answer Unimplemented.
+    async fn runtime_config(&self) -> CriResult<api::RuntimeConfigResponse> {
+        Err(crate::CriError::Unimplemented { op: "RuntimeConfig" })
+    }
     /// The image the runtime runs sandboxes from, from its verbose status (containerd's `config.sandboxImage`);
     /// None when the runtime does not tell.
     async fn sandbox_image(&self) -> CriResult<Option<String>> {
@@ -45,6 +56,11 @@ pub trait RuntimeService: Send + Sync + 'static {
     async fn reopen_container_log(&self, id: &str) -> CriResult<()> {
         let _ = id;
         Err(crate::CriError::Unimplemented { op: "ReopenContainerLog" })
+    }
+    /// The runtime's stream of container and sandbox lifecycle events (`GetContainerEvents`), open until the
+    /// runtime ends it or the stream is dropped. Runtimes without it (containerd 1.6) answer Unimplemented.
+    async fn container_events(&self) -> CriResult<ContainerEventStream> {
+        Err(crate::CriError::Unimplemented { op: "GetContainerEvents" })
     }
     /// Containers matching the filter.
     async fn list_containers(&self, filter: Option<api::ContainerFilter>) -> CriResult<Vec<api::Container>>;

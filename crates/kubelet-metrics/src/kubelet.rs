@@ -179,6 +179,15 @@ metric!(
         GaugeVec::new(Opts::alpha("kubelet_node_name", "The node's name. The count is always 1.", &["node"]))
 );
 metric!(
+    /// `kubelet_cri_losing_support{version}`, 1: the Kubernetes version whose kubelet stops working with the running
+    /// runtime (a runtime without `RuntimeConfig`). Registered, as upstream, only when the fallback happens.
+    CRI_LOSING_SUPPORT: GaugeVec = GaugeVec::new(Opts::alpha(
+        "kubelet_cri_losing_support",
+        "the Kubernetes version that the currently running CRI implementation will lose support on if not upgraded.",
+        &["version"],
+    ))
+);
+metric!(
     /// `kubelet_desired_pods{static}`.
     DESIRED_PODS: GaugeVec = GaugeVec::new(Opts::alpha(
         "kubelet_desired_pods",

@@ -65,6 +65,30 @@ fn namespace_options(pod: &Pod) -> api::NamespaceOption {
     }
 }
 
+/// Puts the pod's user namespace (`NamespacesForPod`' `UsernsOptions`) into its sandbox's namespace options.
+pub fn set_sandbox_user_namespace(config: &mut api::PodSandboxConfig, ns: Option<api::UserNamespace>) {
+    if let Some(ns_opts) =
+        config.linux.as_mut().and_then(|l| l.security_context.as_mut()).and_then(|s| s.namespace_options.as_mut())
+    {
+        ns_opts.userns_options = ns;
+    }
+}
+
+/// Puts the pod's user namespace into a container's namespace options, and its mappings on every mount of the
+/// container (`applyPlatformSpecificContainerConfig`: idmapped mounts, so the pod's IDs own its volumes).
+pub fn set_container_user_namespace(config: &mut api::ContainerConfig, ns: Option<api::UserNamespace>) {
+    let Some(ns) = ns else { return };
+    for m in &mut config.mounts {
+        m.uid_mappings = ns.uids.clone();
+        m.gid_mappings = ns.gids.clone();
+    }
+    if let Some(ns_opts) =
+        config.linux.as_mut().and_then(|l| l.security_context.as_mut()).and_then(|s| s.namespace_options.as_mut())
+    {
+        ns_opts.userns_options = Some(ns);
+    }
+}
+
 /// The network namespace mode a sandbox of this pod must have.
 pub fn network_mode(pod: &Pod) -> i32 {
     namespace_options(pod).network

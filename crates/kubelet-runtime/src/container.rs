@@ -105,7 +105,7 @@ impl<'a> StartSpec<'a> {
 }
 
 /// A failed StartContainer step of container `c`.
-fn start_error(c: &Container, reason: &str, message: String) -> SyncError {
+pub(crate) fn start_error(c: &Container, reason: &str, message: String) -> SyncError {
     SyncError { action: "StartContainer", target: c.name.clone(), reason: reason.into(), message }
 }
 
@@ -142,127 +142,64 @@ impl RuntimeManager {
         None
     }
 
-    /// Makes sure the container's image is present (`EnsureImageExists`): by pull policy, with pull back-off per
-    /// pod and image, pulls limited by `serializeImagePulls` / `maxParallelImagePulls`, and upstream's events.
-    /// Returns the user the image runs as, from the same ImageStatus (`getImageUser`).
-    async fn ensure_image(
-        &self,
-        pod: &Pod,
-        c: &Container,
-        sandbox_config: &api::PodSandboxConfig,
-        pull_secrets: &[k8s_openapi::api::core::v1::Secret],
-    ) -> Result<config_gen::ImageUser, SyncError> {
-        let image = c.image.clone().unwrap_or_default();
-        let err = |reason: &str, message: String| start_error(c, reason, message);
-        let cref = container_reference(pod, &c.name);
-        // `applyDefaultImageTag`: a name that does not parse is InvalidImageName, with an InspectFailed event.
-        let repo = if image.is_empty() {
-            Err(format!("couldn't parse image name {image:?}: invalid reference format"))
-        } else {
-            kubelet_credentialprovider::repository_to_pull(&image).map_err(|e| e.to_string())
-        };
-        let repo = match repo {
-            Ok(r) => r,
-            Err(e) => {
-                let m = format!("Failed to apply default image tag {image:?}: {e}");
-                self.recorder.event(&cref, WARNING, "InspectFailed", m.clone());
-                return Err(err("InvalidImageName", m));
-            }
-        };
-        let policy = c.image_pull_policy.clone().unwrap_or_else(|| default_pull_policy(&image).to_string());
-        // The pod's annotations go with the image, as upstream's ImageSpec carries them to the runtime.
-        let annotations = pod.metadata.annotations.clone().unwrap_or_default().into_iter().collect();
-        let spec = api::ImageSpec {
-            image: image.clone(),
-            user_specified_image: image.clone(),
-            annotations,
-            ..Default::default()
-        };
-        let present =
-            self.images.image_status(spec.clone()).await.map_err(|e| {
-                err("ImageInspectError", format!("Failed to inspect image {image:?}: {}", e.grpc_text()))
-            })?;
-        match (policy.as_str(), present) {
-            ("Never", None) => {
-                let m = format!("Container image {image:?} is not present with pull policy of Never");
-                self.recorder.event(&cref, WARNING, "ErrImageNeverPull", m.clone());
-                return Err(err("ErrImageNeverPull", m));
-            }
-            ("Never" | "IfNotPresent", Some(img)) => {
-                let m = format!("Container image {image:?} already present on machine");
-                self.recorder.event(&cref, NORMAL, reason::PULLED, m);
-                return Ok(image_user(Some(&img)));
-            }
-            _ => {}
-        }
-        // The keyring is consulted before the back-off and the pull queue, as upstream's EnsureImageExists; a pull
-        // secret that does not decode fails the start with its text (upstream's MakeDockerKeyring error).
-        let credentials = self.credentials_for(pod, &repo, pull_secrets).await.map_err(|m| err(&m, m.clone()))?;
-        let key = format!("{}_{image}", pod.metadata.uid.as_deref().unwrap_or(""));
-        if self.image_backoff.is_in_backoff_since_update(&key) {
-            let m = format!("Back-off pulling image {image:?}");
-            self.recorder.event(&cref, NORMAL, reason::BACKOFF, m.clone());
-            let prev = self.pull_errors.lock().unwrap().get(&key).cloned();
-            return Err(err(
-                "ImagePullBackOff",
-                match prev {
-                    Some(p) => format!("{m}: {p}"),
-                    None => m,
-                },
-            ));
-        }
-        self.pull_errors.lock().unwrap().remove(&key);
-        info!(pod = %pod_ref(pod), containerName = %c.name, image = %image, "pulling image");
-        self.recorder.event(&cref, NORMAL, reason::PULLING, format!("Pulling image {image:?}"));
-        let waiting_since = tokio::time::Instant::now();
-        let permit = self.pulls.clone().acquire_owned().await;
-        let started = tokio::time::Instant::now();
-        let uid = kubelet_types::PodUid(pod.metadata.uid.clone().unwrap_or_default());
-        self.pull_windows.lock().unwrap().entry(uid.clone()).or_insert((started, started));
-        let res = self.pull_with_credentials(pod, &spec, &credentials, sandbox_config).await;
-        drop(permit);
-        if let Some(w) = self.pull_windows.lock().unwrap().get_mut(&uid) {
-            w.1 = tokio::time::Instant::now();
-        }
-        match res {
-            Ok(_) => {
-                self.image_backoff.reset(&key);
-                let pulled = self.images.image_status(spec).await.ok().flatten();
-                let size = pulled.as_ref().map(|i| i.size).unwrap_or(0);
-                kubelet_metrics::kubelet::IMAGE_PULL_DURATION
-                    .observe(&[kubelet_metrics::kubelet::image_size_bucket(size)], started.elapsed().as_secs_f64());
-                self.recorder.event(
-                    &cref,
-                    NORMAL,
-                    reason::PULLED,
-                    format!(
-                        "Successfully pulled image {image:?} in {} ({} including waiting). Image size: {size} bytes.",
-                        go_duration(started.elapsed()),
-                        go_duration(waiting_since.elapsed())
-                    ),
-                );
-                Ok(image_user(pulled.as_ref()))
-            }
-            Err(errors) => {
-                let (text, why) = crate::pull::pull_failure(&image, &errors);
-                self.recorder.event(&cref, WARNING, reason::FAILED, format!("Failed to pull image {image:?}: {text}"));
-                self.image_backoff.next(&key, self.clock.now());
-                self.pull_errors.lock().unwrap().insert(key, format!("{why}: {text}"));
-                Err(err(why, text))
-            }
-        }
-    }
-
     /// The container's volumeMounts as CRI mounts (`makeMounts`): the volume's host path, read-only when the
     /// mount or the volume is, with the mount propagation asked for. A subPath is made safely inside the volume
     /// and bind-mounted under `<pod-dir>/volume-subpaths` (see [`kubelet_volume::subpath`]); the runtime gets that
     /// bind, never a path it would resolve itself.
-    fn volume_mounts(&self, pod: &Pod, c: &Container, env: &[(String, String)]) -> std::io::Result<Vec<api::Mount>> {
+    fn volume_mounts(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        env: &[(String, String)],
+        image_volumes: &crate::images::ImageVolumes,
+    ) -> std::io::Result<Vec<api::Mount>> {
         use kubelet_volume::subpath;
         let uid = kubelet_types::PodUid(pod.metadata.uid.clone().unwrap_or_default());
         let volumes = self.volumes.volumes(&uid);
+        // Once per container, as upstream's GenerateRunContainerOptions: whether the pod's handler can make
+        // recursive read-only mounts.
+        let supports_rro = match self.pod_runtime_handler(pod) {
+            Ok(h) => crate::runtime_handlers::supports_recursive_read_only(&self.handlers.borrow(), &h),
+            Err(e) => {
+                warn!(pod = %pod_ref(pod), error = %e, "failed to look up the runtime handler");
+                false
+            }
+        };
         let mut out = vec![];
         for (i, m) in c.volume_mounts.iter().flatten().enumerate() {
+            let sub = match m.sub_path_expr.as_deref().filter(|s| !s.is_empty()) {
+                Some(expr) => Some(expand_sub_path(expr, env)?),
+                None => m.sub_path.clone(),
+            };
+            let propagation = match m.mount_propagation.as_deref() {
+                Some("HostToContainer") => api::MountPropagation::PropagationHostToContainer,
+                Some("Bidirectional") => api::MountPropagation::PropagationBidirectional,
+                _ => api::MountPropagation::PropagationPrivate,
+            } as i32;
+            let recursive_read_only = crate::runtime_handlers::resolve_recursive_read_only(m, supports_rro)
+                .map_err(|e| std::io::Error::other(format!("failed to resolve recursive read-only mode: {e}")))?;
+            // An image volume: the runtime mounts the image (read-only), its subPath inside the image.
+            if let Some(Ok(image)) = image_volumes.get(&m.name) {
+                let sub = sub.unwrap_or_default();
+                if std::path::Path::new(&sub).is_absolute() {
+                    return Err(std::io::Error::other(format!("error SubPath `{sub}` must not be an absolute path")));
+                }
+                if !sub.is_empty() && !subpath::is_relative_without_backsteps(&sub) {
+                    return Err(std::io::Error::other(format!(
+                        "unable to provision SubPath `{sub}`: must not contain '..'"
+                    )));
+                }
+                out.push(api::Mount {
+                    container_path: m.mount_path.clone(),
+                    readonly: true,
+                    propagation,
+                    recursive_read_only,
+                    image: Some(image.clone()),
+                    image_sub_path: sub,
+                    ..Default::default()
+                });
+                continue;
+            }
             let Some(v) = volumes.get(&m.name) else {
                 return Err(std::io::Error::other(format!(
                     "cannot find volume {:?} to mount into container {:?}",
@@ -270,10 +207,6 @@ impl RuntimeManager {
                 )));
             };
             let mut host = v.host_path.clone();
-            let sub = match m.sub_path_expr.as_deref().filter(|s| !s.is_empty()) {
-                Some(expr) => Some(expand_sub_path(expr, env)?),
-                None => m.sub_path.clone(),
-            };
             if let Some(sub) = sub.filter(|s| !s.is_empty()) {
                 if std::path::Path::new(&sub).is_absolute() {
                     return Err(std::io::Error::other(format!("error SubPath `{sub}` must not be an absolute path")));
@@ -321,17 +254,13 @@ impl RuntimeManager {
                     ))
                 })?;
             }
-            let propagation = match m.mount_propagation.as_deref() {
-                Some("HostToContainer") => api::MountPropagation::PropagationHostToContainer,
-                Some("Bidirectional") => api::MountPropagation::PropagationBidirectional,
-                _ => api::MountPropagation::PropagationPrivate,
-            } as i32;
             out.push(api::Mount {
                 container_path: m.mount_path.clone(),
                 host_path: host.to_string_lossy().into_owned(),
                 readonly: m.read_only.unwrap_or(false) || v.read_only,
                 propagation,
                 selinux_relabel: crate::security::host_selinux_enabled() && kubelet_managed_volume(pod, &m.name),
+                recursive_read_only,
                 ..Default::default()
             });
         }
@@ -347,11 +276,12 @@ impl RuntimeManager {
         &self,
         pod: &Pod,
         c: &Container,
-        pod_ips: &[String],
+        inputs: &crate::pull::PodInputs<'_>,
         env: &[(String, String)],
     ) -> std::io::Result<Vec<api::Mount>> {
+        let pod_ips = inputs.pod_ips;
         let dir = self.pod_dir(pod);
-        let mut mounts = self.volume_mounts(pod, c, env)?;
+        let mut mounts = self.volume_mounts(pod, c, env, inputs.image_volumes)?;
         let host_network = config_gen::host_network(pod);
         let mounts_own_hosts = c.volume_mounts.iter().flatten().any(|m| m.mount_path == "/etc/hosts");
         if !mounts_own_hosts && (host_network || !pod_ips.is_empty()) {
@@ -475,6 +405,15 @@ impl RuntimeManager {
         }
         let err = |reason: &str, message: String| start_error(c, reason, message);
         let image_user = self.ensure_image(pod, c, sandbox_config, inputs.pull_secrets).await?;
+        // A mounted image volume whose image could not be had fails the container with the pull's reason
+        // (`toKubeContainerImageVolumes`).
+        for m in c.volume_mounts.iter().flatten() {
+            if let Some(Err((reason, message))) = inputs.image_volumes.get(&m.name) {
+                let cref = container_reference(pod, &c.name);
+                self.recorder.event(&cref, WARNING, reason::FAILED, format!("Error: {message}"));
+                return Err(start_error(c, reason, message.clone()));
+            }
+        }
         let log_dir = PathBuf::from(&sandbox_config.log_directory).join(&c.name);
         let kind = container_type(pod, &c.name);
         let cref = container_reference(pod, &c.name);
@@ -484,13 +423,12 @@ impl RuntimeManager {
         let (id, restart_count) = match self.unstarted_instance(pod, c, status).await {
             Unstarted::Resume(id, count) => (id, count),
             Unstarted::Replace(count) => {
-                self.create_instance(pod, spec, status, (sandbox_id, sandbox_config), pod_ips, &image_user, Some(count))
+                self.create_instance(pod, spec, status, (sandbox_id, sandbox_config), inputs, &image_user, Some(count))
                     .await?
             }
             Unstarted::Retry(message) => return Err(err("RunContainerError", message)),
             Unstarted::None => {
-                self.create_instance(pod, spec, status, (sandbox_id, sandbox_config), pod_ips, &image_user, None)
-                    .await?
+                self.create_instance(pod, spec, status, (sandbox_id, sandbox_config), inputs, &image_user, None).await?
             }
         };
         self.runtime.start_container(&id).await.map_err(|e| {
@@ -525,7 +463,7 @@ impl RuntimeManager {
         spec: StartSpec<'_>,
         status: &PodStatus,
         (sandbox_id, sandbox_config): (&str, &api::PodSandboxConfig),
-        pod_ips: &[String],
+        inputs: &crate::pull::PodInputs<'_>,
         image_user: &config_gen::ImageUser,
         count: Option<i32>,
     ) -> Result<(String, i32), SyncError> {
@@ -541,12 +479,14 @@ impl RuntimeManager {
             (None, None) => restart_count_from_log_dir(&log_dir),
         };
         let target_id = spec.target_id(status).map_err(|m| err("CreateContainerConfigError", m))?;
+        // The container's devices first (`GetResources`), as upstream's GenerateRunContainerOptions.
+        let devices = self.devices.run_options(pod, c).map_err(|m| err("CreateContainerConfigError", m))?;
         crate::logs::ensure_dir(&log_dir)
             .map_err(|e| err("CreateContainerConfigError", format!("create {}: {e}", log_dir.display())))?;
         let env = crate::env::make_environment(crate::env::EnvInputs {
             pod,
             container: c,
-            pod_ips,
+            pod_ips: inputs.pod_ips,
             node: &self.node,
             objects: self.objects.as_ref(),
         })
@@ -563,22 +503,27 @@ impl RuntimeManager {
         ),
     );
         }
-        let mounts = self.managed_mounts(pod, c, pod_ips, &env.vars).map_err(|e| match e.kind() {
+        let mounts = self.managed_mounts(pod, c, inputs, &env.vars).map_err(|e| match e.kind() {
             // The pod's own mistakes (a missing volume, a bad subPath) are reported as they are.
             std::io::ErrorKind::Other => err("CreateContainerConfigError", e.to_string()),
             _ => err("CreateContainerConfigError", format!("prepare kubelet-managed files: {e}")),
         })?;
-        let config = config_gen::container_config(
+        // Device variables come before the container's own, which override them.
+        let vars: Vec<(String, String)> = devices.envs.iter().cloned().chain(env.vars.iter().cloned()).collect();
+        let mut config = config_gen::container_config(
             &self.cfg,
             pod,
             c,
             restart_count,
-            &env.vars,
+            &vars,
             mounts,
             image_user,
             target_id.as_deref(),
         )
         .map_err(|m| err("CreateContainerConfigError", m))?;
+        crate::devices::apply(&mut config, devices);
+        let userns = self.user_namespace(pod).map_err(|m| err("CreateContainerConfigError", m))?;
+        config_gen::set_container_user_namespace(&mut config, userns);
         kubelet_metrics::kubelet::STARTED_CONTAINERS.inc(&[kind]);
         let id = self.runtime.create_container(sandbox_id, config, sandbox_config.clone()).await.map_err(|e| {
             kubelet_metrics::kubelet::STARTED_CONTAINERS_ERRORS.inc(&[e.code(), kind]);
@@ -699,15 +644,6 @@ pub fn kill_cgroup_tree(dir: &std::path::Path) -> usize {
 
 /// The user an image runs as (`getImageUser`): its numeric UID, else its user name; root when the runtime does not
 /// say.
-fn image_user(img: Option<&api::Image>) -> config_gen::ImageUser {
-    match img {
-        Some(i) if i.uid.is_some() || !i.username.is_empty() => {
-            config_gen::ImageUser { uid: i.uid.as_ref().map(|u| u.value), username: i.username.clone() }
-        }
-        _ => config_gen::ImageUser { uid: Some(0), username: String::new() },
-    }
-}
-
 /// A duration as Go prints it after `Truncate(time.Millisecond)`: `523ms`, `1.234s`, `1m2.5s`.
 pub fn go_duration(d: Duration) -> String {
     let ms = d.as_millis() as u64;

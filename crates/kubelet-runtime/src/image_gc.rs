@@ -81,6 +81,8 @@ pub struct ImageGcManager {
     records: Mutex<HashMap<String, Record>>,
     /// One pass at a time (the periodic one and eviction's may overlap).
     pass: tokio::sync::Mutex<()>,
+    /// The images of the pods' image volumes.
+    image_volumes: Arc<crate::images::ImageVolumesInUse>,
 }
 
 fn cri(what: &'static str) -> impl FnOnce(kubelet_cri::CriError) -> ImageGcError {
@@ -104,7 +106,14 @@ impl ImageGcManager {
             node_ref,
             records: Mutex::new(HashMap::new()),
             pass: tokio::sync::Mutex::new(()),
+            image_volumes: Default::default(),
         }
+    }
+
+    /// Keeps the images pods mount as image volumes (the runtime manager's record of them).
+    pub fn with_image_volumes(mut self, in_use: Arc<crate::images::ImageVolumesInUse>) -> Self {
+        self.image_volumes = in_use;
+        self
     }
 
     /// Refreshes the records (`detectImages`); returns the images in use.
@@ -118,6 +127,8 @@ impl ImageGcManager {
                 in_use.insert(spec.image.clone());
             }
         }
+        // The images pods mount as image volumes (`handleImageVolumes`), as the runtime manager recorded them.
+        in_use.extend(self.image_volumes.all());
         // The sandbox image is never collected: containerd 1.6 does not report it pinned, and sandboxes are not
         // containers, so nothing would mark it in use.
         let sandbox = self.runtime.sandbox_image().await.unwrap_or_else(|e| {

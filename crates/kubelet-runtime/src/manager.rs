@@ -169,6 +169,14 @@ pub struct RuntimeManager {
     pub(crate) pull_windows: std::sync::Mutex<HashMap<PodUid, (tokio::time::Instant, tokio::time::Instant)>>,
     /// Image pull credentials (pull secrets, the node's docker config files, credential provider plugins).
     pub(crate) credentials: crate::pull::Credentials,
+    /// The runtime's handlers and their features, as the runtime state last saw them.
+    pub(crate) handlers: tokio::sync::watch::Receiver<crate::runtime_handlers::RuntimeInfo>,
+    /// The pods' user namespaces (None: every pod in the node's, and `hostUsers: false` fails its sandbox).
+    pub(crate) userns: Option<Arc<crate::userns::UsernsManager>>,
+    /// The images the pods mount as image volumes (for the image garbage collector).
+    pub(crate) image_volumes_in_use: Arc<crate::images::ImageVolumesInUse>,
+    /// The device managers (device plugins, DRA): what each container gets.
+    pub(crate) devices: Arc<dyn crate::devices::ContainerDevices>,
 }
 
 impl std::fmt::Debug for RuntimeManager {
@@ -230,6 +238,88 @@ impl RuntimeManager {
             stopped_sandboxes: Default::default(),
             oom_kills: Default::default(),
             credentials: None,
+            handlers: tokio::sync::watch::channel(Default::default()).1,
+            userns: None,
+            image_volumes_in_use: Default::default(),
+            devices: Arc::new(crate::devices::NoDevices),
+        }
+    }
+
+    /// Gives containers the devices `devices` allocated them (device nodes, mounts, variables, CDI names).
+    pub fn with_devices(mut self, devices: Arc<dyn crate::devices::ContainerDevices>) -> Self {
+        self.devices = devices;
+        self
+    }
+
+    /// The images the pods mount as image volumes, for the image garbage collector.
+    pub fn image_volumes_in_use(&self) -> Arc<crate::images::ImageVolumesInUse> {
+        self.image_volumes_in_use.clone()
+    }
+
+    /// Gives pods with `hostUsers: false` their own user namespaces from `m` (upstream's userns manager).
+    pub fn with_user_namespaces(mut self, m: Arc<crate::userns::UsernsManager>) -> Self {
+        self.userns = Some(m);
+        self
+    }
+
+    /// The pod's user namespace for the CRI (`GetOrCreateUserNamespaceMappings` with the handler's feature): the
+    /// node's for `hostUsers` unset or true, the pod's own range for `hostUsers: false` where the pod's runtime
+    /// handler supports user namespaces, else upstream's refusal text.
+    pub(crate) fn user_namespace(&self, pod: &Pod) -> Result<Option<api::UserNamespace>, String> {
+        let host_users = pod.spec.as_ref().and_then(|s| s.host_users);
+        let Some(m) = &self.userns else {
+            return match host_users {
+                Some(false) => {
+                    Err("can't set `spec.hostUsers: false`, runtime does not support user namespaces".into())
+                }
+                _ => Ok(None),
+            };
+        };
+        let handler = self.pod_runtime_handler(pod)?;
+        let supports = {
+            let info = self.handlers.borrow();
+            match info.handler(&handler) {
+                Some(h) => Ok(h.user_namespaces),
+                None if info.handlers.is_empty() => Ok(false),
+                None => Err(format!("the handler {handler:?} is not known")),
+            }
+        };
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        m.get_or_create(uid, host_users, &handler, supports).map(Some).map_err(|e| e.to_string())
+    }
+
+    /// Forgets what a terminated pod held once nothing of it runs (its cgroup is gone): its user namespace range
+    /// (`Release`) and the images of its image volumes.
+    pub fn forget_terminated_pod(&self, uid: &PodUid) {
+        if let Some(m) = &self.userns {
+            m.release(&uid.0);
+        }
+        self.image_volumes_in_use.set(&uid.0, vec![]);
+    }
+
+    /// Frees the ranges of pods no longer known (`CleanupOrphanedPodUsernsAllocations`, from housekeeping).
+    pub fn cleanup_user_namespaces(&self, known: &std::collections::HashSet<PodUid>) {
+        if let Some(m) = &self.userns {
+            m.cleanup_orphans(&known.iter().map(|u| u.0.clone()).collect());
+        }
+    }
+
+    /// Follows the runtime's handlers and features (recursive read-only mounts, user namespaces) as the runtime
+    /// state publishes them; without it the runtime is taken to report none (as containerd 1.6).
+    pub fn with_runtime_handlers(
+        mut self,
+        handlers: tokio::sync::watch::Receiver<crate::runtime_handlers::RuntimeInfo>,
+    ) -> Self {
+        self.handlers = handlers;
+        self
+    }
+
+    /// The runtime handler of the pod's RuntimeClass (`""`: the default one), or why it cannot be resolved.
+    pub(crate) fn pod_runtime_handler(&self, pod: &Pod) -> Result<String, String> {
+        let class = pod.spec.as_ref().and_then(|s| s.runtime_class_name.as_deref()).filter(|n| !n.is_empty());
+        match class {
+            Some(name) => self.objects.runtime_handler(name),
+            None => Ok(String::new()),
         }
     }
 
@@ -564,10 +654,31 @@ impl RuntimeManager {
                 }
             }
         }
-        let sandbox_config = config_gen::sandbox_config(&self.cfg, pod, actions.attempt);
+        let mut sandbox_config = config_gen::sandbox_config(&self.cfg, pod, actions.attempt);
+        match self.user_namespace(pod) {
+            Ok(ns) => config_gen::set_sandbox_user_namespace(&mut sandbox_config, ns),
+            Err(m) => {
+                result.errors.push(SyncError {
+                    action: "ConfigPodSandbox",
+                    target: pod_ref(pod),
+                    reason: "ConfigPodSandbox".into(),
+                    message: format!("GeneratePodSandboxConfig for pod {:?} failed: {m}", pod_ref(pod)),
+                });
+                return result;
+            }
+        }
         // The pull secrets, read once per sync (`getPullSecretsForPod`).
         let pull_secrets = self.pull_secrets_of(pod).await;
-        let inputs = crate::pull::PodInputs { pod_ips: &pod_ips, pull_secrets: &pull_secrets };
+        // The images of its image volumes, once per sync now that the sandbox exists (`getImageVolumes`).
+        let has_image_volumes =
+            pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).is_some_and(|v| v.iter().any(|v| v.image.is_some()));
+        let image_volumes = if has_image_volumes {
+            self.image_volumes(pod, &sandbox_config, &pull_secrets).await
+        } else {
+            Default::default()
+        };
+        let inputs =
+            crate::pull::PodInputs { pod_ips: &pod_ips, pull_secrets: &pull_secrets, image_volumes: &image_volumes };
         self.start_containers(pod, status, &actions, &sandbox_id, &sandbox_config, &inputs, &mut result).await;
         result
     }
@@ -637,7 +748,7 @@ impl RuntimeManager {
             reason: reason.into(),
             message,
         };
-        let (config, dns_warnings) = config_gen::sandbox_config_with_warnings(&self.cfg, pod, attempt);
+        let (mut config, dns_warnings) = config_gen::sandbox_config_with_warnings(&self.cfg, pod, attempt);
         for (r, message) in dns_warnings {
             warn!(pod = %pod_ref(pod), reason = r, message = %message, "pod DNS");
             self.recorder.event(&pod_reference(pod), WARNING, r, message);
@@ -657,11 +768,11 @@ impl RuntimeManager {
         if let Some(e) = config_gen::fqdn_error(&self.cfg, pod) {
             return Err(failed(&e));
         }
-        let class = pod.spec.as_ref().and_then(|s| s.runtime_class_name.as_deref()).filter(|n| !n.is_empty());
-        let handler = match class {
-            Some(name) => self.objects.runtime_handler(name).map_err(|e| failed(&e))?,
-            None => String::new(),
-        };
+        let handler = self.pod_runtime_handler(pod).map_err(|e| failed(&e))?;
+        // The pod's own user namespace (`hostUsers: false`) where its handler supports them; upstream's refusal
+        // fails the sandbox, and is retried at every sync.
+        let userns = self.user_namespace(pod).map_err(|e| failed(&e))?;
+        config_gen::set_sandbox_user_namespace(&mut config, userns);
         if !handler.is_empty() {
             info!(pod = %pod_ref(pod), runtimeHandler = %handler, "running pod with runtime handler");
         }

@@ -1,15 +1,34 @@
-//! The generic pod lifecycle event generator (`pkg/kubelet/pleg/generic.go`).
+//! The generic pod lifecycle event generator (`pkg/kubelet/pleg/generic.go`), woken by the runtime's container
+//! events where it streams them (the role of `pkg/kubelet/pleg/evented.go`, not its design).
 //!
-//! [`GenericPleg::run`] relists every pod from the runtime each `relist_period` (1 s): `ListPodSandbox` and
-//! `ListContainers` and nothing else while nothing changes. It compares every container's and sandbox's state with
+//! The kubelet spawns [`GenericPleg::run`]; it relists every pod from the runtime: `ListPodSandbox` and
+//! `ListContainers` and nothing else while nothing changes. What triggers a relist depends on the runtime:
+//!
+//! - A runtime without `GetContainerEvents` (containerd 1.6 answers Unimplemented, asked once at start): a relist
+//!   every `relist_period` ([`RELIST_PERIOD`], 1 s), as upstream's generic PLEG.
+//! - A runtime streaming container events (containerd 2): a relist as soon as an event arrives (the events ready
+//!   at once make one relist, and relists that events trigger are at least [`EVENT_RELIST_MIN_GAP`] apart), else
+//!   every [`EVENTED_RELIST_PERIOD`] (300 s) as a safety net. The events only wake the relist: their contents are
+//!   not used, the relist stays the single source of truth. While the last relist failed or left work for the next
+//!   one ([`GenericPleg::has_pending_work`]: held events, pods to inspect again, inspections still running), the
+//!   next relist is due after `relist_period`, as in the periodic mode.
+//! - When the stream breaks (an error or its end) the PLEG logs it once, relists at once and then every
+//!   `relist_period`, and opens the stream again after 1 s, doubling up to 30 s. Once it is open again it relists
+//!   at once (the relist compares with the last relist, so a change made while the stream was down is not lost)
+//!   and goes back to events.
+//!
+//! Each relist compares every container's and sandbox's state with
 //! the previous relist, refreshes the [`PodCache`] entry of the pods that changed (`GetPodStatus`) and sends their
 //! events to the sync loop. A change the pod's worker made and inspected itself is already in the cache and is not
 //! inspected again; a change seen while the worker is changing the pod is left to the worker's own inspection and
 //! looked at again (its events sent) at the next relist, at most three relists later. A failed inspection marks
 //! the entry stale and is retried at the next relist; after each relist the cache forgets pods the runtime no longer
 //! has. A relist that fails (runtime down) is logged and retried at the next period; nothing is lost because the
-//! next successful relist compares against the last good one. [`PlegHealth`] reports unhealthy when no relist has
-//! completed for 3 minutes, as upstream. The task ends when its cancellation token fires.
+//! next successful relist compares against the last good one. [`PlegHealth`] reports unhealthy when the PLEG was
+//! not seen active (a relist completed, or the event stream was opened or delivered an event) for its threshold:
+//! 3 minutes in the periodic mode ([`RELIST_THRESHOLD`]), 10 minutes while the event stream is open
+//! ([`EVENTED_RELIST_THRESHOLD`], as upstream's `eventedPlegRelistThreshold`, the relist being up to 300 s apart).
+//! The task ends when its cancellation token fires.
 //!
 //! Unlike upstream, which inspects the changed pods one after the other inside the relist (so each call that hangs
 //! for one pod holds the whole relist for `runtimeRequestTimeout`, and a few of them add up to "PLEG is not
@@ -23,11 +42,13 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::{FutureExt, StreamExt};
+use kubelet_cri::{ContainerEventStream, CriError};
 use kubelet_types::{ContainerState, PodLifecycleEvent, PodLifecycleEventType, PodUid, SandboxState};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
 use crate::{PodCache, RuntimeManager};
 
@@ -37,6 +58,16 @@ pub const RELIST_PERIOD: Duration = Duration::from_secs(1);
 pub const RELIST_THRESHOLD: Duration = Duration::from_secs(180);
 /// How long a relist waits for the inspections it started; one still running goes on without holding the relist.
 pub const INSPECTION_WAIT: Duration = Duration::from_secs(1);
+/// Relist period while the runtime streams container events, a safety net (`eventedPlegRelistPeriod`).
+pub const EVENTED_RELIST_PERIOD: Duration = Duration::from_secs(300);
+/// The health threshold while the runtime streams container events (`eventedPlegRelistThreshold`).
+pub const EVENTED_RELIST_THRESHOLD: Duration = Duration::from_secs(600);
+/// Shortest time between the starts of two relists that events trigger: a node starting many pods at once
+/// relists at most this often, not once per event.
+pub const EVENT_RELIST_MIN_GAP: Duration = Duration::from_millis(100);
+/// First and longest wait before opening a broken event stream again.
+const STREAM_RETRY_MIN: Duration = Duration::from_secs(1);
+const STREAM_RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// A pod inspection (`GetPodStatus`) running on its own task.
 struct Inspection {
@@ -57,26 +88,66 @@ enum PlegState {
 #[derive(Debug)]
 pub struct PlegHealth {
     last_relist: Mutex<Instant>,
-    threshold: Duration,
+    threshold: Mutex<Duration>,
 }
 
 impl PlegHealth {
-    /// Healthy as of now.
+    /// Healthy as of now, unhealthy once not seen active for `threshold`.
     pub fn new(threshold: Duration) -> Self {
-        Self { last_relist: Mutex::new(Instant::now()), threshold }
+        Self { last_relist: Mutex::new(Instant::now()), threshold: Mutex::new(threshold) }
     }
 
+    /// The PLEG was active now (a relist completed, an event arrived).
     fn mark(&self) {
         *self.last_relist.lock().unwrap() = Instant::now();
     }
 
-    /// `Ok` while the last relist is recent, else upstream's message.
+    /// How long the PLEG may go unseen; the PLEG sets it when its mode changes ([`EVENTED_RELIST_THRESHOLD`] while
+    /// the event stream is open, the threshold it was created with otherwise).
+    pub fn set_threshold(&self, threshold: Duration) {
+        *self.threshold.lock().unwrap() = threshold;
+    }
+
+    /// The current threshold.
+    pub fn threshold(&self) -> Duration {
+        *self.threshold.lock().unwrap()
+    }
+
+    /// `Ok` while the PLEG was seen active recently, else upstream's message.
     pub fn healthy(&self) -> Result<(), String> {
         let since = self.last_relist.lock().unwrap().elapsed();
-        if since > self.threshold {
-            return Err(format!("pleg was last seen active {since:?} ago; threshold is {:?}", self.threshold));
+        let threshold = self.threshold();
+        if since > threshold {
+            return Err(format!("pleg was last seen active {since:?} ago; threshold is {threshold:?}"));
         }
         Ok(())
+    }
+}
+
+/// Where the relists' triggers come from besides the period.
+enum Watch {
+    /// The runtime does not stream container events: relists every period, for good.
+    Unsupported,
+    /// The runtime's container events, open since `since`.
+    Streaming { stream: ContainerEventStream, since: Instant },
+    /// The stream broke (or did not open); it is opened again at `retry`.
+    Broken { retry: Instant },
+}
+
+/// What woke the PLEG.
+enum Wake {
+    Relist,
+    /// An item of the event stream (an event, the stream's error) or its end.
+    Event(Option<kubelet_cri::CriResult<()>>),
+    Reopen,
+}
+
+/// The next item of the event stream, without its contents (only the relist looks at the runtime's state); never,
+/// without a stream.
+async fn next_event(watch: &mut Watch) -> Option<kubelet_cri::CriResult<()>> {
+    match watch {
+        Watch::Streaming { stream, .. } => stream.next().await.map(|r| r.map(drop)),
+        _ => std::future::pending().await,
     }
 }
 
@@ -172,19 +243,142 @@ impl GenericPleg {
         }
     }
 
-    /// Relists until cancelled.
+    /// Whether the last relist left work that the next one does (events held, pods to inspect again, inspections
+    /// still running): that relist is then due after the period even while container events stream.
+    pub fn has_pending_work(&self) -> bool {
+        !self.held.is_empty() || !self.reinspect.is_empty() || !self.inflight.is_empty()
+    }
+
+    /// Relists until cancelled: on container events where the runtime streams them, else every period (see the
+    /// module documentation).
     pub async fn run(mut self, cancel: CancellationToken) {
-        let mut tick = tokio::time::interval(self.period);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let periodic_threshold = self.health.threshold();
+        let mut backoff = STREAM_RETRY_MIN;
+        // The stream opens before the first relist: a change after that relist is an event.
+        let mut watch = self.open_events(&mut backoff, periodic_threshold, true).await;
+        let mut due = Instant::now();
         loop {
-            tokio::select! {
+            let retry = match &watch {
+                Watch::Broken { retry } => Some(*retry),
+                _ => None,
+            };
+            let wake = tokio::select! {
+                biased;
                 _ = cancel.cancelled() => return,
-                _ = tick.tick() => {}
+                _ = tokio::time::sleep_until(due) => Wake::Relist,
+                item = next_event(&mut watch) => Wake::Event(item),
+                _ = tokio::time::sleep_until(retry.unwrap_or(due)), if retry.is_some() => Wake::Reopen,
+            };
+            match wake {
+                Wake::Relist => {}
+                Wake::Event(mut item) => {
+                    // Every event ready now makes one relist. `lost`: the stream failed (Some(Some(error))) or
+                    // ended (Some(None)).
+                    let mut events = 0usize;
+                    let lost = loop {
+                        match item {
+                            Some(Ok(_)) => {
+                                events += 1;
+                                let Watch::Streaming { stream, .. } = &mut watch else { break None };
+                                match stream.next().now_or_never() {
+                                    Some(next) => item = next.map(|r| r.map(drop)),
+                                    None => break None,
+                                }
+                            }
+                            Some(Err(e)) => break Some(Some(e)),
+                            None => break Some(None),
+                        }
+                    };
+                    if events > 0 {
+                        self.health.mark();
+                        let now = Instant::now();
+                        let earliest = self.last_relist.map_or(now, |l| (l + EVENT_RELIST_MIN_GAP).max(now));
+                        due = due.min(earliest);
+                        debug!(events, "container events received; relisting");
+                    }
+                    if let Some(end) = lost {
+                        self.stream_lost(&mut watch, end, &mut backoff, periodic_threshold);
+                        due = Instant::now();
+                    }
+                    continue;
+                }
+                Wake::Reopen => {
+                    watch = self.open_events(&mut backoff, periodic_threshold, false).await;
+                    if matches!(watch, Watch::Streaming { .. }) {
+                        due = Instant::now();
+                    }
+                    continue;
+                }
             }
-            if let Err(e) = self.relist().await {
-                warn!(error = %e, "GenericPLEG: unable to retrieve pods");
+            let start = Instant::now();
+            let ok = match self.relist().await {
+                Ok(_) => true,
+                Err(e) => {
+                    warn!(error = %e, "GenericPLEG: unable to retrieve pods");
+                    false
+                }
+            };
+            let streaming = matches!(watch, Watch::Streaming { .. });
+            let wait = if streaming && ok && !self.has_pending_work() { EVENTED_RELIST_PERIOD } else { self.period };
+            due = start + wait;
+        }
+    }
+
+    /// Opens the runtime's container event stream (at start when `first`, else after it broke).
+    async fn open_events(&self, backoff: &mut Duration, periodic_threshold: Duration, first: bool) -> Watch {
+        match self.manager.runtime().container_events().await {
+            Ok(stream) => {
+                info!("container events stream connected");
+                self.health.set_threshold(EVENTED_RELIST_THRESHOLD);
+                self.health.mark();
+                Watch::Streaming { stream, since: Instant::now() }
+            }
+            Err(CriError::Unimplemented { .. }) => self.unsupported(periodic_threshold),
+            Err(e) => {
+                if first {
+                    warn!(error = %e, "container events stream broken; relisting every second until it is back");
+                } else {
+                    debug!(error = %e, retry = ?*backoff, "container events stream not back yet");
+                }
+                let retry = Instant::now() + *backoff;
+                *backoff = (*backoff * 2).min(STREAM_RETRY_MAX);
+                Watch::Broken { retry }
             }
         }
+    }
+
+    /// The runtime does not stream container events (`GetContainerEvents` is Unimplemented).
+    fn unsupported(&self, periodic_threshold: Duration) -> Watch {
+        info!(period = ?self.period, "the runtime does not stream container events; relisting every period");
+        self.health.set_threshold(periodic_threshold);
+        Watch::Unsupported
+    }
+
+    /// The event stream ended (`end` None) or failed: relists every period until it is opened again.
+    fn stream_lost(
+        &self,
+        watch: &mut Watch,
+        end: Option<CriError>,
+        backoff: &mut Duration,
+        periodic_threshold: Duration,
+    ) {
+        if let Some(CriError::Unimplemented { .. }) = end {
+            *watch = self.unsupported(periodic_threshold);
+            return;
+        }
+        // A stream that lived long starts the back-off over; one that keeps breaking at once does not.
+        if let Watch::Streaming { since, .. } = watch
+            && since.elapsed() >= STREAM_RETRY_MAX
+        {
+            *backoff = STREAM_RETRY_MIN;
+        }
+        let error = end.map_or_else(|| "the runtime ended the stream".to_string(), |e| e.to_string());
+        warn!(error = %error, "container events stream broken; relisting every second until it is back");
+        // The stream was alive until now; from now on the relists (every period) keep the PLEG seen.
+        self.health.mark();
+        self.health.set_threshold(periodic_threshold);
+        *watch = Watch::Broken { retry: Instant::now() + *backoff };
+        *backoff = (*backoff * 2).min(STREAM_RETRY_MAX);
     }
 
     /// One relist: returns the events sent.
@@ -369,13 +563,17 @@ fn generate_events(uid: &PodUid, id: &str, old: Option<PlegState>, new: Option<P
 }
 
 #[cfg(test)]
+#[path = "pleg_events_tests.rs"]
+mod events_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use kubelet_cri::{FakeRuntime, RuntimeService, api};
     use kubelet_types::TestClock;
 
     /// A PLEG on the fake runtime: the runtime, the cache, the event channel (of `capacity`) and the health.
-    fn on_fake(
+    pub(super) fn on_fake(
         capacity: usize,
     ) -> (Arc<FakeRuntime>, Arc<PodCache>, mpsc::Receiver<PodLifecycleEvent>, Arc<PlegHealth>, GenericPleg) {
         let fake = Arc::new(FakeRuntime::new(&["busybox"]));
@@ -495,7 +693,7 @@ mod tests {
     }
 
     /// A pod with a sandbox and a running container `app` in the fake; returns (sandbox, container).
-    async fn running_pod(fake: &FakeRuntime, uid: &str) -> (String, String) {
+    pub(super) async fn running_pod(fake: &FakeRuntime, uid: &str) -> (String, String) {
         let labels: std::collections::HashMap<String, String> = [
             ("io.kubernetes.pod.uid".to_string(), uid.to_string()),
             ("io.kubernetes.container.name".to_string(), "app".to_string()),

@@ -25,13 +25,16 @@ use tracing::{debug, info};
 
 use crate::manager::RuntimeManager;
 
-/// What a sync hands to each container start: the pod's IPs and its pull secrets as read for this sync.
+/// What a sync hands to each container start: the pod's IPs, its pull secrets as read for this sync and the
+/// images of its image volumes.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PodInputs<'a> {
     /// The sandbox's IPs.
     pub pod_ips: &'a [String],
     /// The pod's `imagePullSecrets` that could be read.
     pub pull_secrets: &'a [Secret],
+    /// Per image volume, its image or why it could not be had.
+    pub image_volumes: &'a crate::images::ImageVolumes,
 }
 
 /// The text of one runtime error as upstream's CRI client returns it: an `Unknown` status is reduced to its message

@@ -128,13 +128,6 @@ fn file_key_ref(c: &Container, _: ContainerKind) -> Option<String> {
     Some(format!("env[{i}].valueFrom.fileKeyRef"))
 }
 
-/// `Disabled` (or unset) is a plain mount; `IfPossible` and `Enabled` need the runtime's recursive read-only mounts.
-fn recursive_read_only(c: &Container, _: ContainerKind) -> Option<String> {
-    let mounts = c.volume_mounts.as_ref()?;
-    let i = mounts.iter().position(|m| m.recursive_read_only.as_deref().is_some_and(|r| r != "Disabled"))?;
-    Some(format!("volumeMounts[{i}].recursiveReadOnly"))
-}
-
 fn volume_devices(c: &Container, _: ContainerKind) -> Option<String> {
     some_if(non_empty(&c.volume_devices), "volumeDevices")
 }
@@ -186,13 +179,6 @@ pub static UNSUPPORTED_FIELDS: &[UnsupportedField] = &[
         field: "env[*].valueFrom.fileKeyRef",
         lacks: "rkubelet does not read environment variables from files (upstream's EnvFiles feature, alpha)",
         check: Check::Container(file_key_ref),
-    },
-    UnsupportedField {
-        object: Object::Container,
-        field: "volumeMounts[*].recursiveReadOnly",
-        lacks: "rkubelet makes no recursive read-only mounts and does not ask the runtime whether it can \
-                (upstream's RecursiveReadOnlyMounts feature, GA); use `readOnly: true` without it",
-        check: Check::Container(recursive_read_only),
     },
     UnsupportedField {
         object: Object::Container,

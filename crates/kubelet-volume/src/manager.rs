@@ -94,7 +94,8 @@ fn plugin(v: &Volume) -> Result<Option<(&'static str, bool)>, VolumeError> {
         ("kubernetes.io~downward-api", false)
     } else if v.projected.is_some() {
         ("kubernetes.io~projected", true)
-    } else if v.host_path.is_some() {
+    } else if v.host_path.is_some() || v.image.is_some() {
+        // hostPath is the host's folder; an image volume is mounted by the runtime (`pkg/volume/image`: no path).
         return Ok(None);
     } else {
         return Err(VolumeError::Unsupported { kind: volume_kind(v).into() });
@@ -306,7 +307,11 @@ impl VolumeManager {
         already_set_up: bool,
     ) -> Result<MountedVolume, VolumeError> {
         let Some((dir, tmpfs)) = self.volume_dir(pod, v)? else {
-            let h = v.host_path.as_ref().expect("only hostPath volumes have no plugin directory");
+            if v.image.is_some() {
+                // Nothing to set up: the runtime mounts the image, read-only, when the container is created.
+                return Ok(MountedVolume { host_path: PathBuf::new(), read_only: true });
+            }
+            let h = v.host_path.as_ref().expect("only hostPath and image volumes have no plugin directory");
             // hostPath needs no remount: checked once, as upstream's SetUp.
             if !already_set_up {
                 hostpath::check_type(Path::new(&h.path), h.type_.as_deref().unwrap_or(""))

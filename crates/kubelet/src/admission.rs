@@ -124,31 +124,8 @@ impl PodAdmitHandler for SupportedVolumes {
             reason: "UnsupportedVolume".into(),
             message: format!(
                 "volume {name:?} has type {kind}, which rkubelet does not support (supported: emptyDir, hostPath, \
-                 configMap, secret, downwardAPI, projected)"
+                 configMap, secret, downwardAPI, projected, image)"
             ),
-        })
-    }
-}
-
-/// Refuses pods that ask for their own user namespace (`hostUsers: false`): rkubelet does not make user
-/// namespaces yet, and running such a pod in the host's would give its root (and any `procMount: Unmasked`, which
-/// the API allows only with `hostUsers: false`) the host's. Upstream fails the sandbox with the same text when the
-/// runtime lacks user namespaces (`userns_manager.go` GetOrCreateUserNamespaceMappings); refusing at admission
-/// says it once, with an event, instead of a sandbox error at every sync.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct UserNamespaces;
-
-impl PodAdmitHandler for UserNamespaces {
-    fn admit(&self, pod: &Pod, _others: &[std::sync::Arc<Pod>]) -> Option<AdmitResult> {
-        let spec = pod.spec.as_ref()?;
-        if spec.host_users != Some(false) {
-            return None;
-        }
-        Some(AdmitResult {
-            reason: "UserNamespacesNotSupported".into(),
-            message: "can't set `spec.hostUsers: false`, rkubelet does not support user namespaces yet; run the \
-                      pod with hostUsers unset or true, or on a node with the upstream kubelet"
-                .into(),
         })
     }
 }
@@ -251,18 +228,6 @@ impl PodAdmitHandler for NodeOs {
 mod tests {
     use super::*;
     use k8s_openapi::api::core::v1::{PodOS, PodSecurityContext, PodSpec, Sysctl};
-
-    #[test]
-    fn pods_in_their_own_user_namespace_are_refused_never_run_in_the_hosts() {
-        let mut p = Pod { spec: Some(PodSpec::default()), ..Default::default() };
-        assert_eq!(UserNamespaces.admit(&p, &[]), None);
-        p.spec.as_mut().unwrap().host_users = Some(true);
-        assert_eq!(UserNamespaces.admit(&p, &[]), None);
-        p.spec.as_mut().unwrap().host_users = Some(false);
-        let r = UserNamespaces.admit(&p, &[]).unwrap();
-        assert_eq!(r.reason, "UserNamespacesNotSupported");
-        assert!(r.message.starts_with("can't set `spec.hostUsers: false`"), "{}", r.message);
-    }
 
     #[test]
     fn a_pending_pod_needing_apparmor_is_refused_without_it_and_a_running_one_is_not_checked_again() {

@@ -1,23 +1,34 @@
 //! Whether the container runtime answers (`pkg/kubelet/runtime.go` runtimeState, `kubelet.go` updateRuntimeUp).
 //!
 //! [`RuntimeState::run`] asks the runtime's `Status` every 5 s; a failure marks the runtime down and is logged
-//! once per outage; the next success marks it up again. The state is read by the node status (Ready condition)
-//! and logs; it never stops anything. The task ends when cancelled.
+//! once per outage; the next success marks it up again. A ready runtime's handlers and features are kept for the
+//! node status (`status.runtimeHandlers`, `status.features`) and for the pods that need a handler's feature
+//! (recursive read-only mounts, user namespaces). The state is read by the node status (Ready condition) and
+//! logs; it never stops anything. The task ends when cancelled.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kubelet_cri::RuntimeService;
+
+use crate::nodestatus::setters::RuntimeInfo;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 /// How often the runtime is asked.
 pub const RUNTIME_CHECK_PERIOD: Duration = Duration::from_secs(5);
 
-/// The last known runtime health.
-#[derive(Debug, Default)]
+/// The last known runtime health, and its handlers and features as its last ready `Status` gave them.
+#[derive(Debug)]
 pub struct RuntimeState {
     error: Mutex<Option<String>>,
+    info: tokio::sync::watch::Sender<RuntimeInfo>,
+}
+
+impl Default for RuntimeState {
+    fn default() -> Self {
+        RuntimeState { error: Mutex::new(None), info: tokio::sync::watch::Sender::new(RuntimeInfo::default()) }
+    }
 }
 
 impl RuntimeState {
@@ -27,6 +38,26 @@ impl RuntimeState {
             None => Ok(()),
             Some(e) => Err(e.clone()),
         }
+    }
+
+    /// The handlers and features of the last `Status` that found the runtime ready (kept while it is not).
+    pub fn runtime_info(&self) -> RuntimeInfo {
+        self.info.borrow().clone()
+    }
+
+    /// Follows the handlers and features (the runtime manager's view, for recursive read-only mounts and user
+    /// namespaces).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<RuntimeInfo> {
+        self.info.subscribe()
+    }
+
+    /// Records the handlers and features of a ready runtime (readers are told only of a change).
+    pub fn set_info(&self, info: RuntimeInfo) {
+        self.info.send_if_modified(|cur| {
+            let changed = *cur != info;
+            *cur = info;
+            changed
+        });
     }
 
     /// Records one check.
@@ -49,13 +80,47 @@ impl RuntimeState {
                 _ = tick.tick() => {}
             }
             let res = match runtime.status().await {
-                Ok(st) => {
+                Ok(resp) => {
+                    let st = resp.status.clone().unwrap_or_default();
                     let not_ready = st.conditions.iter().find(|c| c.r#type == "RuntimeReady" && !c.status);
+                    // As `updateRuntimeUp`: the handlers are taken only from a ready runtime.
+                    if not_ready.is_none() {
+                        self.set_info(RuntimeInfo::from_cri(&resp));
+                    }
                     not_ready.map(|c| format!("container runtime not ready: {}: {}", c.reason, c.message))
                 }
                 Err(e) => Some(e.to_string()),
             };
             self.set(res);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubelet_cri::{CriError, FakeRuntime, api};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ready_runtimes_handlers_are_published_and_kept_while_it_is_down() {
+        let fake = Arc::new(FakeRuntime::new(&[]));
+        let features = api::RuntimeHandlerFeatures { recursive_read_only_mounts: true, user_namespaces: true };
+        fake.set_runtime_handlers(vec![api::RuntimeHandler { name: "runc".into(), features: Some(features) }]);
+        let state = Arc::new(RuntimeState::default());
+        let mut rx = state.subscribe();
+        let cancel = CancellationToken::new();
+        tokio::spawn(state.clone().run(fake.clone() as Arc<dyn RuntimeService>, cancel.clone()));
+        rx.changed().await.unwrap();
+        assert_eq!(rx.borrow().handlers[0].name, "runc");
+        assert!(rx.borrow().handlers[0].user_namespaces && rx.borrow().handlers[0].recursive_read_only_mounts);
+
+        // Down: the error is reported, the handlers stay as last seen.
+        fake.inject_error("Status", CriError::Other { op: "Status", code: "Unavailable".into(), message: "x".into() });
+        tokio::time::sleep(RUNTIME_CHECK_PERIOD + Duration::from_millis(1)).await;
+        assert!(state.runtime_errors().is_err());
+        assert_eq!(state.runtime_info().handlers.len(), 1);
+        tokio::time::sleep(RUNTIME_CHECK_PERIOD).await;
+        assert!(state.runtime_errors().is_ok(), "up again at the next check");
+        cancel.cancel();
     }
 }

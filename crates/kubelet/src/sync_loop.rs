@@ -483,6 +483,7 @@ impl SyncLoop {
                 }
             }
         }
+        self.deps.runtime.cleanup_user_namespaces(&active);
         for uid in self.deps.cgroups.list_pods() {
             if !active.contains(&uid) {
                 info!(podUID = %uid, "removing orphaned pod cgroup");

@@ -395,6 +395,8 @@ impl PodSyncer for KubeletSyncer {
         if let Err(e) = self.cgroups.destroy_pod(&key.uid) {
             return Err(format!("remove cgroup of pod {key}: {e}"));
         }
+        // Its user namespace range and image volumes go once nothing of it runs (`SyncTerminatedPod`).
+        self.runtime.forget_terminated_pod(&key.uid);
         if removed {
             // Forgetting the status comes last: once the pod is gone from the status, nothing of it is left.
             self.cache.delete(&key.uid);

@@ -108,7 +108,7 @@ fn gated_projections(cfg: &KubeletConfiguration, api: bool) -> kubelet_volume::G
 }
 
 /// Runs the node agent until a signal.
-pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
+pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     signals(cancel.clone())?;
     let tracker = TaskTracker::new();
@@ -197,7 +197,7 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         options: Arc::new(options),
         pods: host.clone(),
         containers: host,
-        configz: Arc::new(crate::server::configz(&cfg)),
+        configz: Arc::new(std::sync::RwLock::new(crate::server::configz(&cfg))),
         clock: clock.clone(),
         probe_metrics: kubelet_metrics::prober::registry(),
         stats: stats.clone(),
@@ -214,6 +214,13 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         tracker.wait().await;
         return Ok(());
     };
+    // The cgroup driver is the runtime's where it tells (containerd 2), before anything names a cgroup.
+    let driver = crate::runtime_config::cgroup_driver(&*remote, &cfg.cgroup_driver).await?;
+    if driver != cfg.cgroup_driver {
+        cfg.cgroup_driver = driver;
+        stats.set_pods_cgroup(crate::node::pods_cgroup(&cfg));
+        *handlers.configz.write().unwrap_or_else(|e| e.into_inner()) = crate::server::configz(&cfg);
+    }
 
     // The Node admission reads: the initial one until the apiserver's is known (`getNodeAnyWay`).
     let inputs = node::node_inputs(&cfg, &node_name, &host_ips, &root_dir, runtime_version);
@@ -324,7 +331,6 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         }),
         Arc::new(kubelet::cm::hugetlb::HugePagesAdmit::new("/sys/fs/cgroup", systemd)),
         Arc::new(kubelet::admission::SupportedVolumes),
-        Arc::new(kubelet::admission::UserNamespaces),
         Arc::new(kubelet::admission_fields::UnsupportedPodFields),
     ];
     if kubeconfig.is_none() {
@@ -349,6 +355,8 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
         .with_tokens(tokens.clone())
         .with_gated_projections(gated_projections(&cfg, kubeconfig.is_some())),
     );
+    let runtime_state = Arc::new(RuntimeState::default());
+    tracker.spawn(runtime_state.clone().run(remote.clone() as Arc<dyn RuntimeService>, cancel.clone()));
     let runtime = RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone())
         .with_volumes(volumes.clone())
         .with_recorder(recorder.clone())
@@ -359,15 +367,15 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
             cfg.serialize_image_pulls.unwrap_or(true),
             cfg.max_parallel_image_pulls.filter(|n| *n > 0).map(|n| n as usize),
         )
-        .with_node_facts(node_facts);
+        .with_node_facts(node_facts)
+        .with_runtime_handlers(runtime_state.subscribe())
+        .with_user_namespaces(Arc::new(crate::node::user_namespaces(&cfg, &pods_dir)?));
     let runtime = Arc::new(runtime);
 
     if let Some(rot) = log_rotation {
         let m = kubelet_runtime::log_rotation::ContainerLogManager::new(remote.clone(), rot, clock.clone());
         tracker.spawn(m.run(cancel.clone()));
     }
-    let runtime_state = Arc::new(RuntimeState::default());
-    tracker.spawn(runtime_state.clone().run(remote.clone() as Arc<dyn RuntimeService>, cancel.clone()));
 
     let (pleg_tx, pleg_rx) = mpsc::channel(PLEG_CHANNEL_CAPACITY);
     let pleg = GenericPleg::new(runtime.clone(), cache.clone(), pleg_tx, pleg_health.clone(), RELIST_PERIOD);
@@ -482,13 +490,16 @@ pub async fn run(cli: Cli, cfg: KubeletConfiguration) -> anyhow::Result<()> {
     // Node pressure: image garbage collection and the eviction manager (`StartGarbageCollection`,
     // `evictionManager.Start`).
     let node_ref = kubelet::nodestatus::manager::node_reference(&node_name);
-    let image_gc = Arc::new(kubelet_runtime::image_gc::ImageGcManager::new(
-        remote.clone(),
-        remote.clone(),
-        crate::pressure::image_gc_policy(&cfg),
-        recorder.clone(),
-        node_ref.clone(),
-    ));
+    let image_gc = Arc::new(
+        kubelet_runtime::image_gc::ImageGcManager::new(
+            remote.clone(),
+            remote.clone(),
+            crate::pressure::image_gc_policy(&cfg),
+            recorder.clone(),
+            node_ref.clone(),
+        )
+        .with_image_volumes(runtime.image_volumes_in_use()),
+    );
     tracker.spawn(kubelet::pressure::run_image_gc(
         image_gc.clone(),
         recorder.clone(),

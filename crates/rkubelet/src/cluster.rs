@@ -49,6 +49,7 @@ impl NodeSignals for Signals {
             memory_pressure: self.pressure.has(NodeCondition::MemoryPressure),
             disk_pressure: self.pressure.has(NodeCondition::DiskPressure),
             pid_pressure: self.pressure.has(NodeCondition::PidPressure),
+            runtime: self.runtime.runtime_info(),
         }
     }
 

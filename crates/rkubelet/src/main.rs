@@ -13,6 +13,7 @@ mod objects;
 mod pressure;
 mod pull_credentials;
 mod residency;
+mod runtime_config;
 mod server;
 
 use std::process::ExitCode;

@@ -26,22 +26,62 @@ pub fn node_ips(flag: Option<&str>) -> anyhow::Result<Vec<String>> {
         }
         return Ok(ips);
     }
+    // As upstream's `ChooseHostInterface`: the address of the interface the default route goes through, else the
+    // first global address of an up interface that is not a pod bridge or a virtual link.
+    let default_iface = std::fs::read_to_string("/proc/net/route").ok().and_then(|t| default_route_interface(&t));
     let mut found = vec![];
     if let Ok(addrs) = nix::ifaddrs::getifaddrs() {
         for a in addrs {
             let up = a.flags.contains(nix::net::if_::InterfaceFlags::IFF_UP);
             let lo = a.flags.contains(nix::net::if_::InterfaceFlags::IFF_LOOPBACK);
-            // The pod bridge and virtual links are not the node's address.
-            if !up || lo || a.interface_name == "cni0" || a.interface_name.starts_with("veth") {
+            let bridge = a.interface_name.starts_with("cni") || a.interface_name.starts_with("veth");
+            if !up || lo || bridge {
                 continue;
             }
             if let Some(v4) = a.address.as_ref().and_then(|s| s.as_sockaddr_in()) {
-                found.push(v4.ip().to_string());
+                let on_default = default_iface.as_deref() == Some(a.interface_name.as_str());
+                found.push((!on_default, v4.ip().to_string()));
             }
         }
     }
-    found.truncate(1);
-    Ok(found)
+    found.sort_by_key(|(not_default, _)| *not_default);
+    Ok(found.into_iter().take(1).map(|(_, ip)| ip).collect())
+}
+
+/// The interface of the IPv4 default route with the lowest metric in `/proc/net/route`'s text.
+fn default_route_interface(table: &str) -> Option<String> {
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // Iface Destination Gateway Flags RefCnt Use Metric Mask ...; RTF_UP is flag 0x1.
+            let up = u32::from_str_radix(f.get(3)?, 16).ok()? & 1 == 1;
+            (f.get(1) == Some(&"00000000") && f.get(7) == Some(&"00000000") && up)
+                .then(|| Some((f.get(6)?.parse::<u32>().ok()?, f[0].to_string())))?
+        })
+        .min()
+        .map(|(_, iface)| iface)
+}
+
+/// The pods' user namespace ranges (`MakeUserNsManager`): `userNamespaces.idsPerPod` IDs per pod out of the
+/// kubelet's range, the ranges of pods already on disk taken back; a bad range or checkpoint stops start-up.
+pub fn user_namespaces(
+    cfg: &kubelet_config::kubelet_config::KubeletConfiguration,
+    pods_dir: &std::path::Path,
+) -> anyhow::Result<kubelet_runtime::userns::UsernsManager> {
+    use kubelet_runtime::userns;
+    let ids = cfg.user_namespaces.as_ref().and_then(|u| u.ids_per_pod).unwrap_or(0);
+    let ids = u32::try_from(ids).context("userNamespaces.idsPerPod")?;
+    let mappings = userns::kubelet_mappings().context("kubelet mappings")?;
+    userns::UsernsManager::new(
+        pods_dir.to_path_buf(),
+        ids,
+        mappings,
+        cfg.max_pods.max(1) as u32,
+        userns::random_start(),
+    )
+    .context("create user namespace manager")
 }
 
 /// Total memory in bytes (8 GiB when /proc/meminfo cannot be read).
@@ -145,6 +185,17 @@ mod tests {
 
     fn cfg(root: &str, driver: &str) -> KubeletConfiguration {
         KubeletConfiguration { cgroup_root: root.into(), cgroup_driver: driver.into(), ..Default::default() }
+    }
+
+    #[test]
+    fn the_node_ip_comes_from_the_default_routes_interface_with_the_lowest_metric() {
+        let table = "Iface\tDestination\tGateway\tFlags\tRefCnt\tUse\tMetric\tMask\n\
+                     cni1\t0000590A\t00000000\t0001\t0\t0\t0\t0000FFFF\n\
+                     wlan0\t00000000\t010200C0\t0003\t0\t0\t600\t00000000\n\
+                     eth0\t00000000\t010200C0\t0003\t0\t0\t100\t00000000\n\
+                     down0\t00000000\t010200C0\t0002\t0\t0\t1\t00000000\n";
+        assert_eq!(default_route_interface(table).as_deref(), Some("eth0"));
+        assert_eq!(default_route_interface("Iface\tDestination\n"), None);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::cluster::TestEnv;
-use super::{Node, READ_ONLY_PORT, http_get};
+use super::{Node, READ_ONLY_PORT, http_get, workdir};
 
 /// A container that idles until SIGTERM without forking every fraction of a second (30 pods of the harness's
 /// `SERVE` loop would keep two cores busy with `sleep` processes).
@@ -200,10 +200,6 @@ static PREEXISTING: std::sync::Mutex<BTreeSet<String>> = std::sync::Mutex::new(B
 /// Notes the pod cgroups that exist before a drill starts its node.
 pub fn note_preexisting_cgroups() {
     *PREEXISTING.lock().unwrap() = pod_cgroups();
-}
-
-fn workdir() -> std::path::PathBuf {
-    std::env::var("RKUBELET_WORKDIR").unwrap_or_else(|_| "/var/lib/rkubelet-dev".into()).into()
 }
 
 /// The test containerd's PID.

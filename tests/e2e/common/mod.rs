@@ -36,8 +36,7 @@ pub async fn serial() -> Serial {
     let process = SERIAL.lock().await;
     let machine = tokio::task::spawn_blocking(|| {
         use std::os::fd::AsRawFd;
-        let dir = std::env::var("RKUBELET_WORKDIR").unwrap_or_else(|_| "/var/lib/rkubelet-dev".into());
-        let path = Path::new(&dir).join("e2e.lock");
+        let path = workdir().join("e2e.lock");
         let f = std::fs::OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -68,6 +67,40 @@ pub fn by_mode<T>(suite: T, long_value: T) -> T {
 
 /// An environment entry naming a program rkubelet is started through (e.g. into systemd's namespaces).
 pub const WRAPPER_ENV: &str = "RKUBELET_E2E_WRAPPER";
+
+/// The test containerd's work folder (`scripts/node-setup.sh`): `$RKUBELET_WORKDIR` or the default.
+pub fn workdir() -> PathBuf {
+    std::env::var_os("RKUBELET_WORKDIR")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/var/lib/rkubelet-dev".into())
+}
+
+/// A setting `scripts/node-setup.sh` recorded for the test containerd in `<workdir>/runtime.env`.
+fn runtime_env(key: &str) -> Option<String> {
+    let text = std::fs::read_to_string(workdir().join("runtime.env")).ok()?;
+    text.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix('=').map(str::to_string))
+}
+
+/// Which containerd the tests run against: `1.6` (Debian's) or `2.3` (`../shared/runtimes`).
+pub fn containerd_version() -> String {
+    runtime_env("RK_CONTAINERD").unwrap_or_else(|| "1.6".into())
+}
+
+/// One of the test containerd's programs (`containerd`, `ctr`, `runc`): the link node-setup made to the right
+/// runtime's, else the one in PATH.
+pub fn runtime_program(name: &str) -> PathBuf {
+    let linked = workdir().join("bin").join(name);
+    if linked.exists() { linked } else { PathBuf::from(name) }
+}
+
+/// Whether `ip` is in the pod subnet of the test containerd's CNI network (10.88.0.0/16 on 1.6, 10.89.0.0/16 on
+/// 2.3).
+pub fn in_pod_cidr(ip: &str) -> bool {
+    let cidr = runtime_env("RK_POD_CIDR").unwrap_or_else(|| "10.88.0.0/16".into());
+    let prefix: Vec<&str> = cidr.split('/').next().unwrap_or_default().split('.').take(2).collect();
+    ip.starts_with(&format!("{}.", prefix.join(".")))
+}
 
 /// The CRI endpoint of the test containerd.
 pub fn endpoint() -> String {
@@ -116,7 +149,8 @@ pub async fn clean_runtime(rt: &RemoteRuntime) {
 /// 1.6's leak of a start cancelled by its client, which no CRI call can remove.
 pub fn delete_task(id: &str) {
     let sock = endpoint().trim_start_matches("unix://").to_string();
-    let _ = Command::new("ctr").args(["-a", &sock, "-n", "k8s.io", "tasks", "delete", "-f", id]).output();
+    let _ =
+        Command::new(runtime_program("ctr")).args(["-a", &sock, "-n", "k8s.io", "tasks", "delete", "-f", id]).output();
 }
 
 /// Ports of the test node (apart from a developer's rkubelet on the defaults).
@@ -553,7 +587,9 @@ pub async fn get_json(kc: &Path, args: &[&str]) -> Option<Value> {
 /// remove every name of an image, `localhost/busybox:1` included, when the content is shared); the names removed.
 pub fn remove_image_names(prefix: &str) -> Vec<String> {
     let sock = endpoint().trim_start_matches("unix://").to_string();
-    let ctr = |args: &[&str]| Command::new("ctr").args(["-a", &sock, "-n", "k8s.io", "images"]).args(args).output();
+    let ctr = |args: &[&str]| {
+        Command::new(runtime_program("ctr")).args(["-a", &sock, "-n", "k8s.io", "images"]).args(args).output()
+    };
     let Ok(out) = ctr(&["ls", "-q"]) else { return vec![] };
     let ours: Vec<String> =
         String::from_utf8_lossy(&out.stdout).lines().filter(|l| l.starts_with(prefix)).map(String::from).collect();

@@ -14,6 +14,8 @@ use std::time::Duration;
 
 use kubelet_cri::{RemoteRuntime, RuntimeService};
 
+use super::{runtime_program, workdir};
+
 /// The runtime and its filesystem.
 pub struct PrivateRuntime {
     /// The mounted filesystem (the node's root dir).
@@ -23,10 +25,6 @@ pub struct PrivateRuntime {
     child: Option<Child>,
     /// The rkubelet using it, killed first when dropped.
     user: Option<i32>,
-}
-
-fn workdir() -> PathBuf {
-    std::env::var("RKUBELET_WORKDIR").unwrap_or_else(|_| "/var/lib/rkubelet-dev".into()).into()
 }
 
 impl PrivateRuntime {
@@ -53,7 +51,10 @@ impl PrivateRuntime {
         let config_path = dir.join("containerd.toml");
         std::fs::write(&config_path, config).unwrap();
         let log = std::fs::File::create(dir.join("containerd.log")).unwrap();
-        let child = Command::new("containerd")
+        // The shared runtime's programs (containerd finds its shim, the shim its runc, through PATH).
+        let path = format!("{}:{}", workdir().join("bin").display(), std::env::var("PATH").unwrap_or_default());
+        let child = Command::new(runtime_program("containerd"))
+            .env("PATH", path)
             .arg("--config")
             .arg(&config_path)
             .stdin(Stdio::null())
@@ -83,8 +84,12 @@ impl PrivateRuntime {
                 tar.display()
             );
         }
-        let out =
-            Command::new("ctr").arg("-a").arg(&sock).args(["-n", "k8s.io", "images", "ls", "-q"]).output().unwrap();
+        let out = Command::new(runtime_program("ctr"))
+            .arg("-a")
+            .arg(&sock)
+            .args(["-n", "k8s.io", "images", "ls", "-q"])
+            .output()
+            .unwrap();
         let list = String::from_utf8_lossy(&out.stdout);
         for want in ["localhost/pause:1", "localhost/busybox:1"] {
             assert!(list.lines().any(|l| l == want), "{want} imported into the private containerd: {list}");
@@ -104,7 +109,7 @@ impl PrivateRuntime {
 }
 
 fn ctr(sock: &Path, args: &[&str]) -> bool {
-    Command::new("ctr")
+    Command::new(runtime_program("ctr"))
         .arg("-a")
         .arg(sock)
         .args(args)

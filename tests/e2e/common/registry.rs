@@ -21,8 +21,7 @@ pub struct Registry {
 
 /// The CRI plugin's `config_path` (`scripts/node-setup.sh`).
 pub fn certs_dir() -> PathBuf {
-    let work = std::env::var_os("RKUBELET_WORKDIR").filter(|d| !d.is_empty());
-    work.map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/var/lib/rkubelet-dev")).join("certs.d")
+    super::workdir().join("certs.d")
 }
 
 fn free_port() -> u16 {
@@ -105,7 +104,7 @@ impl Registry {
     pub fn push(&self, local: &str, repo: &str, user: Option<(&str, &str)>) {
         let remote = format!("{}/{repo}", self.host);
         let sock = super::endpoint().trim_start_matches("unix://").to_string();
-        let mut cmd = Command::new("ctr");
+        let mut cmd = Command::new(super::runtime_program("ctr"));
         cmd.args(["-a", &sock, "-n", "k8s.io", "images", "push", "--hosts-dir"]).arg(certs_dir());
         if let Some((u, p)) = user {
             cmd.args(["--user", &format!("{u}:{p}")]);

@@ -202,15 +202,6 @@ const UNSUPPORTED: &[SetField] = &[
         let from = v1::EnvVarSource { file_key_ref: Some(file), ..Default::default() };
         app(p).env = Some(vec![v1::EnvVar { name: "A".into(), value: None, value_from: Some(from) }]);
     }),
-    (Object::Container, "volumeMounts[*].recursiveReadOnly", |p| {
-        app(p).volume_mounts = Some(vec![v1::VolumeMount {
-            name: "v".into(),
-            mount_path: "/v".into(),
-            read_only: Some(true),
-            recursive_read_only: Some("Enabled".into()),
-            ..Default::default()
-        }])
-    }),
     (Object::Container, "volumeDevices", |p| {
         app(p).volume_devices = Some(vec![v1::VolumeDevice { name: "d".into(), device_path: "/dev/xvdb".into() }])
     }),
@@ -287,9 +278,8 @@ fn case() -> BoxedStrategy<Case> {
 fn admission(pod: &Pod, apparmor_host: bool) -> Result<Option<String>, String> {
     let sysctls = kubelet::admission::SysctlAllowlist::new(&[])?;
     let apparmor = kubelet::admission::AppArmor { host_enabled: apparmor_host };
-    let handlers: [&dyn PodAdmitHandler; 6] = [
+    let handlers: [&dyn PodAdmitHandler; 5] = [
         &kubelet::admission_fields::UnsupportedPodFields,
-        &kubelet::admission::UserNamespaces,
         &sysctls,
         &kubelet::admission::NodeOs,
         &apparmor,
@@ -471,8 +461,11 @@ fn check_container(cfg: &RuntimeManagerConfig, case: &Case, c: &Container) -> Re
     let caps = own.capabilities.clone().unwrap_or_default();
     same(&format!("{name} capabilities.add"), cap(caps.add), sent_caps.add_capabilities)?;
     same(&format!("{name} capabilities.drop"), cap(caps.drop), sent_caps.drop_capabilities)?;
-    // Every admitted pod is in the host's user namespace: /proc stays masked whatever procMount says.
-    same(&format!("{name} masked paths"), config_gen::DEFAULT_MASKED_PATHS.len(), sc.masked_paths.len())?;
+    // /proc is unmasked only for `procMount: Unmasked` in the pod's own user namespace, never in the host's.
+    let own_userns = case.pod.spec.as_ref().and_then(|s| s.host_users) == Some(false);
+    let unmasked = own_userns && own.proc_mount.as_deref() == Some("Unmasked");
+    let masked = if unmasked { 0 } else { config_gen::DEFAULT_MASKED_PATHS.len() };
+    same(&format!("{name} masked paths"), masked, sc.masked_paths.len())?;
     let seccomp = effective(c, psc, |s| s.seccomp_profile.clone(), |p| p.seccomp_profile.clone());
     let prefix = format!("{}/", cfg.root_dir.join("seccomp").display());
     let want = match &seccomp {
@@ -517,15 +510,8 @@ pub(crate) fn pod_cri_config(o: &Options) -> Report {
                 .collect();
             same("the table's rows the pod sets", case.unsupported.into_iter().collect(), found)?;
             let refused = admission(&case.pod, case.apparmor_host)?;
-            let expected = if case.unsupported.is_some() {
-                Some("UnsupportedPodField")
-            } else if case.pod.spec.as_ref().and_then(|s| s.host_users) == Some(false) {
-                Some("UserNamespacesNotSupported")
-            } else {
-                None
-            };
-            if let Some(want) = expected {
-                return same("admission", Some(want), refused.as_deref());
+            if case.unsupported.is_some() {
+                return same("admission", Some("UnsupportedPodField"), refused.as_deref());
             }
             if sysctl_forbidden(&case.pod) {
                 return same("admission", Some("SysctlForbidden"), refused.as_deref());

@@ -133,7 +133,7 @@ fn api() -> std::io::Result<Api> {
         }),
         pods: host.clone(),
         containers: host,
-        configz: Arc::new(serde_json::json!({"kubeletconfig": {"port": 10250}})),
+        configz: Arc::new(std::sync::RwLock::new(serde_json::json!({"kubeletconfig": {"port": 10250}}))),
         clock: Arc::new(kubelet_types::clock::SystemClock),
         streams: Arc::new(tokio::sync::Semaphore::new(2)),
         stats: Arc::new(NoStats),

@@ -60,7 +60,7 @@ pub struct Handlers {
     /// Container access.
     pub containers: Arc<dyn ContainerAccess>,
     /// `/configz`: the effective configuration as `{"kubeletconfig": {...}}`.
-    pub configz: Arc<serde_json::Value>,
+    pub configz: Arc<std::sync::RwLock<serde_json::Value>>,
     /// Wall clock (`sinceSeconds`).
     pub clock: Arc<dyn kubelet_types::Clock>,
     /// Stream slots (`Options::max_streams`).

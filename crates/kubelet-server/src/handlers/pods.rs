@@ -27,7 +27,8 @@ async fn running_pods(State(h): State<Handlers>) -> Response {
 }
 
 async fn configz(State(h): State<Handlers>) -> Response {
-    json(StatusCode::OK, &*h.configz)
+    let configz = h.configz.read().unwrap_or_else(|e| e.into_inner()).clone();
+    json(StatusCode::OK, &configz)
 }
 
 pub(super) fn routes(r: Router<Handlers>) -> Router<Handlers> {

@@ -111,7 +111,7 @@ pub(crate) fn handlers(host: Arc<FakeHost>, debugging: bool) -> Handlers {
         }),
         pods: host.clone(),
         containers: host,
-        configz: Arc::new(serde_json::json!({"kubeletconfig": {"port": 10250}})),
+        configz: Arc::new(std::sync::RwLock::new(serde_json::json!({"kubeletconfig": {"port": 10250}}))),
         clock: Arc::new(kubelet_types::SystemClock),
         streams: Arc::new(tokio::sync::Semaphore::new(2)),
         probe_metrics: Arc::new(kubelet_metrics::Registry::new()),

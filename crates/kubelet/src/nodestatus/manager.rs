@@ -275,7 +275,8 @@ impl NodeStatusManager {
 
 /// `current` with the kubelet's status fields set from `ours` (upstream's setters on a copy of the original
 /// Node): its conditions replaced by type in place, others kept; its capacity and allocatable keys set, keys
-/// others added kept; addresses, daemon endpoints, node info and images replaced.
+/// others added kept; addresses, daemon endpoints, node info and images replaced, and the runtime handlers and
+/// features where the runtime reports them.
 pub fn with_kubelet_status(current: &Node, ours: &NodeStatus) -> Node {
     let mut node = current.clone();
     let st = node.status.get_or_insert_default();
@@ -296,6 +297,13 @@ pub fn with_kubelet_status(current: &Node, ours: &NodeStatus) -> Node {
     st.daemon_endpoints = ours.daemon_endpoints.clone();
     st.node_info = ours.node_info.clone();
     st.images = ours.images.clone();
+    // Set by the RuntimeHandlers and NodeFeatures setters whenever the runtime reports them (containerd 2).
+    if ours.runtime_handlers.is_some() {
+        st.runtime_handlers = ours.runtime_handlers.clone();
+    }
+    if ours.features.is_some() {
+        st.features = ours.features.clone();
+    }
     node
 }
 

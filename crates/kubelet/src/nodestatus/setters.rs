@@ -1,16 +1,18 @@
 //! The Node object the kubelet registers and the status it reports (`pkg/kubelet/kubelet_node_status.go`
 //! initialNode, `pkg/kubelet/nodestatus/setters.go`: NodeAddress, MachineInfo, VersionInfo, DaemonEndpoints,
-//! Images, ReadyCondition, MemoryPressureCondition, DiskPressureCondition, PIDPressureCondition). Pure functions
-//! of their inputs; condition transition times carry over from the previous status.
+//! Images, ReadyCondition, MemoryPressureCondition, DiskPressureCondition, PIDPressureCondition, RuntimeHandlers,
+//! NodeFeatures). Pure functions of their inputs; condition transition times carry over from the previous status.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeSpec, NodeStatus,
-    NodeSystemInfo, Taint,
+    ContainerImage, DaemonEndpoint, Node, NodeAddress, NodeCondition, NodeDaemonEndpoints, NodeFeatures,
+    NodeRuntimeHandler, NodeRuntimeHandlerFeatures, NodeSpec, NodeStatus, NodeSystemInfo, Taint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+
+pub use kubelet_runtime::runtime_handlers::{RuntimeHandlerInfo, RuntimeInfo};
 
 use super::machine::{MachineInfo, go_arch};
 use super::quantity::{self, binary_si};
@@ -67,6 +69,22 @@ pub struct NodeHealth {
     pub disk_pressure: bool,
     /// PID pressure.
     pub pid_pressure: bool,
+    /// The runtime's handlers and features, as its last ready `Status` gave them.
+    pub runtime: RuntimeInfo,
+}
+
+/// `status.runtimeHandlers` (`nodestatus.RuntimeHandlers`): every handler with both features, always present.
+pub fn runtime_handlers(r: &RuntimeInfo) -> Vec<NodeRuntimeHandler> {
+    r.handlers
+        .iter()
+        .map(|h| NodeRuntimeHandler {
+            name: Some(h.name.clone()),
+            features: Some(NodeRuntimeHandlerFeatures {
+                recursive_read_only_mounts: Some(h.recursive_read_only_mounts),
+                user_namespaces: Some(h.user_namespaces),
+            }),
+        })
+        .collect()
 }
 
 fn q(s: String) -> Quantity {
@@ -249,6 +267,8 @@ pub fn node_status(
         daemon_endpoints: Some(NodeDaemonEndpoints { kubelet_endpoint: Some(DaemonEndpoint { port: i.port }) }),
         node_info: Some(node_info(i)),
         images: Some(images(imgs, i.max_images)),
+        runtime_handlers: Some(runtime_handlers(&h.runtime)).filter(|l| !l.is_empty()),
+        features: h.runtime.supplemental_groups_policy.map(|s| NodeFeatures { supplemental_groups_policy: Some(s) }),
         ..Default::default()
     }
 }
@@ -312,6 +332,47 @@ pub fn initial_node_with_status(i: &NodeInputs, node_labels: &BTreeMap<String, S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn runtime_handlers_and_features_are_reported_as_the_runtime_gives_them() {
+        use kubelet_cri::api;
+        let features = |rro, userns| {
+            Some(api::RuntimeHandlerFeatures { recursive_read_only_mounts: rro, user_namespaces: userns })
+        };
+        let resp = api::StatusResponse {
+            runtime_handlers: vec![
+                api::RuntimeHandler { name: "runc".into(), features: features(true, true) },
+                api::RuntimeHandler { name: "kata".into(), features: None },
+                api::RuntimeHandler { name: "".into(), features: features(true, false) },
+            ],
+            features: Some(api::RuntimeFeatures { supplemental_groups_policy: true }),
+            ..Default::default()
+        };
+        let h = NodeHealth { runtime: RuntimeInfo::from_cri(&resp), ..Default::default() };
+        let st = node_status(&inputs(), &h, &[], &Time(k8s_openapi::jiff::Timestamp::from_second(1000).unwrap()), None);
+        let json = serde_json::to_value(&st).unwrap();
+        assert_eq!(
+            json["runtimeHandlers"],
+            serde_json::json!([
+                {"name": "runc", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": true}},
+                {"name": "kata", "features": {"recursiveReadOnlyMounts": false, "userNamespaces": false}},
+                {"name": "", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": false}},
+            ]),
+            "in the runtime's order, both features always present"
+        );
+        assert_eq!(json["features"], serde_json::json!({"supplementalGroupsPolicy": true}));
+
+        // containerd 1.6 reports neither: the fields are left out.
+        let st = node_status(
+            &inputs(),
+            &NodeHealth::default(),
+            &[],
+            &Time(k8s_openapi::jiff::Timestamp::from_second(1000).unwrap()),
+            None,
+        );
+        let json = serde_json::to_value(&st).unwrap();
+        assert!(json.get("runtimeHandlers").is_none() && json.get("features").is_none(), "{json}");
+    }
 
     fn inputs() -> NodeInputs {
         NodeInputs {

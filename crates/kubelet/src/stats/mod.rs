@@ -100,6 +100,8 @@ pub struct SummaryProvider {
     measuring: std::sync::atomic::AtomicBool,
     /// When the image filesystem's stats last failed to come (its warning is logged once a minute).
     image_fs_warned: Mutex<Option<tokio::time::Instant>>,
+    /// The pods' cgroup: [`SummaryDeps::pods_cgroup`] until the cgroup driver the runtime reports is known.
+    pods_cgroup: Mutex<Option<String>>,
 }
 
 fn time_ns(ns: i64) -> Time {
@@ -143,6 +145,7 @@ impl SummaryProvider {
     /// A provider.
     pub fn new(d: SummaryDeps) -> Self {
         SummaryProvider {
+            pods_cgroup: Mutex::new(d.pods_cgroup.clone()),
             d,
             samples: Mutex::new(HashMap::new()),
             du: Mutex::new(HashMap::new()),
@@ -150,6 +153,16 @@ impl SummaryProvider {
             measuring: Default::default(),
             image_fs_warned: Mutex::new(None),
         }
+    }
+
+    /// Sets the pods' cgroup once the cgroup driver is settled (the runtime's `RuntimeConfig` answer can change
+    /// it after the provider is made; called once at start-up).
+    pub fn set_pods_cgroup(&self, cgroup: Option<String>) {
+        *self.pods_cgroup.lock().unwrap_or_else(|e| e.into_inner()) = cgroup;
+    }
+
+    fn pods_cgroup(&self) -> Option<String> {
+        self.pods_cgroup.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     fn now_ns(&self) -> i64 {
@@ -216,7 +229,7 @@ impl SummaryProvider {
         if let Some(c) = host::node_cpu(&self.d.paths) {
             self.sample("node", now, c.usage_ns);
         }
-        if let Some(cg) = &self.d.pods_cgroup {
+        if let Some(cg) = &self.pods_cgroup() {
             if let Some(c) = host::cgroup_cpu(&self.d.paths, cg) {
                 self.sample("pods", now, c.usage_ns);
             }
@@ -328,7 +341,7 @@ impl SummaryProvider {
             .unwrap_or_default();
         n.cpu = host::node_cpu(&self.d.paths).map(|c| self.cpu("node", t, Some(c.usage_ns), None));
         n.memory = host::cgroup_memory(&self.d.paths, "/").map(|m| host_memory(m, t));
-        if let Some(cg) = &self.d.pods_cgroup {
+        if let Some(cg) = &self.pods_cgroup() {
             let cpu = host::cgroup_cpu(&self.d.paths, cg).map(|c| self.cpu("pods", t, Some(c.usage_ns), None));
             let memory = host::cgroup_memory(&self.d.paths, cg).map(|m| host_memory(m, t));
             if cpu.is_some() || memory.is_some() {
@@ -402,12 +415,13 @@ impl SummaryProvider {
         let root_fs = if only { None } else { self.fs_of(&self.d.root_dir, t) };
         let paths = &self.d.paths;
         let mut out = vec![];
+        let pods_cgroup = self.pods_cgroup();
         for sb in chosen.into_values() {
             let Some(meta) = &sb.metadata else { continue };
             let pod_ref =
                 PodReference { name: meta.name.clone(), namespace: meta.namespace.clone(), uid: meta.uid.clone() };
             let log_dir = self.d.pod_logs_dir.join(format!("{}_{}_{}", meta.namespace, meta.name, meta.uid));
-            let pod_cg = self.d.pods_cgroup.as_deref().and_then(|pods| host::pod_cgroup(paths, pods, &meta.uid));
+            let pod_cg = pods_cgroup.as_deref().and_then(|pods| host::pod_cgroup(paths, pods, &meta.uid));
             let mut pod = PodStats { pod_ref, start_time: time_ns(sb.created_at), ..Default::default() };
             let mut list = vec![];
             let (mut eph_used, mut eph_inodes) = (0u64, 0u64);

@@ -1,0 +1,95 @@
+//! What the node's device managers give a container (`pkg/kubelet/cm/container_manager_linux.go` GetResources into
+//! `RunContainerOptions`: device nodes, mounts, environment, annotations and CDI device names, from
+//! `pkg/kubelet/cm/devicemanager/pod_devices.go` and `pkg/kubelet/cm/dra`).
+//!
+//! The runtime manager asks once per container it creates, before the container's own environment and mounts are
+//! made: device environment variables and mounts come first (the container's own override them, as upstream
+//! appends them after), annotations go under the kubelet's own keys, and CDI names reach the runtime as
+//! `ContainerConfig.CDI_devices` (containerd 2 with `enable_cdi` resolves them against `/etc/cdi` and
+//! `/var/run/cdi`; upstream no longer writes `cdi.k8s.io/` annotations itself). An error fails the container
+//! with `CreateContainerConfigError` and is retried at the next sync.
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kubelet_cri::api;
+
+/// A container's devices, as the device managers allocated them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeviceRunOptions {
+    /// Environment variables (before the container's own).
+    pub envs: Vec<(String, String)>,
+    /// Device nodes.
+    pub devices: Vec<api::Device>,
+    /// Mounts (before the container's volume mounts).
+    pub mounts: Vec<api::Mount>,
+    /// Annotations for the runtime (the kubelet's own keys win).
+    pub annotations: Vec<(String, String)>,
+    /// Fully qualified CDI device names (`vendor.com/class=name`).
+    pub cdi_devices: Vec<String>,
+}
+
+/// The device managers as the runtime manager sees them.
+pub trait ContainerDevices: Send + Sync {
+    /// The devices of container `c` of `pod`, or why they cannot be given.
+    fn run_options(&self, pod: &Pod, c: &Container) -> Result<DeviceRunOptions, String>;
+}
+
+/// A node without device managers: no container gets devices.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoDevices;
+
+impl ContainerDevices for NoDevices {
+    fn run_options(&self, _: &Pod, _: &Container) -> Result<DeviceRunOptions, String> {
+        Ok(DeviceRunOptions::default())
+    }
+}
+
+/// Puts a container's devices into its CRI config (`generateContainerConfig`): device nodes and CDI names, device
+/// mounts before the others, device annotations under the kubelet's.
+pub fn apply(config: &mut api::ContainerConfig, d: DeviceRunOptions) {
+    config.devices = d.devices;
+    config.cdi_devices = d.cdi_devices.into_iter().map(|name| api::CdiDevice { name }).collect();
+    if !d.mounts.is_empty() {
+        let own = std::mem::take(&mut config.mounts);
+        config.mounts = d.mounts.into_iter().chain(own).collect();
+    }
+    for (k, v) in d.annotations {
+        config.annotations.entry(k).or_insert(v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_reach_the_config_with_the_kubelets_annotations_winning() {
+        let mut config = api::ContainerConfig {
+            mounts: vec![api::Mount { container_path: "/data".into(), ..Default::default() }],
+            annotations: [("io.kubernetes.container.hash".to_string(), "abc".to_string())].into(),
+            ..Default::default()
+        };
+        apply(
+            &mut config,
+            DeviceRunOptions {
+                devices: vec![api::Device {
+                    container_path: "/dev/fake0".into(),
+                    host_path: "/dev/null".into(),
+                    permissions: "rw".into(),
+                }],
+                mounts: vec![api::Mount { container_path: "/dev/shm-dev".into(), ..Default::default() }],
+                annotations: vec![
+                    ("io.kubernetes.container.hash".into(), "device".into()),
+                    ("vendor.com/device".into(), "0".into()),
+                ],
+                cdi_devices: vec!["example.com/resource=dev0".into()],
+                envs: vec![],
+            },
+        );
+        assert_eq!(config.cdi_devices, vec![api::CdiDevice { name: "example.com/resource=dev0".into() }]);
+        assert_eq!(config.devices.len(), 1);
+        let paths: Vec<&str> = config.mounts.iter().map(|m| m.container_path.as_str()).collect();
+        assert_eq!(paths, ["/dev/shm-dev", "/data"], "device mounts first");
+        assert_eq!(config.annotations["io.kubernetes.container.hash"], "abc");
+        assert_eq!(config.annotations["vendor.com/device"], "0");
+    }
+}
