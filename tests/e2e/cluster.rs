@@ -84,7 +84,7 @@ async fn node_registers_turns_ready_and_renews_its_lease() {
             "{n}"
         );
         assert_eq!(n["status"]["features"], serde_json::json!({"supplementalGroupsPolicy": true}));
-        assert!(log.contains("using cgroup driver setting received from the CRI runtime cgroupDriver=\"cgroupfs\""));
+        assert!(log.contains("Using cgroup driver setting received from the CRI runtime cgroupDriver=\"cgroupfs\""));
     }
     node.stop_and_clean(&rt).await;
 }
@@ -560,7 +560,21 @@ async fn a_pod_with_host_users_false_runs_in_its_own_user_namespace_or_its_sandb
     let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
     assert!(uid_line.split_whitespace().nth(1) == Some(host_id.to_string().as_str()), "{uid_line}");
 
-    // Deleted, the pod's range is freed with its folder.
+    // A pod that ran to completion keeps its folder, not its range: freed once nothing of it runs.
+    let done = env.pod_yaml("done", &[("app", "true")], "  hostUsers: false\n  restartPolicy: Never\n");
+    env.create(&done).await;
+    let p = node
+        .wait_for("done Succeeded", Duration::from_secs(60), || async {
+            env.pod("done").await.filter(|p| p["status"]["phase"] == "Succeeded")
+        })
+        .await;
+    let dir = node.root.join("pods").join(p["metadata"]["uid"].as_str().unwrap());
+    node.wait_for("the finished pod's range released", Duration::from_secs(60), || {
+        let released = dir.is_dir() && !dir.join("userns").exists();
+        async move { released.then_some(()) }
+    })
+    .await;
+    // Deleted, the running pod's range goes with its folder.
     env.kubectl(&["delete", "pod", "unmasked", "--grace-period=1", "--wait=false"]).await;
     node.wait_for("the range released", Duration::from_secs(60), || {
         let gone = !file.exists();

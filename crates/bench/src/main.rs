@@ -32,6 +32,7 @@ mod wholenode;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use anyhow::Context;
 use clap::Parser;
 
 /// Counts each fuzz case's allocation (`fuzz`); elsewhere it only forwards to the system allocator.
@@ -85,6 +86,10 @@ struct Args {
     /// The rkubelet binary (default: beside this program).
     #[arg(long)]
     rkubelet: Option<PathBuf>,
+    /// Runs the whole-node scenario with the upstream kubelet too, side by side in the same run: its binary, or
+    /// `auto` for `$KUBELET`, else `../shared/k8s/bin/kubelet` (unpacked).
+    #[arg(long)]
+    upstream_kubelet: Option<String>,
     /// containerd's CRI endpoint (the one scripts/node-setup.sh starts).
     #[arg(long, default_value = "unix:///var/lib/rkubelet-dev/containerd.sock")]
     containerd_endpoint: String,
@@ -163,6 +168,25 @@ fn main() -> anyhow::Result<()> {
     } else {
         None
     };
+    let node_upstream = match (&args.upstream_kubelet, run("node")) {
+        (Some(which), true) => {
+            let binary = match which.as_str() {
+                "auto" => test_cluster::unpacked_binary("KUBELET", "k8s/bin/kubelet")
+                    .context("the upstream kubelet: neither $KUBELET nor ../shared/k8s/bin/kubelet.xz")?,
+                path => PathBuf::from(path),
+            };
+            let opts = wholenode::WholeNodeOpts {
+                binary,
+                endpoint: args.containerd_endpoint.clone(),
+                batch: args.batch,
+                pods: args.node_pods,
+                window: Duration::from_secs(args.node_seconds),
+                settle,
+            };
+            Some(rt.block_on(wholenode::run(&opts))?)
+        }
+        _ => None,
+    };
     let fuzz = run("fuzz").then(|| fuzz::run(Duration::from_secs(args.fuzz_seconds)));
     let command = std::env::args().collect::<Vec<_>>().join(" ");
     let node_before = match &args.node_before {
@@ -175,7 +199,8 @@ fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
-    let report = report::Report { core, fake, containerd, node, fuzz, node_before, smoke: args.smoke, command };
+    let report =
+        report::Report { core, fake, containerd, node, fuzz, node_before, node_upstream, smoke: args.smoke, command };
     if let Some(dir) = args.json.parent() {
         std::fs::create_dir_all(dir)?;
     }

@@ -29,6 +29,8 @@ pub struct Report {
     pub fuzz: Option<crate::fuzz::FuzzResults>,
     /// The whole node's figures of an earlier run (its `whole_node` JSON) and what ran then, to compare with.
     pub node_before: Option<(Value, String)>,
+    /// The same whole-node scenario with the upstream kubelet, in the same run.
+    pub node_upstream: Option<crate::wholenode::WholeNodeResults>,
     /// A smoke run (small counts; budgets are reported but do not apply).
     pub smoke: bool,
     /// The command line.
@@ -256,6 +258,7 @@ impl Report {
             "binary_fake_runtime": fake,
             "binary_containerd": ctr,
             "whole_node": self.node.as_ref().map(crate::report_node::json),
+            "whole_node_upstream_kubelet": self.node_upstream.as_ref().map(crate::report_node::json),
             "fuzz": self.fuzz.as_ref().map(crate::fuzz::json),
             "budgets": self.budgets().iter().map(|b| json!({
                 "figure": b.figure, "value": b.value, "budget": b.budget, "met": b.met,
@@ -411,6 +414,9 @@ impl Report {
         }
         if let Some(n) = &self.node {
             s.push_str(&crate::report_node::markdown(n));
+            if let Some(up) = &self.node_upstream {
+                s.push_str(&crate::report_node::markdown_upstream(up, n));
+            }
             if let Some((before, label)) = &self.node_before {
                 s.push_str(&crate::report_node::markdown_compare(before, label, n));
             }

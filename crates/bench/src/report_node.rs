@@ -275,3 +275,67 @@ pub fn markdown_compare(before: &Value, label: &str, r: &WholeNodeResults) -> St
     }
     s
 }
+
+/// rkubelet against the upstream kubelet in the same run (same runtime, pods and machine): the figures side by
+/// side and their ratio (rkubelet / upstream; below 1 is rkubelet spending less).
+pub fn markdown_upstream(up: &WholeNodeResults, r: &WholeNodeResults) -> String {
+    let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}", a / b) } else { "-".into() };
+    let mut rows: Vec<(String, f64, f64, &str)> = Vec::new();
+    for (what, ours, theirs) in [("batch", &r.steady_batch, &up.steady_batch), ("steady", &r.steady, &up.steady)] {
+        let pods = ours.pods;
+        rows.extend([
+            (
+                format!("kubelet CPU, {pods} pods ({what})"),
+                ours.cpu.group("rkubelet"),
+                theirs.cpu.group("rkubelet"),
+                " mcores",
+            ),
+            (format!("kubelet RSS, {pods} pods"), ours.rss as f64 / 1048576.0, theirs.rss as f64 / 1048576.0, " MiB"),
+            (
+                format!("containerd + shims CPU, {pods} pods"),
+                ours.cpu.group("containerd") + ours.cpu.group("shims"),
+                theirs.cpu.group("containerd") + theirs.cpu.group("shims"),
+                " mcores",
+            ),
+            (
+                format!("node CPU (machine without the control plane), {pods} pods"),
+                ours.cpu.node(),
+                theirs.cpu.node(),
+                " mcores",
+            ),
+            (format!("CRI calls per minute, {pods} pods"), ours.cri_total(), theirs.cri_total(), ""),
+        ]);
+    }
+    for (ours, theirs) in [(&r.batch, &up.batch), (&r.teardown, &up.teardown)] {
+        let n = ours.pods;
+        let per_pod = |c: u64, b: &Batch| c as f64 / b.pods.max(1) as f64;
+        rows.extend([
+            (format!("{n} pods at once: all Running"), ms(ours.all_running), ms(theirs.all_running), " ms"),
+            (format!("{n} pods at once: all gone"), ms(ours.all_gone), ms(theirs.all_gone), " ms"),
+            (format!("{n} pods: node CPU-s to start"), ours.start_node_cpu, theirs.start_node_cpu, " s"),
+            (
+                format!("{n} pods: CRI calls per pod to start"),
+                per_pod(ours.start_calls, ours),
+                per_pod(theirs.start_calls, theirs),
+                "",
+            ),
+            (
+                format!("{n} pods: CRI calls per pod to tear down"),
+                per_pod(ours.teardown_calls, ours),
+                per_pod(theirs.teardown_calls, theirs),
+                "",
+            ),
+        ]);
+    }
+    rows.push(("SIGTERM → exit".into(), ms(r.sigterm_exit), ms(up.sigterm_exit), " ms"));
+    let mut s = String::from(
+        "\n### rkubelet and the upstream kubelet\n\nThe same scenario, runtime, pods and machine, in the same run, \
+         with the upstream kubelet v1.35 (`../shared/k8s/bin/kubelet`, the same configuration file and flags). \
+         Ratio: rkubelet / upstream (below 1: rkubelet spends less):\n\n\
+         | figure | rkubelet | upstream kubelet | ratio |\n|---|---:|---:|---:|\n",
+    );
+    for (figure, ours, theirs, unit) in rows {
+        s.push_str(&format!("| {figure} | {ours:.1}{unit} | {theirs:.1}{unit} | {} |\n", ratio(ours, theirs)));
+    }
+    s
+}

@@ -309,10 +309,9 @@ mod tests {
         fake.enable_events();
         let mut events = client.container_events().await.unwrap();
         // The server subscribes when the call arrives; wait for it before changing anything.
-        for _ in 0..100 {
-            if fake.count("GetContainerEvents") == 2 {
-                break;
-            }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while fake.count("GetContainerEvents") < 2 {
+            assert!(tokio::time::Instant::now() < deadline, "the server never subscribed");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let meta = api::PodSandboxMetadata { uid: "u1".into(), name: "web".into(), ..Default::default() };

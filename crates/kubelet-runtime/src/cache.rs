@@ -154,6 +154,11 @@ impl PodCache {
         self.primed.store(true, Ordering::Release);
     }
 
+    /// Whether the PLEG has completed a relist (before it, [`PodCache::statuses`] may miss pods the runtime has).
+    pub fn is_primed(&self) -> bool {
+        self.primed.load(Ordering::Acquire)
+    }
+
     /// Every pod the runtime has something of.
     pub fn statuses(&self) -> Vec<Arc<PodStatus>> {
         self.inner.lock().unwrap().values().filter(|e| !is_empty(&e.status)).map(|e| e.status.clone()).collect()

@@ -404,16 +404,22 @@ impl RuntimeManager {
             return Err(e);
         }
         let err = |reason: &str, message: String| start_error(c, reason, message);
-        let image_user = self.ensure_image(pod, c, sandbox_config, inputs.pull_secrets).await?;
-        // A mounted image volume whose image could not be had fails the container with the pull's reason
-        // (`toKubeContainerImageVolumes`).
-        for m in c.volume_mounts.iter().flatten() {
-            if let Some(Err((reason, message))) = inputs.image_volumes.get(&m.name) {
-                let cref = container_reference(pod, &c.name);
-                self.recorder.event(&cref, WARNING, reason::FAILED, format!("Error: {message}"));
-                return Err(start_error(c, reason, message.clone()));
+        // A mounted image volume whose image could not be had fails the container with the pull's reason, before
+        // its own image is pulled (`toKubeContainerImageVolumes`): an `Error: <reason>` event per failing mount,
+        // the last one's by the caller's record of the failure.
+        let failed: Vec<&(String, String)> = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .filter_map(|m| inputs.image_volumes.get(&m.name).and_then(|r| r.as_ref().err()))
+            .collect();
+        if let Some(((reason, message), earlier)) = failed.split_last() {
+            for (r, _) in earlier {
+                self.recorder.event(&container_reference(pod, &c.name), WARNING, reason::FAILED, format!("Error: {r}"));
             }
+            return Err(start_error(c, reason, message.clone()));
         }
+        let image_user = self.ensure_image(pod, c, sandbox_config, inputs.pull_secrets).await?;
         let log_dir = PathBuf::from(&sandbox_config.log_directory).join(&c.name);
         let kind = container_type(pod, &c.name);
         let cref = container_reference(pod, &c.name);

@@ -38,14 +38,24 @@ pub(crate) type ImageVolumes = HashMap<String, Result<api::ImageSpec, (String, S
 pub struct ImageVolumesInUse(std::sync::Mutex<HashMap<String, Vec<String>>>);
 
 impl ImageVolumesInUse {
-    /// Records the images pod `uid` mounts (none: forgets the pod).
-    pub fn set(&self, uid: &str, images: Vec<String>) {
+    /// Records the images pod `uid` mounts, with those recorded before when `keep_previous` (a pull failed).
+    pub fn record(&self, uid: &str, mut images: Vec<String>, keep_previous: bool) {
         let mut m = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if keep_previous {
+            images.extend(m.get(uid).into_iter().flatten().cloned());
+            images.sort();
+            images.dedup();
+        }
         if images.is_empty() {
             m.remove(uid);
         } else {
             m.insert(uid.to_string(), images);
         }
+    }
+
+    /// Forgets the images of pod `uid` (it terminated).
+    pub fn forget(&self, uid: &str) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).remove(uid);
     }
 
     /// Every image some pod mounts.
@@ -196,6 +206,18 @@ impl RuntimeManager {
     ) -> ImageVolumes {
         let mut out = ImageVolumes::new();
         let volumes = pod.spec.as_ref().and_then(|s| s.volumes.as_ref());
+        // The image is mounted for the pod's handler, never the default one when the class cannot be resolved.
+        let handler = match self.pod_runtime_handler(pod) {
+            Ok(h) => h,
+            Err(e) => {
+                let failed =
+                    ("CreateContainerConfigError".to_string(), format!("failed to get pod runtime handler: {e}"));
+                for v in volumes.into_iter().flatten().filter(|v| v.image.is_some()) {
+                    out.insert(v.name.clone(), Err(failed.clone()));
+                }
+                return out;
+            }
+        };
         for v in volumes.into_iter().flatten() {
             let Some(src) = &v.image else { continue };
             let reference = src.reference.clone().unwrap_or_default();
@@ -205,7 +227,7 @@ impl RuntimeManager {
                 Ok(img) => Ok(api::ImageSpec {
                     image: img.map(|i| i.id).filter(|id| !id.is_empty()).unwrap_or_else(|| reference.clone()),
                     user_specified_image: reference.clone(),
-                    runtime_handler: self.pod_runtime_handler(pod).unwrap_or_default(),
+                    runtime_handler: handler.clone(),
                     annotations: pod.metadata.annotations.clone().unwrap_or_default().into_iter().collect(),
                 }),
                 Err(e) => {
@@ -215,8 +237,10 @@ impl RuntimeManager {
             };
             out.insert(v.name.clone(), res);
         }
+        // An image whose re-pull failed may still be mounted by a running container: kept until the pod goes.
         let images = out.values().filter_map(|r| r.as_ref().ok()).map(|s| s.image.clone()).collect();
-        self.image_volumes_in_use.set(pod.metadata.uid.as_deref().unwrap_or_default(), images);
+        let keep_previous = out.values().any(Result::is_err);
+        self.image_volumes_in_use.record(pod.metadata.uid.as_deref().unwrap_or_default(), images, keep_previous);
         out
     }
 }

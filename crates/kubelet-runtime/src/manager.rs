@@ -294,7 +294,7 @@ impl RuntimeManager {
         if let Some(m) = &self.userns {
             m.release(&uid.0);
         }
-        self.image_volumes_in_use.set(&uid.0, vec![]);
+        self.image_volumes_in_use.forget(&uid.0);
     }
 
     /// Frees the ranges of pods no longer known (`CleanupOrphanedPodUsernsAllocations`, from housekeeping).

@@ -4,19 +4,17 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::core::v1::{ConfigMap, Container, LocalObjectReference, PodSpec, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kubelet_credentialprovider::{CredentialLookup, NodeKeyring};
 use kubelet_cri::RuntimeService;
-use kubelet_types::events::Recorder;
 use kubelet_types::objects::ObjectSource;
 
-use common::{env_built, pod_p, status};
+use common::{Events, env_built, pod_p, status};
 
 const IMAGE: &str = "reg.example:5000/team/app:1";
 
@@ -40,15 +38,6 @@ impl ObjectSource for Objects {
     }
     fn runtime_handler(&self, name: &str) -> Result<String, String> {
         self.classes.get(name).cloned().ok_or_else(|| format!("runtimeclass.node.k8s.io {name:?} not found"))
-    }
-}
-
-#[derive(Default)]
-struct Events(Mutex<Vec<(String, String)>>);
-
-impl Recorder for Events {
-    fn event(&self, _: &ObjectReference, _: &str, reason: &str, message: String) {
-        self.0.lock().unwrap().push((reason.into(), message));
     }
 }
 

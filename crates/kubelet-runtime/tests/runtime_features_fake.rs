@@ -164,3 +164,77 @@ async fn a_missing_image_volume_fails_only_the_containers_that_mount_it() {
     assert!(e.fake.container_ids("app").is_empty());
     assert_eq!(e.fake.container_ids("other").len(), 1, "a container without the volume starts");
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_image_volume_is_an_event_per_mount_and_the_containers_own_image_is_not_pulled() {
+    let events = Arc::new(common::Events::default());
+    let ev = events.clone();
+    let e = env_built(move |m| m.with_recorder(ev));
+    let mut p = image_volume_pod("missing:1");
+    p.spec.as_mut().unwrap().volumes.as_mut().unwrap()[0].image.as_mut().unwrap().pull_policy = Some("Never".into());
+    let r = e.mgr.sync_pod(&p, &status(&e).await).await;
+    assert_eq!(r.errors.len(), 1, "{:?}", r.errors);
+    let events = events.0.lock().unwrap().clone();
+    let failed: Vec<&(String, String)> = events.iter().filter(|(r, _)| r == "Failed").collect();
+    let per_mount = ("Failed".to_string(), "Error: ErrImageNeverPull".to_string());
+    assert_eq!(failed, [&per_mount, &per_mount], "one per mount of the volume (`/img`, `/sub`): {events:?}");
+    let pulled = events.iter().filter(|(r, _)| r == "Pulled").count();
+    assert_eq!(pulled, 1, "only the other container's image is looked at: {events:?}");
+}
+
+/// One volume `data`, a host folder.
+struct OneVolume(std::path::PathBuf);
+
+impl kubelet_types::objects::PodVolumes for OneVolume {
+    fn volumes(
+        &self,
+        _: &kubelet_types::PodUid,
+    ) -> std::collections::HashMap<String, kubelet_types::objects::MountedVolume> {
+        let v = kubelet_types::objects::MountedVolume { host_path: self.0.clone(), read_only: false };
+        [("data".to_string(), v)].into()
+    }
+}
+
+fn rro_pod(mode: &str) -> Pod {
+    let m = VolumeMount {
+        name: "data".into(),
+        mount_path: "/data".into(),
+        read_only: Some(true),
+        recursive_read_only: Some(mode.into()),
+        ..Default::default()
+    };
+    pod_p(PodSpec { containers: vec![app(vec![m])], ..Default::default() })
+}
+
+#[tokio::test(start_paused = true)]
+async fn recursive_read_only_reaches_the_mount_where_the_handler_can_and_fails_the_container_where_it_cannot() {
+    let dir = tempfile::tempdir().unwrap();
+    for (rro, mode, want) in
+        [(true, "Enabled", Ok(true)), (false, "IfPossible", Ok(false)), (false, "Enabled", Err(()))]
+    {
+        let handlers =
+            vec![RuntimeHandlerInfo { name: "".into(), recursive_read_only_mounts: rro, user_namespaces: true }];
+        let (tx, rx) = tokio::sync::watch::channel(RuntimeInfo { handlers, supplemental_groups_policy: None });
+        std::mem::forget(tx);
+        let vol = Arc::new(OneVolume(dir.path().to_path_buf()));
+        let e = env_built(move |m| m.with_runtime_handlers(rx).with_volumes(vol));
+        let r = e.mgr.sync_pod(&rro_pod(mode), &status(&e).await).await;
+        match want {
+            Ok(flag) => {
+                assert!(r.ok(), "{:?}", r.errors);
+                let cfg = e.fake.container_config(&e.fake.container_ids("app")[0]).unwrap();
+                let m = cfg.mounts.iter().find(|m| m.container_path == "/data").unwrap();
+                assert_eq!((m.readonly, m.recursive_read_only), (true, flag), "{mode} with support {rro}");
+            }
+            Err(()) => {
+                assert_eq!(r.errors[0].reason, "CreateContainerConfigError");
+                assert_eq!(
+                    r.errors[0].message,
+                    "failed to resolve recursive read-only mode: volume \"data\" requested recursive read-only mode, \
+                     but it is not supported by the runtime"
+                );
+                assert!(e.fake.container_ids("app").is_empty(), "never run with a writable submount");
+            }
+        }
+    }
+}

@@ -71,6 +71,40 @@ impl RuntimeState {
         *cur = err;
     }
 
+    /// Waits for the runtime's first ready `Status` and records its handlers and features, so no pod is synced on
+    /// a runtime whose features are not known yet (upstream's sync loop skips pod syncs until `updateRuntimeUp`
+    /// has run). Retried every second, logged once; false when cancelled meanwhile.
+    pub async fn wait_ready(&self, runtime: &dyn RuntimeService, cancel: &CancellationToken) -> bool {
+        let mut logged = false;
+        loop {
+            match runtime.status().await {
+                Ok(resp) => {
+                    let st = resp.status.clone().unwrap_or_default();
+                    match st.conditions.iter().find(|c| c.r#type == "RuntimeReady" && !c.status) {
+                        None => {
+                            self.set_info(RuntimeInfo::from_cri(&resp));
+                            return true;
+                        }
+                        Some(c) if !logged => {
+                            warn!(reason = %c.reason, message = %c.message, "container runtime not ready; pods wait for it");
+                            logged = true;
+                        }
+                        Some(_) => {}
+                    }
+                }
+                Err(e) if !logged => {
+                    warn!(error = %e, "container runtime status failed; pods wait for it");
+                    logged = true;
+                }
+                Err(_) => {}
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return false,
+                _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+            }
+        }
+    }
+
     /// Checks the runtime until cancelled.
     pub async fn run(self: Arc<Self>, runtime: Arc<dyn RuntimeService>, cancel: CancellationToken) {
         let mut tick = tokio::time::interval(RUNTIME_CHECK_PERIOD);

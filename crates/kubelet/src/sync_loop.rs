@@ -467,8 +467,10 @@ impl SyncLoop {
         let active: HashSet<PodUid> =
             desired.iter().chain(known.iter()).chain(runtime_pods.iter().map(|s| &s.id)).cloned().collect();
 
-        // Leftover pod directories and cgroups of pods that are gone entirely.
-        if let Ok(rd) = std::fs::read_dir(&self.deps.pods_dir) {
+        // Leftover pod directories and cgroups of pods that are gone entirely, once the runtime's pods are known
+        // (before the PLEG's first relist a pod still running would look gone).
+        let rd = if self.deps.cache.is_primed() { std::fs::read_dir(&self.deps.pods_dir).ok() } else { None };
+        if let Some(rd) = rd {
             for e in rd.flatten() {
                 let uid = PodUid(e.file_name().to_string_lossy().into_owned());
                 if !active.contains(&uid) {
@@ -483,11 +485,14 @@ impl SyncLoop {
                 }
             }
         }
-        self.deps.runtime.cleanup_user_namespaces(&active);
-        for uid in self.deps.cgroups.list_pods() {
-            if !active.contains(&uid) {
-                info!(podUID = %uid, "removing orphaned pod cgroup");
-                let _ = self.deps.cgroups.destroy_pod(&uid);
+        // The same for user namespace ranges (one a running pod uses must never be handed out) and cgroups.
+        if self.deps.cache.is_primed() {
+            self.deps.runtime.cleanup_user_namespaces(&active);
+            for uid in self.deps.cgroups.list_pods() {
+                if !active.contains(&uid) {
+                    info!(podUID = %uid, "removing orphaned pod cgroup");
+                    let _ = self.deps.cgroups.destroy_pod(&uid);
+                }
             }
         }
         self.deps.runtime.gc_backoff();

@@ -221,11 +221,20 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         stats.set_pods_cgroup(crate::node::pods_cgroup(&cfg));
         *handlers.configz.write().unwrap_or_else(|e| e.into_inner()) = crate::server::configz(&cfg);
     }
+    // The runtime's handlers and features before any pod is admitted or synced (user namespaces, recursive
+    // read-only mounts, supplementalGroupsPolicy).
+    let runtime_state = Arc::new(RuntimeState::default());
+    if !runtime_state.wait_ready(&*remote, &cancel).await {
+        tracker.close();
+        tracker.wait().await;
+        return Ok(());
+    }
 
     // The Node admission reads: the initial one until the apiserver's is known (`getNodeAnyWay`).
     let inputs = node::node_inputs(&cfg, &node_name, &host_ips, &root_dir, runtime_version);
-    let initial_node =
+    let mut initial_node =
         kubelet::nodestatus::setters::initial_node_with_status(&inputs, &cli.node_labels, &cfg.register_with_taints);
+    kubelet::nodestatus::setters::set_runtime_status(&mut initial_node, &runtime_state.runtime_info());
     let (node_tx, node_rx) = watch::channel(Some(initial_node));
 
     let mut allocatable_events = vec![];
@@ -355,7 +364,6 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         .with_tokens(tokens.clone())
         .with_gated_projections(gated_projections(&cfg, kubeconfig.is_some())),
     );
-    let runtime_state = Arc::new(RuntimeState::default());
     tracker.spawn(runtime_state.clone().run(remote.clone() as Arc<dyn RuntimeService>, cancel.clone()));
     let runtime = RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone())
         .with_volumes(volumes.clone())

@@ -30,7 +30,7 @@ pub async fn cgroup_driver(runtime: &dyn RuntimeService, configured: &str) -> an
                     Ok(api::CgroupDriver::Cgroupfs) => "cgroupfs",
                     Err(_) => anyhow::bail!("runtime returned an unknown cgroup driver {}", linux.cgroup_driver),
                 };
-                info!(cgroupDriver = driver, "using cgroup driver setting received from the CRI runtime");
+                info!(cgroupDriver = driver, "Using cgroup driver setting received from the CRI runtime");
                 return Ok(driver.to_string());
             }
             Err(CriError::Unimplemented { .. }) => {

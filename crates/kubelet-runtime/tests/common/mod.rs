@@ -65,3 +65,14 @@ pub fn pod_p(spec: k8s_openapi::api::core::v1::PodSpec) -> k8s_openapi::api::cor
 pub async fn status(e: &Env) -> PodStatus {
     e.mgr.get_pod_status(&PodUid::from("uid-1"), "p", "default").await.unwrap()
 }
+
+/// The events a manager records: (reason, message) in order.
+#[derive(Default)]
+#[allow(dead_code)] // not every test binary uses every helper
+pub struct Events(pub std::sync::Mutex<Vec<(String, String)>>);
+
+impl kubelet_types::events::Recorder for Events {
+    fn event(&self, _: &k8s_openapi::api::core::v1::ObjectReference, _: &str, reason: &str, message: String) {
+        self.0.lock().unwrap().push((reason.into(), message));
+    }
+}

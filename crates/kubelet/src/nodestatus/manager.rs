@@ -297,10 +297,9 @@ pub fn with_kubelet_status(current: &Node, ours: &NodeStatus) -> Node {
     st.daemon_endpoints = ours.daemon_endpoints.clone();
     st.node_info = ours.node_info.clone();
     st.images = ours.images.clone();
-    // Set by the RuntimeHandlers and NodeFeatures setters whenever the runtime reports them (containerd 2).
-    if ours.runtime_handlers.is_some() {
-        st.runtime_handlers = ours.runtime_handlers.clone();
-    }
+    // The RuntimeHandlers setter always sets the list (none: removed, as a runtime that stopped reporting them
+    // supports none); NodeFeatures only when the runtime reports features.
+    st.runtime_handlers = ours.runtime_handlers.clone();
     if ours.features.is_some() {
         st.features = ours.features.clone();
     }
@@ -437,6 +436,24 @@ mod tests {
         assert!(registered.status.is_none());
         let allocatable = m.with_initial_status(registered).status.and_then(|s| s.allocatable).unwrap_or_default();
         assert_eq!(allocatable.get("pods").map(|q| q.0.as_str()), Some("110"));
+    }
+
+    #[test]
+    fn runtime_handlers_a_runtime_no_longer_reports_are_removed_from_the_node() {
+        use k8s_openapi::api::core::v1::{NodeFeatures, NodeRuntimeHandler};
+        let current = Node {
+            status: Some(NodeStatus {
+                runtime_handlers: Some(vec![NodeRuntimeHandler { name: Some("".into()), features: None }]),
+                features: Some(NodeFeatures { supplemental_groups_policy: Some(true) }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let want = with_kubelet_status(&current, &NodeStatus::default());
+        let patch = node_status_patch(&current, &want).unwrap();
+        assert_eq!(patch["status"]["runtimeHandlers"], serde_json::Value::Null, "{patch}");
+        assert!(patch["status"].get("runtimeHandlers").is_some(), "removed, not left alone: {patch}");
+        assert!(patch["status"].get("features").is_none(), "features are left while the runtime reports none");
     }
 
     #[test]

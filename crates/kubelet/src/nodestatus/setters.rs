@@ -329,6 +329,14 @@ pub fn initial_node_with_status(i: &NodeInputs, node_labels: &BTreeMap<String, S
     n
 }
 
+/// Sets the runtime's handlers and features on a Node (the initial Node that admission reads until the apiserver's
+/// is known, and a standalone node's for good): `supplementalGroupsPolicy: Strict` pods are judged by them.
+pub fn set_runtime_status(node: &mut Node, info: &RuntimeInfo) {
+    let st = node.status.get_or_insert_default();
+    st.runtime_handlers = Some(runtime_handlers(info)).filter(|l| !l.is_empty());
+    st.features = info.supplemental_groups_policy.map(|s| NodeFeatures { supplemental_groups_policy: Some(s) });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
