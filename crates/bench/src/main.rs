@@ -155,19 +155,16 @@ fn main() -> anyhow::Result<()> {
     } else {
         None
     };
-    let node = if run("node") {
-        let opts = wholenode::WholeNodeOpts {
-            binary: binary.clone(),
-            endpoint: args.containerd_endpoint.clone(),
-            batch: args.batch,
-            pods: args.node_pods,
-            window: Duration::from_secs(args.node_seconds),
-            settle,
-        };
-        Some(rt.block_on(wholenode::run(&opts))?)
-    } else {
-        None
+    // The whole-node scenario with one kubelet binary.
+    let node_opts = |binary: PathBuf| wholenode::WholeNodeOpts {
+        binary,
+        endpoint: args.containerd_endpoint.clone(),
+        batch: args.batch,
+        pods: args.node_pods,
+        window: Duration::from_secs(args.node_seconds),
+        settle,
     };
+    let node = if run("node") { Some(rt.block_on(wholenode::run(&node_opts(binary.clone())))?) } else { None };
     let node_upstream = match (&args.upstream_kubelet, run("node")) {
         (Some(which), true) => {
             let binary = match which.as_str() {
@@ -175,15 +172,7 @@ fn main() -> anyhow::Result<()> {
                     .context("the upstream kubelet: neither $KUBELET nor ../shared/k8s/bin/kubelet.xz")?,
                 path => PathBuf::from(path),
             };
-            let opts = wholenode::WholeNodeOpts {
-                binary,
-                endpoint: args.containerd_endpoint.clone(),
-                batch: args.batch,
-                pods: args.node_pods,
-                window: Duration::from_secs(args.node_seconds),
-                settle,
-            };
-            Some(rt.block_on(wholenode::run(&opts))?)
+            Some(rt.block_on(wholenode::run(&node_opts(binary)))?)
         }
         _ => None,
     };
