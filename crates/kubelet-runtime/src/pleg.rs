@@ -62,6 +62,9 @@ pub const INSPECTION_WAIT: Duration = Duration::from_secs(1);
 /// Relist period while the runtime streams container events, a safety net (upstream's `eventedPlegRelistPeriod`
 /// is 300 s).
 pub const EVENTED_RELIST_PERIOD: Duration = Duration::from_secs(60);
+/// How long the relist stays periodic after the event stream came back (the runtime restarted): what changed while
+/// it came back may never be announced.
+pub const RECONNECT_SETTLE: Duration = Duration::from_secs(60);
 /// The health threshold while the runtime streams container events (`eventedPlegRelistThreshold`).
 pub const EVENTED_RELIST_THRESHOLD: Duration = Duration::from_secs(600);
 /// Shortest time between the starts of two relists that events trigger: a node starting many pods at once
@@ -258,6 +261,7 @@ impl GenericPleg {
         let mut backoff = STREAM_RETRY_MIN;
         // The stream opens before the first relist: a change after that relist is an event.
         let mut watch = self.open_events(&mut backoff, periodic_threshold, true).await;
+        let mut reconnected = false;
         let mut due = Instant::now();
         loop {
             let retry = match &watch {
@@ -306,6 +310,7 @@ impl GenericPleg {
                 }
                 Wake::Reopen => {
                     watch = self.open_events(&mut backoff, periodic_threshold, false).await;
+                    reconnected = true;
                     if matches!(watch, Watch::Streaming { .. }) {
                         due = Instant::now();
                     }
@@ -320,8 +325,13 @@ impl GenericPleg {
                     false
                 }
             };
-            let streaming = matches!(watch, Watch::Streaming { .. });
-            let wait = if streaming && ok && !self.has_pending_work() { EVENTED_RELIST_PERIOD } else { self.period };
+            // After a reconnect (the runtime restarted) the periodic relist goes on for a while: a change the runtime
+            // made while it came back may never be announced.
+            let settled = match &watch {
+                Watch::Streaming { since, .. } => !reconnected || since.elapsed() >= RECONNECT_SETTLE,
+                _ => false,
+            };
+            let wait = if settled && ok && !self.has_pending_work() { EVENTED_RELIST_PERIOD } else { self.period };
             due = start + wait;
         }
     }

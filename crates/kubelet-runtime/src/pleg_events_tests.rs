@@ -149,6 +149,12 @@ async fn a_broken_stream_falls_back_to_relisting_every_second_until_it_is_back()
     assert_eq!(health.threshold(), EVENTED_RELIST_THRESHOLD);
     let n = relists(&fake);
     assert!((3..=4).contains(&n), "the relist due at 8 s and the one after reopening: {n}");
+    // The runtime came back: the relist stays periodic for a while (a change made while it came back may never
+    // be announced), then only events and the safety relist.
+    fake.clear_calls();
+    tokio::time::sleep(RECONNECT_SETTLE).await;
+    let settling = relists(&fake);
+    assert!((58..=61).contains(&settling), "every second after the reconnect: {settling}");
     fake.clear_calls();
     tokio::time::sleep(EVENTED_RELIST_PERIOD - Duration::from_secs(2)).await;
     assert_eq!(relists(&fake), 0, "no relist without events");
