@@ -179,16 +179,20 @@ impl RuntimeManager {
             let recursive_read_only = crate::runtime_handlers::resolve_recursive_read_only(m, supports_rro)
                 .map_err(|e| std::io::Error::other(format!("failed to resolve recursive read-only mode: {e}")))?;
             // An image volume: the runtime mounts the image (read-only), its subPath inside the image.
-            if let Some(Ok(image)) = image_volumes.get(&m.name) {
-                let sub = sub.unwrap_or_default();
-                if std::path::Path::new(&sub).is_absolute() {
+            // A subPath stays inside its volume, for the host's volumes and the runtime's image mounts alike.
+            let sub = sub.filter(|s| !s.is_empty());
+            if let Some(sub) = &sub {
+                if std::path::Path::new(sub).is_absolute() {
                     return Err(std::io::Error::other(format!("error SubPath `{sub}` must not be an absolute path")));
                 }
-                if !sub.is_empty() && !subpath::is_relative_without_backsteps(&sub) {
+                if !subpath::is_relative_without_backsteps(sub) {
                     return Err(std::io::Error::other(format!(
                         "unable to provision SubPath `{sub}`: must not contain '..'"
                     )));
                 }
+            }
+            if let Some(Ok(image)) = image_volumes.get(&m.name) {
+                let sub = sub.unwrap_or_default();
                 out.push(api::Mount {
                     container_path: m.mount_path.clone(),
                     readonly: true,
@@ -207,15 +211,7 @@ impl RuntimeManager {
                 )));
             };
             let mut host = v.host_path.clone();
-            if let Some(sub) = sub.filter(|s| !s.is_empty()) {
-                if std::path::Path::new(&sub).is_absolute() {
-                    return Err(std::io::Error::other(format!("error SubPath `{sub}` must not be an absolute path")));
-                }
-                if !subpath::is_relative_without_backsteps(&sub) {
-                    return Err(std::io::Error::other(format!(
-                        "unable to provision SubPath `{sub}`: must not contain '..'"
-                    )));
-                }
+            if let Some(sub) = sub {
                 let volume_path = v.host_path.clone();
                 host = volume_path.join(&sub);
                 // Made here rather than by the runtime, which would make it 0755 root:root.

@@ -71,32 +71,35 @@ impl RuntimeState {
         *cur = err;
     }
 
+    /// Whether a `Status` answer finds the runtime ready; a ready runtime's handlers and features are recorded
+    /// (`updateRuntimeUp` takes them only from a ready runtime).
+    fn record(&self, resp: &kubelet_cri::api::StatusResponse) -> Result<(), String> {
+        let st = resp.status.clone().unwrap_or_default();
+        match st.conditions.iter().find(|c| c.r#type == "RuntimeReady" && !c.status) {
+            None => {
+                self.set_info(RuntimeInfo::from_cri(resp));
+                Ok(())
+            }
+            Some(c) => Err(format!("container runtime not ready: {}: {}", c.reason, c.message)),
+        }
+    }
+
     /// Waits for the runtime's first ready `Status` and records its handlers and features, so no pod is synced on
     /// a runtime whose features are not known yet (upstream's sync loop skips pod syncs until `updateRuntimeUp`
     /// has run). Retried every second, logged once; false when cancelled meanwhile.
     pub async fn wait_ready(&self, runtime: &dyn RuntimeService, cancel: &CancellationToken) -> bool {
         let mut logged = false;
         loop {
-            match runtime.status().await {
-                Ok(resp) => {
-                    let st = resp.status.clone().unwrap_or_default();
-                    match st.conditions.iter().find(|c| c.r#type == "RuntimeReady" && !c.status) {
-                        None => {
-                            self.set_info(RuntimeInfo::from_cri(&resp));
-                            return true;
-                        }
-                        Some(c) if !logged => {
-                            warn!(reason = %c.reason, message = %c.message, "container runtime not ready; pods wait for it");
-                            logged = true;
-                        }
-                        Some(_) => {}
-                    }
-                }
-                Err(e) if !logged => {
-                    warn!(error = %e, "container runtime status failed; pods wait for it");
-                    logged = true;
-                }
-                Err(_) => {}
+            let why = match runtime.status().await {
+                Ok(resp) => match self.record(&resp) {
+                    Ok(()) => return true,
+                    Err(why) => why,
+                },
+                Err(e) => e.to_string(),
+            };
+            if !logged {
+                warn!(error = %why, "container runtime not ready; pods wait for it");
+                logged = true;
             }
             tokio::select! {
                 _ = cancel.cancelled() => return false,
@@ -114,15 +117,7 @@ impl RuntimeState {
                 _ = tick.tick() => {}
             }
             let res = match runtime.status().await {
-                Ok(resp) => {
-                    let st = resp.status.clone().unwrap_or_default();
-                    let not_ready = st.conditions.iter().find(|c| c.r#type == "RuntimeReady" && !c.status);
-                    // As `updateRuntimeUp`: the handlers are taken only from a ready runtime.
-                    if not_ready.is_none() {
-                        self.set_info(RuntimeInfo::from_cri(&resp));
-                    }
-                    not_ready.map(|c| format!("container runtime not ready: {}: {}", c.reason, c.message))
-                }
+                Ok(resp) => self.record(&resp).err(),
                 Err(e) => Some(e.to_string()),
             };
             self.set(res);

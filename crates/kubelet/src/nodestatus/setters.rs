@@ -267,8 +267,8 @@ pub fn node_status(
         daemon_endpoints: Some(NodeDaemonEndpoints { kubelet_endpoint: Some(DaemonEndpoint { port: i.port }) }),
         node_info: Some(node_info(i)),
         images: Some(images(imgs, i.max_images)),
-        runtime_handlers: Some(runtime_handlers(&h.runtime)).filter(|l| !l.is_empty()),
-        features: h.runtime.supplemental_groups_policy.map(|s| NodeFeatures { supplemental_groups_policy: Some(s) }),
+        runtime_handlers: runtime_handlers_field(&h.runtime),
+        features: features_field(&h.runtime),
         ..Default::default()
     }
 }
@@ -333,8 +333,18 @@ pub fn initial_node_with_status(i: &NodeInputs, node_labels: &BTreeMap<String, S
 /// is known, and a standalone node's for good): `supplementalGroupsPolicy: Strict` pods are judged by them.
 pub fn set_runtime_status(node: &mut Node, info: &RuntimeInfo) {
     let st = node.status.get_or_insert_default();
-    st.runtime_handlers = Some(runtime_handlers(info)).filter(|l| !l.is_empty());
-    st.features = info.supplemental_groups_policy.map(|s| NodeFeatures { supplemental_groups_policy: Some(s) });
+    st.runtime_handlers = runtime_handlers_field(info);
+    st.features = features_field(info);
+}
+
+/// `status.runtimeHandlers` as the Node carries it: absent when the runtime reports none.
+fn runtime_handlers_field(info: &RuntimeInfo) -> Option<Vec<NodeRuntimeHandler>> {
+    Some(runtime_handlers(info)).filter(|l| !l.is_empty())
+}
+
+/// `status.features` (`nodestatus.NodeFeatures`): absent when the runtime reports no features.
+fn features_field(info: &RuntimeInfo) -> Option<NodeFeatures> {
+    info.supplemental_groups_policy.map(|s| NodeFeatures { supplemental_groups_policy: Some(s) })
 }
 
 #[cfg(test)]
