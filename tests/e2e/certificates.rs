@@ -32,10 +32,6 @@ fn rotation_delays(log: &str, kind: &str) -> Vec<u64> {
         .collect()
 }
 
-fn metric(text: &str, name: &str) -> Option<f64> {
-    text.lines().find(|l| l.starts_with(&format!("{name} "))).and_then(|l| l.split(' ').nth(1)?.parse().ok())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kubeadm_node_rotates_client_and_serving_certificates_while_pods_run() {
     let (_g, rt) = fresh_runtime().await;

@@ -527,6 +527,11 @@ async fn a_pod_with_host_users_false_runs_in_its_own_user_namespace_or_its_sandb
             "Failed to create pod sandbox: can't set `spec.hostUsers: false`, runtime does not support user namespaces"
         );
         assert!(sandboxes_of(&rt, "unmasked").await.is_empty() && containers_of(&rt, "unmasked").await.is_empty());
+        let (started, failed) = (
+            node_metric("kubelet_started_user_namespaced_pods_total").await,
+            node_metric("kubelet_started_user_namespaced_pods_errors_total").await,
+        );
+        assert!(started >= 1.0 && failed == started, "every start failed: {started} started, {failed} errors");
         node.stop_and_clean(&rt).await;
         return;
     }
@@ -559,6 +564,8 @@ async fn a_pod_with_host_users_false_runs_in_its_own_user_namespace_or_its_sandb
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let uid_line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
     assert!(uid_line.split_whitespace().nth(1) == Some(host_id.to_string().as_str()), "{uid_line}");
+    assert_eq!(node_metric("kubelet_started_user_namespaced_pods_total").await, 1.0);
+    assert_eq!(node_metric("kubelet_started_user_namespaced_pods_errors_total").await, 0.0);
 
     // A pod that ran to completion keeps its folder, not its range: freed once nothing of it runs.
     let done = env.pod_yaml("done", &[("app", "true")], "  hostUsers: false\n  restartPolicy: Never\n");

@@ -156,6 +156,13 @@ fn rro_pod(dir: &std::path::Path, strict_mode: &str) -> String {
     )
 }
 
+/// The container's `status.volumeMounts` as `[name, readOnly, recursiveReadOnly]` triples.
+fn mount_status(p: &serde_json::Value, container: &str) -> serde_json::Value {
+    let cs = p["status"]["containerStatuses"].as_array().into_iter().flatten().find(|c| c["name"] == container);
+    let mounts = cs.and_then(|c| c["volumeMounts"].as_array().cloned()).unwrap_or_default();
+    mounts.iter().map(|m| serde_json::json!([m["name"], m["readOnly"], m["recursiveReadOnly"]])).collect()
+}
+
 /// Recursive read-only mounts as upstream's `resolveRecursiveReadOnly` with the runtime's handler features:
 /// containerd 2.3 reports `recursiveReadOnlyMounts` for its handlers, so `Enabled` makes the tmpfs below the
 /// volume read-only too, while a plain `readOnly` mount leaves it writable (the container `plain` proves the
@@ -193,11 +200,14 @@ async fn recursive_read_only_mounts_follow_the_runtime_handlers_features() {
         let p = node.wait_phase("rro-if-possible-e2e-node", "Failed").await;
         let strict = p["status"]["containerStatuses"].as_array().unwrap().iter().find(|c| c["name"] == "strict");
         assert_eq!(strict.unwrap()["state"]["terminated"]["exitCode"], 1, "touch succeeded: {p}");
+        assert_eq!(mount_status(&p, "strict"), serde_json::json!([["v", true, "Disabled"]]), "{p}");
         node.stop_and_clean(&rt).await;
         return;
     }
     let mut node = Node::start(&[("rro.yaml", &rro_pod(dir.0.path(), "Enabled"))]);
     let p = node.wait_phase("rro-e2e-node", "Succeeded").await;
+    assert_eq!(mount_status(&p, "strict"), serde_json::json!([["v", true, "Enabled"]]), "{p}");
+    assert_eq!(mount_status(&p, "plain"), serde_json::json!([["v", true, "Disabled"]]), "{p}");
     assert!(dir.0.path().join("sub/plain").exists() && !dir.0.path().join("sub/strict").exists(), "{p}");
     let strict =
         containers_of(&rt, "rro-e2e-node").await.into_iter().find(|c| c.metadata.as_ref().unwrap().name == "strict");

@@ -6,6 +6,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
+use kubelet_cri::RuntimeService;
 
 const START: Duration = Duration::from_secs(60);
 
@@ -197,6 +198,59 @@ async fn kill9_and_restart_restarts_nothing_and_removes_what_lost_its_manifest()
     let ids_after: Vec<String> = containers_of(&rt, "keep-e2e-node").await.into_iter().map(|c| c.id).collect();
     assert_eq!(ids_after, ids_before, "no container was created or removed");
     assert_eq!(sandboxes_of(&rt, "keep-e2e-node").await.len(), 1);
+    node.stop_and_clean(&rt).await;
+}
+
+/// The id of the running container `name` of the pod.
+async fn running_container(rt: &kubelet_cri::RemoteRuntime, pod: &str, name: &str) -> String {
+    let c = containers_of(rt, pod).await.into_iter().find(|c| {
+        c.metadata.as_ref().is_some_and(|m| m.name == name)
+            && c.state == kubelet_cri::api::ContainerState::ContainerRunning as i32
+    });
+    c.unwrap_or_else(|| panic!("container {name} of {pod} running")).id
+}
+
+#[tokio::test]
+async fn container_exits_while_rkubelet_is_down_and_right_after_its_restart_are_both_seen() {
+    let (_g, rt) = fresh_runtime().await;
+    // Container events (containerd 2) do not replay what happened while nobody listened: the restart's first relist
+    // must catch up with an exit during the downtime, and the stream opened before it must deliver an exit right
+    // after. Either one found only by the 60 s safety relist would miss the deadline below.
+    let m = manifest("evt", &[], &[("a", SERVE), ("b", SERVE)], "  terminationGracePeriodSeconds: 2\n");
+    let mut node = Node::start(&[("evt.yaml", &m)]);
+    node.wait_running("evt-e2e-node").await;
+    let a = running_container(&rt, "evt-e2e-node", "a").await;
+    let b = running_container(&rt, "evt-e2e-node", "b").await;
+
+    node.kill9();
+    rt.stop_container(&a, 0).await.unwrap();
+    node.spawn();
+    node.wait_healthy().await;
+    let t = tokio::time::Instant::now();
+    rt.stop_container(&b, 0).await.unwrap();
+    let restarted = |p: &serde_json::Value, c: &str| {
+        container_status(p, c).is_some_and(|s| {
+            s["restartCount"] == 1
+                && s["state"]["running"].is_object()
+                && s["lastState"]["terminated"]["exitCode"] == 137
+        })
+    };
+    let p = node
+        .wait_for("a and b restarted once each, their exits (137) reported", Duration::from_secs(30), || async {
+            pod("evt-e2e-node").await.filter(|p| restarted(p, "a") && restarted(p, "b"))
+        })
+        .await;
+    println!(
+        "FIGURE exits during and right after an rkubelet restart: both containers restarted and reported {:.1} s after the restart",
+        t.elapsed().as_secs_f64()
+    );
+    assert!(all_running(&p));
+    if containerd_version() != "1.6" {
+        assert!(node.log().contains("container events stream connected"), "the PLEG is driven by container events");
+        assert_eq!(node_metric("kubelet_evented_pleg_connection_success_count").await, 1.0);
+        assert_eq!(node_metric("kubelet_evented_pleg_connection_error_count").await, 0.0);
+        assert!(node_metric("kubelet_evented_pleg_connection_latency_seconds_count").await >= 1.0, "b's exit arrived");
+    }
     node.stop_and_clean(&rt).await;
 }
 

@@ -301,5 +301,8 @@ async fn an_image_volume_is_the_images_files_read_only_with_its_subpath() {
         "{}",
         tail(&log, 30)
     );
+    assert!(node_metric("kubelet_image_volume_requested_total").await >= 1.0);
+    assert!(node_metric("kubelet_image_volume_mounted_succeed_total").await >= 1.0);
+    assert_eq!(node_metric("kubelet_image_volume_mounted_errors_total").await, 0.0);
     node.stop_and_clean(&rt).await;
 }

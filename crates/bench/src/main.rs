@@ -90,6 +90,13 @@ struct Args {
     /// `auto` for `$KUBELET`, else `../shared/k8s/bin/kubelet` (unpacked).
     #[arg(long)]
     upstream_kubelet: Option<String>,
+    /// Runs the whole-node scenario once more with rkubelet relisting every second (`featureGates: {EventedPLEG:
+    /// false}`), to compare with its container events in the same run.
+    #[arg(long)]
+    rkubelet_relist: bool,
+    /// Containers killed one after another at the whole node's steady pods, each timed to its exit on the apiserver.
+    #[arg(long, default_value_t = 20)]
+    node_exits: usize,
     /// containerd's CRI endpoint (the one scripts/node-setup.sh starts).
     #[arg(long, default_value = "unix:///var/lib/rkubelet-dev/containerd.sock")]
     containerd_endpoint: String,
@@ -117,6 +124,7 @@ fn main() -> anyhow::Result<()> {
         args.scrapes = 5;
         args.node_pods = 8;
         args.node_seconds = 3;
+        args.node_exits = 2;
         args.fuzz_seconds = 5;
         settle = Duration::from_secs(1);
         startup_wait = Duration::from_secs(1);
@@ -156,15 +164,17 @@ fn main() -> anyhow::Result<()> {
         None
     };
     // The whole-node scenario with one kubelet binary.
-    let node_opts = |binary: PathBuf| wholenode::WholeNodeOpts {
+    let node_opts = |binary: PathBuf, extra_config: &str| wholenode::WholeNodeOpts {
         binary,
         endpoint: args.containerd_endpoint.clone(),
         batch: args.batch,
         pods: args.node_pods,
         window: Duration::from_secs(args.node_seconds),
         settle,
+        exits: args.node_exits,
+        extra_config: extra_config.to_string(),
     };
-    let node = if run("node") { Some(rt.block_on(wholenode::run(&node_opts(binary.clone())))?) } else { None };
+    let node = if run("node") { Some(rt.block_on(wholenode::run(&node_opts(binary.clone(), "")))?) } else { None };
     let node_upstream = match (&args.upstream_kubelet, run("node")) {
         (Some(which), true) => {
             let binary = match which.as_str() {
@@ -172,9 +182,15 @@ fn main() -> anyhow::Result<()> {
                     .context("the upstream kubelet: neither $KUBELET nor ../shared/k8s/bin/kubelet.xz")?,
                 path => PathBuf::from(path),
             };
-            Some(rt.block_on(wholenode::run(&node_opts(binary)))?)
+            Some(rt.block_on(wholenode::run(&node_opts(binary, "")))?)
         }
         _ => None,
+    };
+    let node_relist = if args.rkubelet_relist && run("node") {
+        let gate = "featureGates:\n  EventedPLEG: false\n";
+        Some(rt.block_on(wholenode::run(&node_opts(binary.clone(), gate)))?)
+    } else {
+        None
     };
     let fuzz = run("fuzz").then(|| fuzz::run(Duration::from_secs(args.fuzz_seconds)));
     let command = std::env::args().collect::<Vec<_>>().join(" ");
@@ -188,8 +204,18 @@ fn main() -> anyhow::Result<()> {
         }
         None => None,
     };
-    let report =
-        report::Report { core, fake, containerd, node, fuzz, node_before, node_upstream, smoke: args.smoke, command };
+    let report = report::Report {
+        core,
+        fake,
+        containerd,
+        node,
+        fuzz,
+        node_before,
+        node_upstream,
+        node_relist,
+        smoke: args.smoke,
+        command,
+    };
     if let Some(dir) = args.json.parent() {
         std::fs::create_dir_all(dir)?;
     }

@@ -31,6 +31,8 @@ pub struct Report {
     pub node_before: Option<(Value, String)>,
     /// The same whole-node scenario with the upstream kubelet, in the same run.
     pub node_upstream: Option<crate::wholenode::WholeNodeResults>,
+    /// The same whole-node scenario with rkubelet relisting every second instead of on container events.
+    pub node_relist: Option<crate::wholenode::WholeNodeResults>,
     /// A smoke run (small counts; budgets are reported but do not apply).
     pub smoke: bool,
     /// The command line.
@@ -259,6 +261,7 @@ impl Report {
             "binary_containerd": ctr,
             "whole_node": self.node.as_ref().map(crate::report_node::json),
             "whole_node_upstream_kubelet": self.node_upstream.as_ref().map(crate::report_node::json),
+            "whole_node_rkubelet_relist": self.node_relist.as_ref().map(crate::report_node::json),
             "fuzz": self.fuzz.as_ref().map(crate::fuzz::json),
             "budgets": self.budgets().iter().map(|b| json!({
                 "figure": b.figure, "value": b.value, "budget": b.budget, "met": b.met,
@@ -416,6 +419,9 @@ impl Report {
             s.push_str(&crate::report_node::markdown(n));
             if let Some(up) = &self.node_upstream {
                 s.push_str(&crate::report_node::markdown_upstream(up, n));
+            }
+            if let Some(relist) = &self.node_relist {
+                s.push_str(&crate::report_node::markdown_relist(relist, n));
             }
             if let Some((before, label)) = &self.node_before {
                 s.push_str(&crate::report_node::markdown_compare(before, label, n));

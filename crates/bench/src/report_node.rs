@@ -94,6 +94,7 @@ pub fn json(r: &WholeNodeResults) -> Value {
         "steady_batch": steady_json(&r.steady_batch), "steady": steady_json(&r.steady),
         "floor": cpu_json(&r.floor), "cause_stats": cpu_json(&r.cause_stats), "cause_status": cpu_json(&r.cause_status),
         "sigterm_exit_ms": ms(r.sigterm_exit), "sandboxes_left": r.sandboxes_left,
+        "container_exit_to_apiserver_ms": r.exit_latency.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
     })
 }
 
@@ -186,6 +187,55 @@ pub fn markdown(r: &WholeNodeResults) -> String {
         ms(r.sigterm_exit),
         r.sandboxes_left
     ));
+    if !r.exit_latency.is_empty() {
+        s.push_str(&format!(
+            "\nA container killed at {} steady pods (`StopContainer` with no grace period, one pod after another, {} \
+             times) until its exit shows on the apiserver's watch: median {:.0} ms, 90th percentile {:.0} ms, \
+             longest {:.0} ms.\n",
+            r.steady.pods,
+            r.exit_latency.len(),
+            ms(r.exit_quantile(0.5)),
+            ms(r.exit_quantile(0.9)),
+            ms(r.exit_quantile(1.0))
+        ));
+    }
+    s
+}
+
+/// rkubelet on container events against rkubelet relisting every second (`EventedPLEG: false`), in the same run.
+pub fn markdown_relist(relist: &WholeNodeResults, r: &WholeNodeResults) -> String {
+    let mut s = String::from(
+        "\n### Container events against the 1 s relist\n\nThe same scenario in the same run with rkubelet relisting \
+         every second as upstream's generic PLEG (`featureGates: {EventedPLEG: false}`) and with its relist woken \
+         by containerd's container events (the default where the runtime streams them):\n\n\
+         | figure | events | 1 s relist | ratio |\n|---|---:|---:|---:|\n",
+    );
+    let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}", a / b) } else { "-".into() };
+    let mut rows: Vec<(String, f64, f64, &str)> = vec![];
+    for (ours, theirs) in [(&r.steady_batch, &relist.steady_batch), (&r.steady, &relist.steady)] {
+        let pods = ours.pods;
+        rows.extend([
+            (format!("CRI calls per minute, {pods} pods"), ours.cri_total(), theirs.cri_total(), ""),
+            (format!("rkubelet CPU, {pods} pods"), ours.cpu.group("rkubelet"), theirs.cpu.group("rkubelet"), " mcores"),
+            (
+                format!("containerd + shims CPU, {pods} pods"),
+                ours.cpu.group("containerd") + ours.cpu.group("shims"),
+                theirs.cpu.group("containerd") + theirs.cpu.group("shims"),
+                " mcores",
+            ),
+        ]);
+    }
+    for (what, q) in [("median", 0.5), ("90th percentile", 0.9), ("longest", 1.0)] {
+        rows.push((
+            format!("container exit → apiserver, {what}"),
+            ms(r.exit_quantile(q)),
+            ms(relist.exit_quantile(q)),
+            " ms",
+        ));
+    }
+    for (figure, ours, theirs, unit) in rows {
+        s.push_str(&format!("| {figure} | {ours:.1}{unit} | {theirs:.1}{unit} | {} |\n", ratio(ours, theirs)));
+    }
     s
 }
 
@@ -326,6 +376,14 @@ pub fn markdown_upstream(up: &WholeNodeResults, r: &WholeNodeResults) -> String 
                 "",
             ),
         ]);
+    }
+    for (what, q) in [("median", 0.5), ("longest", 1.0)] {
+        rows.push((
+            format!("container exit → apiserver, {what}"),
+            ms(r.exit_quantile(q)),
+            ms(up.exit_quantile(q)),
+            " ms",
+        ));
     }
     rows.push(("SIGTERM → exit".into(), ms(r.sigterm_exit), ms(up.sigterm_exit), " ms"));
     let mut s = String::from(

@@ -8,7 +8,8 @@
 //!   `kubectl get -w` of the apiserver), steady at that count, deleted until all are gone; then `pods` pods, steady
 //!   for the window, during which the CPU of every process group (rkubelet, containerd, the shims, the control
 //!   plane, the rest), the machine's CPU (`/proc/stat`), the CRI calls per method (rkubelet's
-//!   `kubelet_runtime_operations_total`) and the relist time (`kubelet_pleg_relist_duration_seconds`) are taken.
+//!   `kubelet_runtime_operations_total`) and the relist time (`kubelet_pleg_relist_duration_seconds`) are taken;
+//!   then `exits` containers killed one after another, each timed until its exit shows on the apiserver.
 //! - rkubelet stopped with SIGTERM (the time to exit), the same window again with no kubelet (the floor: what
 //!   containerd and the shims use with nobody asking), then twice more with the benchmark making, alone, the calls
 //!   that cost the runtime most in earlier versions (`ListPodSandboxStats` every 10 s; a `GetPodStatus` of every pod
@@ -50,6 +51,10 @@ pub struct WholeNodeOpts {
     pub window: Duration,
     /// Wait after a change before a window.
     pub settle: Duration,
+    /// Containers killed one after another at steady pods, each timed until its exit shows on the apiserver.
+    pub exits: usize,
+    /// Configuration added to the kubelet's (e.g. `featureGates` for a variant).
+    pub extra_config: String,
 }
 
 /// CPU of the machine and of each process group over a window, in millicores (a process's own and its reaped
@@ -143,6 +148,20 @@ pub struct WholeNodeResults {
     pub sigterm_exit: Duration,
     /// Sandboxes of the benchmark's pods the runtime still had after they were deleted and rkubelet stopped.
     pub sandboxes_left: usize,
+    /// For each container killed at steady pods: its `StopContainer` returned → its exit on the apiserver's watch,
+    /// shortest first.
+    pub exit_latency: Vec<Duration>,
+}
+
+impl WholeNodeResults {
+    /// The `q` quantile (0..=1) of the exit latencies (zero when none was taken).
+    pub fn exit_quantile(&self, q: f64) -> Duration {
+        let v = &self.exit_latency;
+        if v.is_empty() {
+            return Duration::ZERO;
+        }
+        v[((v.len() - 1) as f64 * q).round() as usize]
+    }
 }
 
 fn group_of(comm: &str) -> &'static str {
@@ -270,6 +289,16 @@ async fn steady(node: &mut BinNode, pods: usize, window: Duration) -> anyhow::Re
 struct Seen {
     running: HashMap<String, Instant>,
     gone: HashMap<String, Instant>,
+    /// When a pod's container was first seen exited (terminated now or before, or restarted).
+    exited: HashMap<String, Instant>,
+}
+
+/// Whether the pod's first container has exited since it started: terminated, or restarted after an exit.
+fn container_exited(pod: &Value) -> bool {
+    let c = &pod["status"]["containerStatuses"][0];
+    c["restartCount"].as_u64().unwrap_or(0) > 0
+        || c["state"]["terminated"].is_object()
+        || c["lastState"]["terminated"].is_object()
 }
 
 /// A `kubectl get pods -w -o json --output-watch-events` of the namespace, read in a thread.
@@ -303,8 +332,13 @@ impl Watch {
                 let mut s = s.lock().unwrap_or_else(|p| p.into_inner());
                 if ev["type"] == "DELETED" {
                     s.gone.insert(name, now);
-                } else if is_running(&ev["object"]) {
-                    s.running.entry(name).or_insert(now);
+                } else {
+                    if container_exited(&ev["object"]) {
+                        s.exited.entry(name.clone()).or_insert(now);
+                    }
+                    if is_running(&ev["object"]) {
+                        s.running.entry(name).or_insert(now);
+                    }
                 }
                 drop(s);
                 notify.notify_waiters();
@@ -563,12 +597,48 @@ async fn sandboxes_of(cri: &RemoteRuntime, ns: &str) -> anyhow::Result<usize> {
     Ok(cri.list_pod_sandbox(Some(filter)).await?.len())
 }
 
+/// Kills the container of each pod in turn through CRI (`StopContainer` with no grace period: SIGKILL) and times
+/// each from `StopContainer`'s return to the exit seen on the apiserver's watch (the kubelet noticing it, its status
+/// write and the apiserver), shortest first. The kills are spread over a second's phase, so a periodic relist's
+/// wait is sampled evenly.
+async fn exit_latency(
+    cri: &RemoteRuntime,
+    ns: &str,
+    watch: &Watch,
+    node: &mut BinNode,
+    names: &[String],
+) -> anyhow::Result<Vec<Duration>> {
+    let mut out = Vec::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        tokio::time::sleep(Duration::from_millis(500 + (i as u64 * 370) % 1000)).await;
+        let filter = api::ContainerFilter {
+            label_selector: [
+                ("io.kubernetes.pod.namespace".to_string(), ns.to_string()),
+                ("io.kubernetes.pod.name".to_string(), name.clone()),
+            ]
+            .into(),
+            state: Some(api::ContainerStateValue { state: api::ContainerState::ContainerRunning as i32 }),
+            ..Default::default()
+        };
+        let running = cri.list_containers(Some(filter)).await?;
+        let c = running.first().with_context(|| format!("no running container of pod {ns}/{name}"))?;
+        cri.stop_container(&c.id, 0).await?;
+        let stopped = Instant::now();
+        let seen = watch
+            .wait_all(node, std::slice::from_ref(name), "a container's exit on the apiserver", |s| &s.exited)
+            .await?;
+        out.push(seen.saturating_duration_since(stopped));
+    }
+    out.sort();
+    Ok(out)
+}
+
 fn start_node(opts: &WholeNodeOpts, kubeconfig: &std::path::Path, node: &str) -> anyhow::Result<BinNode> {
     BinNode::start(&NodeSpec {
         binary: &opts.binary,
         endpoint: opts.endpoint.clone(),
         kubeconfig: Some(kubeconfig.to_path_buf()),
-        extra_config: "maxPods: 250\n".into(),
+        extra_config: format!("maxPods: 250\n{}", opts.extra_config),
         log_filter: None,
         node_name: Some(node.to_string()),
     })
@@ -616,7 +686,9 @@ pub async fn run(opts: &WholeNodeOpts) -> anyhow::Result<WholeNodeResults> {
     eprintln!("whole node: CRI floor {:?}", (&r.batch, &r.teardown));
 
     let node_name = cp.next_node_name()?;
-    let ns = format!("bench-{}", std::process::id());
+    // One namespace per run of the scenario (the upstream kubelet's run follows rkubelet's in the same process).
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let ns = format!("bench-{}-{}", std::process::id(), RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     cp.kubectl(&["create", "namespace", &ns], None)?;
     let dir = tempfile::Builder::new().prefix("rkubelet-bench-node-").tempdir()?;
     let kubeconfig = dir.path().join("kubeconfig");
@@ -646,6 +718,8 @@ pub async fn run(opts: &WholeNodeOpts) -> anyhow::Result<WholeNodeResults> {
     tokio::time::sleep(opts.settle).await;
     r.steady = steady(&mut node, opts.pods, opts.window).await?;
     eprintln!("whole node: steady {:?}", r.steady);
+    r.exit_latency = exit_latency(&cri, &ns, &watch, &mut node, &names[..opts.exits.min(names.len())]).await?;
+    eprintln!("whole node: container exit → apiserver {:?}", r.exit_latency);
     r.sigterm_exit = node.stop().await;
     tokio::time::sleep(opts.settle).await;
     r.floor = cpu_over(opts.window, None).await;

@@ -282,6 +282,71 @@ metric!(
     ))
 );
 
+metric!(
+    /// `kubelet_started_user_namespaced_pods_total`: sandboxes made for pods with `hostUsers: false`.
+    STARTED_USER_NAMESPACED_PODS: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_started_user_namespaced_pods_total",
+        "Cumulative number of pods with user namespaces started. This metric will only be collected on Linux.",
+        &[],
+    ))
+);
+metric!(
+    /// `kubelet_started_user_namespaced_pods_errors_total`: their syncs that failed a step.
+    STARTED_USER_NAMESPACED_PODS_ERRORS: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_started_user_namespaced_pods_errors_total",
+        "Cumulative number of errors when starting pods with user namespaces. This metric will only be collected on Linux.",
+        &[],
+    ))
+);
+metric!(
+    /// `kubelet_image_volume_requested_total`: the pod's image volumes, per container created.
+    IMAGE_VOLUME_REQUESTED: CounterVec =
+        CounterVec::new(Opts::alpha("kubelet_image_volume_requested_total", "Number of requested image volumes.", &[]))
+);
+metric!(
+    /// `kubelet_image_volume_mounted_succeed_total`.
+    IMAGE_VOLUME_MOUNTED_SUCCEED: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_image_volume_mounted_succeed_total",
+        "Number of successful image volume mounts.",
+        &[],
+    ))
+);
+metric!(
+    /// `kubelet_image_volume_mounted_errors_total`.
+    IMAGE_VOLUME_MOUNTED_ERRORS: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_image_volume_mounted_errors_total",
+        "Number of failed image volume mounts.",
+        &[],
+    ))
+);
+metric!(
+    /// `kubelet_evented_pleg_connection_success_count`: container event streams opened.
+    EVENTED_PLEG_CONN: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_evented_pleg_connection_success_count",
+        "The number of times a streaming client was obtained to receive CRI Events.",
+        &[],
+    ))
+);
+metric!(
+    /// `kubelet_evented_pleg_connection_error_count`: container event streams that failed to open or broke.
+    EVENTED_PLEG_CONN_ERR: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_evented_pleg_connection_error_count",
+        "The number of errors encountered during the establishment of streaming connection with the CRI runtime.",
+        &[],
+    ))
+);
+metric!(
+    /// `kubelet_evented_pleg_connection_latency_seconds`: a container event's creation → its arrival.
+    EVENTED_PLEG_CONN_LATENCY: HistogramVec = HistogramVec::new(
+        Opts::alpha(
+            "kubelet_evented_pleg_connection_latency_seconds",
+            "The latency of streaming connection with the CRI runtime, measured in seconds.",
+            &[],
+        ),
+        DEFAULT_BUCKETS.to_vec(),
+    )
+);
+
 /// Registers every kubelet metric and the process collector in [`crate::global`] (idempotent).
 pub fn register_all() {
     static DONE: std::sync::Once = std::sync::Once::new();
@@ -315,6 +380,14 @@ pub fn register_all() {
         LazyLock::force(&PREEMPTIONS);
         LazyLock::force(&EVICTION_STATS_AGE);
         LazyLock::force(&IMAGE_GARBAGE_COLLECTED);
+        LazyLock::force(&STARTED_USER_NAMESPACED_PODS);
+        LazyLock::force(&STARTED_USER_NAMESPACED_PODS_ERRORS);
+        LazyLock::force(&IMAGE_VOLUME_REQUESTED);
+        LazyLock::force(&IMAGE_VOLUME_MOUNTED_SUCCEED);
+        LazyLock::force(&IMAGE_VOLUME_MOUNTED_ERRORS);
+        LazyLock::force(&EVENTED_PLEG_CONN);
+        LazyLock::force(&EVENTED_PLEG_CONN_ERR);
+        LazyLock::force(&EVENTED_PLEG_CONN_LATENCY);
         crate::global().register(Arc::new(crate::process::ProcessCollector));
     });
 }

@@ -527,7 +527,9 @@ impl RuntimeManager {
         let userns = self.user_namespace(pod).map_err(|m| err("CreateContainerConfigError", m))?;
         config_gen::set_container_user_namespace(&mut config, userns);
         kubelet_metrics::kubelet::STARTED_CONTAINERS.inc(&[kind]);
-        let id = self.runtime.create_container(sandbox_id, config, sandbox_config.clone()).await.map_err(|e| {
+        let created = self.runtime.create_container(sandbox_id, config, sandbox_config.clone()).await;
+        image_volume_metrics(c, inputs.image_volumes, created.as_ref().err());
+        let id = created.map_err(|e| {
             kubelet_metrics::kubelet::STARTED_CONTAINERS_ERRORS.inc(&[e.code(), kind]);
             err("CreateContainerError", e.message())
         })?;
@@ -687,6 +689,26 @@ fn container_type(pod: &Pod, name: &str) -> &'static str {
     } else {
         "container"
     }
+}
+
+/// Counts a container's image volumes as upstream's `incrementImageVolumeMetrics` once `CreateContainer` answered:
+/// the pod's image volumes requested, and each of the container's mounts of one mounted, or failed where the
+/// runtime said the image volume could not be mounted (`ImageVolumeMountFailed`).
+fn image_volume_metrics(
+    c: &Container,
+    image_volumes: &crate::images::ImageVolumes,
+    error: Option<&kubelet_cri::CriError>,
+) {
+    use kubelet_metrics::kubelet::{IMAGE_VOLUME_MOUNTED_ERRORS, IMAGE_VOLUME_MOUNTED_SUCCEED, IMAGE_VOLUME_REQUESTED};
+    let requested = image_volumes.values().filter(|r| r.is_ok()).count();
+    if requested == 0 {
+        return;
+    }
+    IMAGE_VOLUME_REQUESTED.add(&[], requested as f64);
+    let mount_failed = error.is_some_and(|e| e.message().starts_with("ImageVolumeMountFailed"));
+    let mounts = c.volume_mounts.iter().flatten().filter(|m| image_volumes.get(&m.name).is_some_and(|r| r.is_ok()));
+    let counter = if mount_failed { &IMAGE_VOLUME_MOUNTED_ERRORS } else { &IMAGE_VOLUME_MOUNTED_SUCCEED };
+    counter.add(&[], mounts.count() as f64);
 }
 
 #[cfg(test)]

@@ -127,6 +127,8 @@ pub struct SyncResult {
     /// The sync asked the runtime to change something (kill, remove, create or start), so the pod's cached
     /// status no longer holds; a sync that changed nothing leaves it true.
     pub changed: bool,
+    /// The sync set out to make the pod's sandbox (whether it succeeded or not).
+    pub sandbox_attempted: bool,
 }
 
 impl SyncResult {
@@ -321,6 +323,13 @@ impl RuntimeManager {
             Some(name) => self.objects.runtime_handler(name),
             None => Ok(String::new()),
         }
+    }
+
+    /// Whether the handler of the pod's RuntimeClass makes recursive read-only mounts, for the pod's status
+    /// (`runtimeClassSupportsRecursiveReadOnlyMounts`; quiet, unlike the start of a container, which logs why not).
+    pub fn pod_supports_recursive_read_only(&self, pod: &Pod) -> bool {
+        let Ok(handler) = self.pod_runtime_handler(pod) else { return false };
+        self.handlers.borrow().handler(&handler).is_some_and(|h| h.recursive_read_only_mounts)
     }
 
     /// Where the OOM watcher records the containers the kernel killed at their memory limit.
@@ -595,6 +604,14 @@ impl RuntimeManager {
     /// containers that never ran, then the next init container or the app containers.
     pub async fn sync_pod(&self, pod: &Pod, status: &PodStatus) -> SyncResult {
         let mut result = self.sync_pod_inner(pod, status).await;
+        // A sync that made the sandbox of a `hostUsers: false` pod counts as its start; any failed step of that
+        // sync as an error of it (upstream's deferred check of the sync results).
+        if result.sandbox_attempted && pod.spec.as_ref().and_then(|s| s.host_users) == Some(false) {
+            kubelet_metrics::kubelet::STARTED_USER_NAMESPACED_PODS.inc(&[]);
+            if !result.ok() {
+                kubelet_metrics::kubelet::STARTED_USER_NAMESPACED_PODS_ERRORS.inc(&[]);
+            }
+        }
         // Anything but a back-off may have changed the runtime (a failed create can leave a container behind).
         result.changed |= !result.started.is_empty() || !result.only_backoff();
         result
@@ -643,6 +660,7 @@ impl RuntimeManager {
         let mut sandbox_id = actions.sandbox_id.clone();
         let mut pod_ips = status.ips.clone();
         if actions.create_sandbox {
+            result.sandbox_attempted = true;
             match self.create_sandbox(pod, actions.attempt).await {
                 Ok((id, ips)) => {
                     sandbox_id = id;

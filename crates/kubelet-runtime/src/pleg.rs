@@ -142,16 +142,17 @@ enum Watch {
 /// What woke the PLEG.
 enum Wake {
     Relist,
-    /// An item of the event stream (an event, the stream's error) or its end.
-    Event(Option<kubelet_cri::CriResult<()>>),
+    /// An item of the event stream (an event's creation time, the stream's error) or its end.
+    Event(Option<kubelet_cri::CriResult<i64>>),
     Reopen,
 }
 
 /// The next item of the event stream, without its contents (only the relist looks at the runtime's state); never,
 /// without a stream.
-async fn next_event(watch: &mut Watch) -> Option<kubelet_cri::CriResult<()>> {
+/// The next event's creation time (Unix nanoseconds, as the runtime stamped it).
+async fn next_event(watch: &mut Watch) -> Option<kubelet_cri::CriResult<i64>> {
     match watch {
-        Watch::Streaming { stream, .. } => stream.next().await.map(|r| r.map(drop)),
+        Watch::Streaming { stream, .. } => stream.next().await.map(|r| r.map(|ev| ev.created_at)),
         _ => std::future::pending().await,
     }
 }
@@ -173,6 +174,8 @@ pub struct GenericPleg {
     held: HashMap<PodUid, (Vec<PodLifecycleEvent>, u32)>,
     /// Inspections that outlasted their relist's [`INSPECTION_WAIT`], by pod.
     inflight: HashMap<PodUid, Inspection>,
+    /// Whether the runtime's container events are asked for (off: the periodic relist only).
+    use_events: bool,
 }
 
 impl Drop for GenericPleg {
@@ -208,6 +211,24 @@ impl GenericPleg {
             reinspect: Default::default(),
             held: HashMap::new(),
             inflight: HashMap::new(),
+            use_events: true,
+        }
+    }
+
+    /// Never asks for the runtime's container events: a relist every period, as upstream's generic PLEG
+    /// (`featureGates: {EventedPLEG: false}`).
+    pub fn without_events(mut self) -> Self {
+        self.use_events = false;
+        self
+    }
+
+    /// An event made at `created_at` (Unix nanoseconds) arrived: its age
+    /// (`kubelet_evented_pleg_connection_latency_seconds`).
+    fn arrived(&self, created_at: i64) {
+        let now = self.manager.clock().now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+        let age = now.as_nanos() as i64 - created_at;
+        if created_at > 0 && age >= 0 {
+            kubelet_metrics::kubelet::EVENTED_PLEG_CONN_LATENCY.observe(&[], age as f64 / 1e9);
         }
     }
 
@@ -283,11 +304,12 @@ impl GenericPleg {
                     let mut events = 0usize;
                     let lost = loop {
                         match item {
-                            Some(Ok(_)) => {
+                            Some(Ok(created_at)) => {
                                 events += 1;
+                                self.arrived(created_at);
                                 let Watch::Streaming { stream, .. } = &mut watch else { break None };
                                 match stream.next().now_or_never() {
-                                    Some(next) => item = next.map(|r| r.map(drop)),
+                                    Some(next) => item = next.map(|r| r.map(|ev| ev.created_at)),
                                     None => break None,
                                 }
                             }
@@ -338,8 +360,14 @@ impl GenericPleg {
 
     /// Opens the runtime's container event stream (at start when `first`, else after it broke).
     async fn open_events(&self, backoff: &mut Duration, periodic_threshold: Duration, first: bool) -> Watch {
+        if !self.use_events {
+            info!(period = ?self.period, "container events are off (featureGates EventedPLEG: false); relisting every period");
+            self.health.set_threshold(periodic_threshold);
+            return Watch::Unsupported;
+        }
         match self.manager.runtime().container_events().await {
             Ok(stream) => {
+                kubelet_metrics::kubelet::EVENTED_PLEG_CONN.inc(&[]);
                 info!("container events stream connected");
                 self.health.set_threshold(EVENTED_RELIST_THRESHOLD);
                 self.health.mark();
@@ -347,6 +375,7 @@ impl GenericPleg {
             }
             Err(CriError::Unimplemented { .. }) => self.unsupported(periodic_threshold),
             Err(e) => {
+                kubelet_metrics::kubelet::EVENTED_PLEG_CONN_ERR.inc(&[]);
                 if first {
                     warn!(error = %e, "container events stream broken; relisting every second until it is back");
                 } else {
@@ -384,6 +413,7 @@ impl GenericPleg {
         {
             *backoff = STREAM_RETRY_MIN;
         }
+        kubelet_metrics::kubelet::EVENTED_PLEG_CONN_ERR.inc(&[]);
         let error = end.map_or_else(|| "the runtime ended the stream".to_string(), |e| e.to_string());
         warn!(error = %error, "container events stream broken; relisting every second until it is back");
         // The stream was alive until now; from now on the relists (every period) keep the PLEG seen.

@@ -220,3 +220,21 @@ async fn without_events_the_pleg_relists_every_second() {
     cancel.cancel();
     task.await.unwrap();
 }
+
+#[tokio::test(start_paused = true)]
+async fn with_events_turned_off_a_streaming_runtime_is_relisted_every_second_and_never_asked() {
+    let (fake, _cache, mut rx, health, pleg) = on_fake(1000);
+    fake.enable_events();
+    let (_, c) = running_pod(&fake, "a").await;
+    let (cancel, task) = spawn(pleg.without_events());
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
+    assert_eq!(fake.count("GetContainerEvents"), 0, "the stream is never opened");
+    assert_eq!(relists(&fake), 11, "at 0 s, 1 s, ..., 10 s");
+    assert_eq!(health.threshold(), RELIST_THRESHOLD);
+    while rx.try_recv().is_ok() {}
+    fake.exit_container(&c, 1);
+    let ev = tokio::time::timeout(Duration::from_secs(1), rx.recv()).await.expect("reported by the next relist");
+    assert_eq!(ev.unwrap(), died("a", &c));
+    cancel.cancel();
+    task.await.unwrap();
+}

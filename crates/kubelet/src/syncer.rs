@@ -239,6 +239,7 @@ impl KubeletSyncer {
             pod_is_terminal: terminal,
             probes: self.probes.as_ref(),
             deadline_exceeded,
+            supports_recursive_read_only: self.runtime.pod_supports_recursive_read_only(pod),
         };
         let mut status = generate_api_pod_status(pod, &inputs);
         self.keep_terminal_phase(pod, &mut status);
@@ -310,15 +311,18 @@ impl PodSyncer for KubeletSyncer {
                 warn!(pod = %key, podUID = %key.uid, action = e.action, target = %e.target, reason = %e.reason, message = %e.message, "error syncing pod");
             }
         }
-        // Publish what the sync did right away rather than at the next relist; a sync that changed nothing leaves
-        // the status as published.
-        if result.changed
-            && let Ok(rt) = self.inspect(&key).await
-        {
-            let phase = self.publish(pod, &rt, false).await;
-            if is_terminal_phase(phase.as_deref()) {
-                return SyncOutcome::Terminal;
+        // Publish what the sync did right away rather than at the next sync (upstream shows a step's reason only
+        // then, so `ImagePullBackOff` after `ErrImagePull` could wait for minutes); a sync that changed nothing in
+        // the runtime but failed (a back-off) publishes its reasons over the status it started from.
+        if result.changed {
+            if let Ok(rt) = self.inspect(&key).await {
+                let phase = self.publish(pod, &rt, false).await;
+                if is_terminal_phase(phase.as_deref()) {
+                    return SyncOutcome::Terminal;
+                }
             }
+        } else if !result.ok() {
+            self.publish(pod, &rt, false).await;
         }
         if !result.ok() {
             return SyncOutcome::Retry(WORKER_BACKOFF);

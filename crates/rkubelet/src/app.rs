@@ -386,7 +386,12 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     }
 
     let (pleg_tx, pleg_rx) = mpsc::channel(PLEG_CHANNEL_CAPACITY);
-    let pleg = GenericPleg::new(runtime.clone(), cache.clone(), pleg_tx, pleg_health.clone(), RELIST_PERIOD);
+    let mut pleg = GenericPleg::new(runtime.clone(), cache.clone(), pleg_tx, pleg_health.clone(), RELIST_PERIOD);
+    // Container events drive the relist unless the operator turned the gate off explicitly (upstream's Evented
+    // PLEG is alpha and off; rkubelet's event-woken relist is on unless `EventedPLEG: false`).
+    if cfg.feature_gate("EventedPLEG") == Some(false) {
+        pleg = pleg.without_events();
+    }
     tracker.spawn(pleg.run(cancel.clone()));
 
     // Pod sources and their merge.

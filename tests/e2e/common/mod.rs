@@ -458,6 +458,17 @@ pub fn tail(s: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// An unlabelled series' value in a Prometheus text page (`name value`).
+pub fn metric(text: &str, name: &str) -> Option<f64> {
+    text.lines().find(|l| l.starts_with(&format!("{name} "))).and_then(|l| l.split(' ').nth(1)?.parse().ok())
+}
+
+/// A metric of the node under test, from its read-only port's `/metrics` (0 when absent).
+pub async fn node_metric(name: &str) -> f64 {
+    let text = http_get(READ_ONLY_PORT, "/metrics").await.map(|(_, b)| b).unwrap_or_default();
+    metric(&text, name).unwrap_or(0.0)
+}
+
 /// A plain HTTP GET on loopback: (status, body).
 pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -12,7 +12,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::{
     Container, ContainerState as ApiState, ContainerStateRunning, ContainerStateTerminated, ContainerStateWaiting,
-    ContainerStatus as ApiContainerStatus, HostIP, PodCondition, PodIP, PodStatus as ApiPodStatus,
+    ContainerStatus as ApiContainerStatus, HostIP, PodCondition, PodIP, PodStatus as ApiPodStatus, VolumeMountStatus,
 };
 use kubelet_runtime::ReasonCache;
 use kubelet_runtime::actions::should_container_be_restarted;
@@ -39,6 +39,29 @@ pub struct StatusInputs<'a> {
     pub probes: &'a dyn PodProbeStatus,
     /// The pod ran longer than its `activeDeadlineSeconds`: it fails with `DeadlineExceeded`.
     pub deadline_exceeded: bool,
+    /// Whether the pod's runtime handler makes recursive read-only mounts (for `volumeMounts[].recursiveReadOnly`).
+    pub supports_recursive_read_only: bool,
+}
+
+/// The container's mounts as its status reports them (`status.VolumeMounts`, set from the spec since the CRI does
+/// not know volume names): each read-only one with the recursive read-only mode it got, `Disabled` where the mode
+/// cannot be resolved (the container then never started).
+fn volume_mount_statuses(c: &Container, supports_rro: bool) -> Option<Vec<VolumeMountStatus>> {
+    let mounts = c.volume_mounts.as_deref().filter(|m| !m.is_empty())?;
+    let status = |m: &k8s_openapi::api::core::v1::VolumeMount| {
+        let read_only = m.read_only.unwrap_or(false);
+        let rro = read_only.then(|| {
+            let on = kubelet_runtime::runtime_handlers::resolve_recursive_read_only(m, supports_rro).unwrap_or(false);
+            if on { "Enabled" } else { "Disabled" }.to_string()
+        });
+        VolumeMountStatus {
+            name: m.name.clone(),
+            mount_path: m.mount_path.clone(),
+            read_only: Some(read_only),
+            recursive_read_only: rro,
+        }
+    };
+    Some(mounts.iter().map(status).collect())
 }
 
 /// The reason of a pod that outlived its `activeDeadlineSeconds`.
@@ -89,6 +112,7 @@ fn container_statuses(
                 ready: false,
                 restart_count: 0,
                 state: Some(waiting(default_waiting, None)),
+                volume_mounts: volume_mount_statuses(c, inputs.supports_recursive_read_only),
                 ..Default::default()
             };
             if let Some(cur) = instances.first() {
@@ -528,8 +552,52 @@ mod tests {
                 pod_is_terminal: terminal,
                 probes: &kubelet_types::probe::NoProbes,
                 deadline_exceeded: false,
+                supports_recursive_read_only: false,
             },
         )
+    }
+
+    #[test]
+    fn volume_mounts_are_reported_with_the_recursive_read_only_mode_each_got() {
+        let c: Container = serde_json::from_value(serde_json::json!({
+            "name": "app",
+            "volumeMounts": [
+                {"name": "rw", "mountPath": "/rw"},
+                {"name": "ro", "mountPath": "/ro", "readOnly": true},
+                {"name": "maybe", "mountPath": "/maybe", "readOnly": true, "recursiveReadOnly": "IfPossible"},
+                {"name": "must", "mountPath": "/must", "readOnly": true, "recursiveReadOnly": "Enabled"},
+            ],
+        }))
+        .unwrap();
+        let modes = |supports| {
+            volume_mount_statuses(&c, supports)
+                .unwrap()
+                .into_iter()
+                .map(|m| (m.name, m.read_only, m.recursive_read_only))
+                .collect::<Vec<_>>()
+        };
+        let s = |v: &str| Some(v.to_string());
+        assert_eq!(
+            modes(true),
+            vec![
+                ("rw".into(), Some(false), None),
+                ("ro".into(), Some(true), s("Disabled")),
+                ("maybe".into(), Some(true), s("Enabled")),
+                ("must".into(), Some(true), s("Enabled")),
+            ]
+        );
+        // Without runtime support `Enabled` cannot be resolved (the container never starts): Disabled, as upstream.
+        assert_eq!(
+            modes(false),
+            vec![
+                ("rw".into(), Some(false), None),
+                ("ro".into(), Some(true), s("Disabled")),
+                ("maybe".into(), Some(true), s("Disabled")),
+                ("must".into(), Some(true), s("Disabled")),
+            ]
+        );
+        let none: Container = serde_json::from_value(serde_json::json!({"name": "bare"})).unwrap();
+        assert!(volume_mount_statuses(&none, true).is_none(), "no mounts: no field");
     }
 
     fn cond<'a>(s: &'a ApiPodStatus, t: &str) -> &'a PodCondition {
