@@ -6,6 +6,8 @@
 #
 #   localhost/pause:1                          static `pause` from scripts/images/pause.c
 #   localhost/busybox:1, localhost/busybox:latest   Debian's busybox-static + applet links
+#   localhost/sample-device-plugin:1           upstream's e2e device plugin, when
+#                                              $RKUBELET_SAMPLE_DEVICE_PLUGIN names its program
 #
 # Why this exists: no container registry is reachable from these machines
 # (see /work/shared/notes/runtime-on-this-machine.md), and there is no docker.
@@ -199,10 +201,29 @@ GROUP
         localhost/busybox:1 localhost/busybox:latest
 }
 
+# ------------------------------------------------- sample-device-plugin ----
+# Upstream's e2e device plugin (a static Go program from ../shared, $RKUBELET_SAMPLE_DEVICE_PLUGIN): the program
+# alone, with /tmp for the device files it makes.
+build_sample_device_plugin() {
+    local rootfs="$OUTDIR/sample-device-plugin.rootfs"
+    rm -rf "$rootfs"
+    mkdir -p "$rootfs"/{tmp,var/lib/kubelet/device-plugins,var/run/cdi}
+    chmod 1777 "$rootfs/tmp"
+    cp "$RKUBELET_SAMPLE_DEVICE_PLUGIN" "$rootfs/sample-device-plugin"
+    chmod 0755 "$rootfs/sample-device-plugin"
+    build_image sample-device-plugin "$rootfs" \
+        "\"Entrypoint\":$(json_array /sample-device-plugin),\"WorkingDir\":\"/\"" \
+        localhost/sample-device-plugin:1
+}
+
 build_pause
 build_busybox
 import_image "$OUTDIR/pause.oci.tar"
 import_image "$OUTDIR/busybox.oci.tar"
+if [[ -n "${RKUBELET_SAMPLE_DEVICE_PLUGIN:-}" ]]; then
+    build_sample_device_plugin
+    import_image "$OUTDIR/sample-device-plugin.oci.tar"
+fi
 
 # Verify the names ctr actually gave the images (guards against ctr naming
 # them "import-<date>" or by tag only).

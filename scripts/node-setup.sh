@@ -357,11 +357,19 @@ rk_log "CRI plugin loaded"
 # 6. Images: built locally (no registry reachable), imported into k8s.io.
 # --------------------------------------------------------------------------
 need_images=false
+refs=(localhost/pause:1 localhost/busybox:1 localhost/busybox:latest)
+# Upstream's e2e device plugin, as an image of its own, where ../shared has it (the device tests need it).
+if plugin="$(rk_shared_program SAMPLE_DEVICE_PLUGIN k8s/bin/sample-device-plugin 2>&1)"; then
+    export RKUBELET_SAMPLE_DEVICE_PLUGIN="$plugin"
+    refs+=(localhost/sample-device-plugin:1)
+else
+    rk_log "no sample-device-plugin image: $plugin"
+fi
 if [[ "${RKUBELET_REBUILD_IMAGES:-0}" == 1 ]]; then
     need_images=true
 else
     present="$(timeout 10 ctr -a "$SOCK" -n k8s.io images ls -q)" || rk_die "ctr images ls failed on $SOCK"
-    for ref in localhost/pause:1 localhost/busybox:1 localhost/busybox:latest; do
+    for ref in "${refs[@]}"; do
         grep -qxF "$ref" <<<"$present" || need_images=true
     done
 fi
@@ -369,7 +377,7 @@ if $need_images; then
     rk_log "building and importing images"
     "$SCRIPT_DIR/build-images.sh" "$SOCK" "$WORKDIR/images"
 else
-    rk_log "images present: localhost/pause:1 localhost/busybox:1 localhost/busybox:latest"
+    rk_log "images present: ${refs[*]}"
 fi
 
 rk_log "ready in $(elapsed). CRI endpoint: unix://$SOCK"

@@ -1,5 +1,5 @@
-//! Compiles rkubelet's copy of the CRI `runtime.v1` proto and the gRPC health protocol into Rust
-//! (prost messages plus tonic client and server stubs).
+//! Compiles rkubelet's copies of the CRI `runtime.v1` proto, the gRPC health protocol, the device plugin API
+//! `v1beta1` and the plugin registration API into Rust (prost messages plus tonic client and server stubs).
 //!
 //! `protoc` comes from `protoc-bin-vendored`, so no system protoc is needed.
 
@@ -10,9 +10,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto_root = manifest_dir.join("../../proto");
     let cri_proto = proto_root.join("cri/runtime/v1/api.proto");
     let health_proto = proto_root.join("grpc/health/v1/health.proto");
+    let deviceplugin_proto = proto_root.join("deviceplugin/v1beta1/api.proto");
+    let registration_proto = proto_root.join("pluginregistration/v1/api.proto");
+    let protos = [cri_proto, health_proto, deviceplugin_proto, registration_proto];
 
-    println!("cargo:rerun-if-changed={}", cri_proto.display());
-    println!("cargo:rerun-if-changed={}", health_proto.display());
+    for p in &protos {
+        println!("cargo:rerun-if-changed={}", p.display());
+    }
     println!("cargo:rerun-if-changed=build.rs");
 
     // SAFETY: build scripts are single-threaded; nothing else reads the
@@ -26,7 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         // Server methods the fake does not serve answer UNIMPLEMENTED, as an older runtime would.
         .generate_default_stubs(true)
-        .compile_protos(&[cri_proto, health_proto], &[proto_root])?;
+        .compile_protos(&protos, &[proto_root])?;
 
     Ok(())
 }

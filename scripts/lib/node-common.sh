@@ -77,6 +77,27 @@ rk_containerd2_bin() {
     return 1
 }
 
+# rk_shared_program ENV REL: prints the path of a program the tests need from ../shared: $ENV when set, else REL
+# (e.g. k8s/bin/sample-device-plugin) unpacked by ../shared/unpack.sh. Fails with one line saying why.
+rk_shared_program() {
+    local var="$1" rel="$2" project unpack dest
+    if [[ -n "${!var:-}" ]]; then
+        [[ -x "${!var}" ]] || { echo "$var=${!var} is not an executable" >&2; return 1; }
+        echo "${!var}"
+        return 0
+    fi
+    project="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+    for unpack in "$project/../shared/unpack.sh" /work/shared/unpack.sh; do
+        [[ -f "$unpack" && -f "$(dirname "$unpack")/$rel.xz" ]] || continue
+        dest="$(sh "$unpack" 2>/dev/null | tail -n 1)"
+        [[ -x "$dest/$rel" ]] || { echo "$unpack did not unpack $rel" >&2; return 1; }
+        echo "$dest/$rel"
+        return 0
+    done
+    echo "$rel not found: neither $var nor ../shared/$rel.xz beside the project" >&2
+    return 1
+}
+
 # Serialise setup/teardown runs on the same WORKDIR (parallel test runners may
 # call setup at the same time; two of them must not each start a containerd).
 # fd 9 holds the lock: anything started in the background must close it (9>&-).

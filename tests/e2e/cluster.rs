@@ -545,12 +545,7 @@ async fn a_pod_with_host_users_false_runs_in_its_own_user_namespace_or_its_sandb
     assert_eq!(saved["uidMappings"], saved["gidMappings"]);
     assert_eq!(saved["uidMappings"][0]["length"], 65536);
     let c = &containers_of(&rt, "unmasked").await[0];
-    let crictl = test_cluster::unpacked_binary("CRICTL", "tools/bin/crictl").expect("crictl from ../shared");
-    let out = std::process::Command::new(crictl)
-        .args(["--runtime-endpoint", &endpoint(), "inspect", "-o", "json", &c.id])
-        .output()
-        .unwrap();
-    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let info = crictl("inspect", &c.id);
     let linux = &info["info"]["runtimeSpec"]["linux"];
     assert_eq!(
         linux["uidMappings"],

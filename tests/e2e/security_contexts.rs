@@ -9,11 +9,9 @@
 
 mod common;
 
-use std::process::Command;
 use std::time::Duration;
 
 use common::*;
-use serde_json::Value;
 
 const MAPPED: &str = r#"apiVersion: v1
 kind: Pod
@@ -48,17 +46,6 @@ fn needs_apparmor(name: &str, how: &str) -> String {
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n{how}spec:\n  containers:\n  - name: app\n    \
          image: localhost/busybox:1\n    command: [\"sleep\", \"3600\"]\n"
     )
-}
-
-/// `crictl inspect[p] -o json <id>` against the test's containerd.
-fn crictl(what: &str, id: &str) -> Value {
-    let crictl = test_cluster::unpacked_binary("CRICTL", "tools/bin/crictl").expect("crictl from ../shared");
-    let out = Command::new(crictl)
-        .args(["--runtime-endpoint", &endpoint(), what, "-o", "json", id])
-        .output()
-        .expect("run crictl");
-    assert!(out.status.success(), "crictl {what} {id}: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 #[tokio::test]

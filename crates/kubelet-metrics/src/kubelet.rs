@@ -347,6 +347,26 @@ metric!(
     )
 );
 
+metric!(
+    /// `kubelet_device_plugin_registration_total{resource_name}`: `Register` calls, refused ones too.
+    DEVICE_PLUGIN_REGISTRATION: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_device_plugin_registration_total",
+        "Cumulative number of device plugin registrations. Broken down by resource name.",
+        &["resource_name"],
+    ))
+);
+metric!(
+    /// `kubelet_device_plugin_alloc_duration_seconds{resource_name}`: each `Allocate` call.
+    DEVICE_PLUGIN_ALLOC_DURATION: HistogramVec = HistogramVec::new(
+        Opts::alpha(
+            "kubelet_device_plugin_alloc_duration_seconds",
+            "Duration in seconds to serve a device plugin Allocation request. Broken down by resource name.",
+            &["resource_name"],
+        ),
+        DEFAULT_BUCKETS.to_vec(),
+    )
+);
+
 /// Registers every kubelet metric and the process collector in [`crate::global`] (idempotent).
 pub fn register_all() {
     static DONE: std::sync::Once = std::sync::Once::new();
@@ -388,6 +408,8 @@ pub fn register_all() {
         LazyLock::force(&EVENTED_PLEG_CONN);
         LazyLock::force(&EVENTED_PLEG_CONN_ERR);
         LazyLock::force(&EVENTED_PLEG_CONN_LATENCY);
+        LazyLock::force(&DEVICE_PLUGIN_REGISTRATION);
+        LazyLock::force(&DEVICE_PLUGIN_ALLOC_DURATION);
         crate::global().register(Arc::new(crate::process::ProcessCollector));
     });
 }

@@ -29,3 +29,22 @@ pub mod health {
         tonic::include_proto!("grpc.health.v1");
     }
 }
+
+/// The device plugin API (`k8s.io/kubelet/pkg/apis/deviceplugin`): protobuf package `v1beta1`.
+pub mod deviceplugin {
+    /// `v1beta1`: the kubelet's `Registration` service and each plugin's `DevicePlugin` service.
+    #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all, unreachable_pub, unused_qualifications)]
+    pub mod v1beta1 {
+        tonic::include_proto!("v1beta1");
+    }
+}
+
+/// The plugin registration API (`k8s.io/kubelet/pkg/apis/pluginregistration/v1`; protobuf package
+/// `pluginregistration`), which each plugin in `<root-dir>/plugins_registry` serves.
+pub mod pluginregistration {
+    /// `pluginregistration`: `GetInfo` and `NotifyRegistrationStatus`.
+    #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all, unreachable_pub, unused_qualifications)]
+    pub mod v1 {
+        tonic::include_proto!("pluginregistration");
+    }
+}

@@ -482,7 +482,7 @@ impl RuntimeManager {
         };
         let target_id = spec.target_id(status).map_err(|m| err("CreateContainerConfigError", m))?;
         // The container's devices first (`GetResources`), as upstream's GenerateRunContainerOptions.
-        let devices = self.devices.run_options(pod, c).map_err(|m| err("CreateContainerConfigError", m))?;
+        let devices = self.devices.run_options(pod, c).await.map_err(|m| err("CreateContainerConfigError", m))?;
         crate::logs::ensure_dir(&log_dir)
             .map_err(|e| err("CreateContainerConfigError", format!("create {}: {e}", log_dir.display())))?;
         let env = crate::env::make_environment(crate::env::EnvInputs {

@@ -28,17 +28,23 @@ pub struct DeviceRunOptions {
 }
 
 /// The device managers as the runtime manager sees them.
+#[async_trait::async_trait]
 pub trait ContainerDevices: Send + Sync {
-    /// The devices of container `c` of `pod`, or why they cannot be given.
-    fn run_options(&self, pod: &Pod, c: &Container) -> Result<DeviceRunOptions, String>;
+    /// The devices of container `c` of `pod`, or why they cannot be given (a plugin's `PreStartContainer` may run
+    /// first).
+    async fn run_options(&self, pod: &Pod, c: &Container) -> Result<DeviceRunOptions, String>;
+
+    /// Frees the devices of a pod that will run nothing again (terminated or gone).
+    fn release(&self, _pod_uid: &str) {}
 }
 
 /// A node without device managers: no container gets devices.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NoDevices;
 
+#[async_trait::async_trait]
 impl ContainerDevices for NoDevices {
-    fn run_options(&self, _: &Pod, _: &Container) -> Result<DeviceRunOptions, String> {
+    async fn run_options(&self, _: &Pod, _: &Container) -> Result<DeviceRunOptions, String> {
         Ok(DeviceRunOptions::default())
     }
 }

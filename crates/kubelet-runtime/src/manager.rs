@@ -291,12 +291,13 @@ impl RuntimeManager {
     }
 
     /// Forgets what a terminated pod held once nothing of it runs (its cgroup is gone): its user namespace range
-    /// (`Release`) and the images of its image volumes.
+    /// (`Release`), the images of its image volumes and its devices.
     pub fn forget_terminated_pod(&self, uid: &PodUid) {
         if let Some(m) = &self.userns {
             m.release(&uid.0);
         }
         self.image_volumes_in_use.forget(&uid.0);
+        self.devices.release(&uid.0);
     }
 
     /// Frees the ranges of pods no longer known (`CleanupOrphanedPodUsernsAllocations`, from housekeeping).

@@ -83,8 +83,9 @@ async fn a_handler_without_user_namespaces_fails_the_sandbox_with_upstreams_text
 
 struct Cdi;
 
+#[async_trait::async_trait]
 impl ContainerDevices for Cdi {
-    fn run_options(&self, _: &Pod, c: &Container) -> Result<DeviceRunOptions, String> {
+    async fn run_options(&self, _: &Pod, c: &Container) -> Result<DeviceRunOptions, String> {
         Ok(DeviceRunOptions {
             envs: vec![("DEVICE".into(), format!("for-{}", c.name)), ("SHARED".into(), "device".into())],
             cdi_devices: vec!["example.com/resource=dev0".into()],

@@ -21,6 +21,15 @@ pub trait PodAdmitHandler: Send + Sync + 'static {
     fn admit(&self, pod: &Pod, others: &[std::sync::Arc<Pod>]) -> Option<AdmitResult>;
 }
 
+/// The admission step that allocates a pod's resources (upstream's topology manager admit handler, which calls the
+/// device manager's `Allocate` for each container): asynchronous, since it calls the plugins. Runs after the
+/// checks above have admitted the pod; a refusal is `UnexpectedAdmissionError` as upstream's.
+#[async_trait::async_trait]
+pub trait ResourceAllocator: Send + Sync + 'static {
+    /// None admits the pod; `others` are the pods already admitted.
+    async fn allocate(&self, pod: &Pod, others: &[std::sync::Arc<Pod>]) -> Option<AdmitResult>;
+}
+
 /// The sysctls every pod may set (`pkg/kubelet/sysctl/safe_sysctls.go`, kernels of 4.15 and later).
 pub const SAFE_SYSCTLS: &[&str] = &[
     "kernel.shm_rmid_forced",

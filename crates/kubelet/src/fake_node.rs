@@ -146,6 +146,7 @@ impl FakeNode {
             mirror: None,
             volumes: volumes.clone(),
             admit,
+            allocator: None,
             status: status.clone(),
             recorder,
             node_name: "fake-node".into(),

@@ -74,6 +74,8 @@ pub struct SyncLoopDeps {
     pub volumes: Arc<dyn crate::volumes::Volumes>,
     /// Admission checks of new pods.
     pub admit: Vec<Arc<dyn PodAdmitHandler>>,
+    /// The pod's resources allocated once the checks admitted it (the device manager; None: none to allocate).
+    pub allocator: Option<Arc<dyn crate::admission::ResourceAllocator>>,
     /// Where rejected pods get their status.
     pub status: Arc<StatusManager>,
     /// Where rejections are recorded.
@@ -169,7 +171,7 @@ impl SyncLoop {
                 biased;
                 _ = cancel.cancelled() => return,
                 u = self.deps.updates.recv() => match u {
-                    Some(u) => self.handle_update(u),
+                    Some(u) => self.handle_update(u).await,
                     None => return,
                 },
                 Some(done) = self.preempted.1.recv() => self.preemption_done(done),
@@ -200,7 +202,7 @@ impl SyncLoop {
         });
     }
 
-    fn handle_update(&mut self, mut u: PodUpdate) {
+    async fn handle_update(&mut self, mut u: PodUpdate) {
         // Mirror pods only show static pods in the apiserver: remember them, never run them.
         let (mirrors, pods): (Vec<_>, Vec<_>) = u.pods.into_iter().partition(|p| is_mirror_pod(p));
         for m in mirrors {
@@ -227,7 +229,7 @@ impl SyncLoop {
                 for p in pods {
                     let known = self.pods.get(&kubelet_types::pod_update::pod_uid(&p)).is_some();
                     self.pods.add_or_update(p.clone());
-                    if !known && !self.admit(&p) {
+                    if !known && !self.admit(&p).await {
                         continue;
                     }
                     self.dispatch(UpdateType::Create, &p, false);
@@ -276,7 +278,7 @@ impl SyncLoop {
     /// (`rejectPod`) and is not run. Pods already terminal are not checked. A critical pod that lacks resources
     /// is refused, or admitted by preempting other pods, after which it starts ([`SyncLoop::preemption_done`]).
     /// Returns whether the pod is to be run now.
-    fn admit(&mut self, pod: &Arc<Pod>) -> bool {
+    async fn admit(&mut self, pod: &Arc<Pod>) -> bool {
         if is_terminal_phase(pod.status.as_ref().and_then(|s| s.phase.as_deref())) {
             return true;
         }
@@ -285,7 +287,13 @@ impl SyncLoop {
         let r = match self.deps.admit.iter().find_map(|h| h.admit(pod, &others)) {
             Some(r) => r,
             None => match self.preemption.as_ref().map(|p| p.plan(pod, &others)) {
-                None | Some(Plan::Admit) => return true,
+                None | Some(Plan::Admit) => match &self.deps.allocator {
+                    None => return true,
+                    Some(a) => match a.allocate(pod, &others).await {
+                        None => return true,
+                        Some(r) => r,
+                    },
+                },
                 Some(Plan::Preempt { victims, requirements }) => {
                     self.start_preemption(pod, victims, requirements);
                     return false;

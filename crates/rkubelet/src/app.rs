@@ -47,6 +47,29 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
 
 /// Waits for the runtime to answer `Version`, with back-off (1 s doubling to 30 s), logging each failure.
 /// Returns `<runtime>://<version>`.
+/// (pod UID, container name) of every running container, from their labels; none when the runtime cannot say.
+async fn running_containers(runtime: &RemoteRuntime) -> std::collections::BTreeSet<(String, String)> {
+    let filter = kubelet_cri::api::ContainerFilter {
+        state: Some(kubelet_cri::api::ContainerStateValue {
+            state: kubelet_cri::api::ContainerState::ContainerRunning as i32,
+        }),
+        ..Default::default()
+    };
+    let list = match RuntimeService::list_containers(runtime, Some(filter)).await {
+        Ok(l) => l,
+        Err(e) => {
+            warn!(error = %e, "unable to list the running containers; their devices are checked again at admission");
+            vec![]
+        }
+    };
+    list.into_iter()
+        .filter_map(|c| {
+            let uid = c.labels.get("io.kubernetes.pod.uid")?.clone();
+            Some((uid, c.labels.get("io.kubernetes.container.name")?.clone()))
+        })
+        .collect()
+}
+
 async fn wait_for_runtime(runtime: &RemoteRuntime, cancel: &CancellationToken) -> Option<String> {
     let mut delay = Duration::from_secs(1);
     loop {
@@ -365,7 +388,24 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         .with_gated_projections(gated_projections(&cfg, kubeconfig.is_some())),
     );
     tracker.spawn(runtime_state.clone().run(remote.clone() as Arc<dyn RuntimeService>, cancel.clone()));
+    // The device manager serves the registration socket where upstream's does, whatever the root directory.
+    let device_manager = kubelet_cm::devicemanager::DeviceManager::new(std::path::Path::new(
+        kubelet_cm::devicemanager::DEVICE_PLUGIN_PATH,
+    ));
+    {
+        let (m, cancel) = (device_manager.clone(), cancel.clone());
+        tracker.spawn(async move {
+            if let Err(e) = m.run(cancel).await {
+                tracing::error!(error = %e, "device manager stopped");
+            }
+        });
+    }
+    // The containers running now keep the devices the checkpoint gives them when their pods are admitted again
+    // (upstream's containerMap at the device manager's Start).
+    device_manager.set_running_at_start(running_containers(&remote).await);
+    let devices = Arc::new(kubelet::devices::Devices::new(device_manager.clone()));
     let runtime = RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone())
+        .with_devices(devices.clone())
         .with_volumes(volumes.clone())
         .with_recorder(recorder.clone())
         .with_probe_results(probes.clone())
@@ -435,6 +475,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
             runtime_state: runtime_state.clone(),
             pleg: pleg_health.clone(),
             images: remote.clone(),
+            devices: device_manager.clone(),
             clock: clock.clone(),
             sources: src_tx.clone(),
             node_labels: cli.node_labels.clone(),
@@ -484,6 +525,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     }
     drop(src_tx);
     let sources_ready = SourcesReady::new(expected);
+    devices.set_sources_ready(sources_ready.clone());
     let (upd_tx, upd_rx) = mpsc::channel(UPDATE_CHANNEL_CAPACITY);
     let pod_config = PodConfig::new(sources_ready.clone(), clock.clone())
         .with_events(recorder.clone(), kubelet::nodestatus::manager::node_reference(&node_name));
@@ -587,6 +629,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         }),
         volumes: volumes.clone(),
         admit,
+        allocator: Some(devices.clone()),
         status: status.clone(),
         recorder,
         node_name: node_name.clone(),

@@ -31,6 +31,7 @@ struct Signals {
     pleg: Arc<PlegHealth>,
     images: Arc<dyn ImageService>,
     pressure: Arc<kubelet_eviction::PressureState>,
+    devices: Arc<kubelet_cm::devicemanager::DeviceManager>,
 }
 
 #[async_trait]
@@ -51,6 +52,10 @@ impl NodeSignals for Signals {
             pid_pressure: self.pressure.has(NodeCondition::PidPressure),
             runtime: self.runtime.runtime_info(),
         }
+    }
+
+    fn devices(&self) -> kubelet_cm::devicemanager::Capacity {
+        self.devices.capacity()
     }
 
     async fn images(&self) -> Vec<NodeImage> {
@@ -88,6 +93,8 @@ pub struct ClusterDeps<'a> {
     pub pleg: Arc<PlegHealth>,
     /// The image service.
     pub images: Arc<dyn ImageService>,
+    /// The device manager (its resources in the node status, which updates as soon as they change).
+    pub devices: Arc<kubelet_cm::devicemanager::DeviceManager>,
     /// Wall clock.
     pub clock: Arc<dyn Clock>,
     /// Where the apiserver source sends its pods.
@@ -119,7 +126,14 @@ pub async fn start(
     let api =
         Arc::new(api.with_rate_limit(f64::from(cfg.kube_api_qps.unwrap_or(50)), cfg.kube_api_burst.max(1) as u32));
     let inputs = d.inputs;
-    let signals = Arc::new(Signals { runtime: d.runtime_state, pleg: d.pleg, images: d.images, pressure: d.pressure });
+    let wake = d.devices.changes();
+    let signals = Arc::new(Signals {
+        runtime: d.runtime_state,
+        pleg: d.pleg,
+        images: d.images,
+        pressure: d.pressure,
+        devices: d.devices,
+    });
     if cfg.register_node.unwrap_or(true) {
         let ns_cfg = NodeStatusConfig {
             update_frequency: cfg.node_status_update_frequency.0,
@@ -130,7 +144,8 @@ pub async fn start(
         };
         let m = NodeStatusManager::new(api.clone(), signals, inputs, ns_cfg, d.clock.clone())
             .with_recorder(Arc::new(d.events.0.clone()))
-            .with_node_watch(d.node_watch);
+            .with_node_watch(d.node_watch)
+            .with_wake(wake);
         tracker.spawn(m.run(cancel.clone()));
     }
     let (sink, rx) = d.events;

@@ -458,6 +458,17 @@ pub fn tail(s: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// `crictl inspect[p] -o json <id>` against the test's containerd.
+pub fn crictl(what: &str, id: &str) -> Value {
+    let crictl = test_cluster::unpacked_binary("CRICTL", "tools/bin/crictl").expect("crictl from ../shared");
+    let out = Command::new(crictl)
+        .args(["--runtime-endpoint", &endpoint(), what, "-o", "json", id])
+        .output()
+        .expect("run crictl");
+    assert!(out.status.success(), "crictl {what} {id}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// An unlabelled series' value in a Prometheus text page (`name value`).
 pub fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines().find(|l| l.starts_with(&format!("{name} "))).and_then(|l| l.split(' ').nth(1)?.parse().ok())

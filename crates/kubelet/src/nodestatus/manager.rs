@@ -37,6 +37,10 @@ pub trait NodeSignals: Send + Sync + 'static {
     async fn health(&self) -> NodeHealth;
     /// Images present on the node.
     async fn images(&self) -> Vec<NodeImage>;
+    /// The device plugins' resources (`GetCapacity`); none by default.
+    fn devices(&self) -> kubelet_cm::devicemanager::Capacity {
+        Default::default()
+    }
 }
 
 /// Settings of the node status loop.
@@ -63,6 +67,8 @@ pub struct NodeStatusManager {
     clock: Arc<dyn Clock>,
     registered: tokio::sync::watch::Sender<Option<Node>>,
     recorder: Arc<dyn Recorder>,
+    /// Changes that update the status at once (see [`NodeStatusManager::with_wake`]).
+    wake: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 /// A reference to the node for its events (upstream uses the node name as UID).
@@ -101,7 +107,15 @@ impl NodeStatusManager {
             clock,
             registered: tokio::sync::watch::channel(None).0,
             recorder: Arc::new(kubelet_types::events::LogRecorder),
+            wake: None,
         }
+    }
+
+    /// Updates the status at once when `wake` changes (a device plugin's devices), not only every
+    /// `nodeStatusUpdateFrequency`.
+    pub fn with_wake(mut self, wake: tokio::sync::watch::Receiver<u64>) -> Self {
+        self.wake = Some(wake);
+        self
     }
 
     /// Records node events (NodeReady, NodeNotReady) to `recorder`.
@@ -189,7 +203,9 @@ impl NodeStatusManager {
         let images = self.signals.images().await;
         let now = api_time(self.clock.now());
         let old = current.status.as_ref();
-        let status = node_status(&self.inputs, &health, &images, &now, old);
+        let devices = self.signals.devices();
+        let mut status = node_status(&self.inputs, &health, &images, &now, old);
+        super::setters::set_device_resources(&mut status, &devices);
         let desired = with_kubelet_status(&current, &status);
         let changed = old.map(without_heartbeats) != desired.status.as_ref().map(without_heartbeats);
         let due = last_report.is_none_or(|at| at.elapsed() >= self.cfg.report_frequency);
@@ -254,10 +270,12 @@ impl NodeStatusManager {
         let mut tick = tokio::time::interval(self.cfg.update_frequency);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_report = None;
+        let mut wake = self.wake.clone();
         loop {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tick.tick() => {}
+                Ok(()) = async { match wake.as_mut() { Some(w) => w.changed().await, None => std::future::pending().await } } => {}
             }
             if let Err(e) = self.sync_status(&mut last_report).await {
                 warn!(node = %self.inputs.node_name, error = %e, "error updating node status, will retry");

@@ -273,6 +273,26 @@ pub fn node_status(
     }
 }
 
+/// The device plugins' resources in the status (the `MachineInfo` setter's device part): each resource's devices
+/// in capacity, its healthy ones in allocatable (capacity where the plugin reported none yet), a removed resource
+/// at 0 in both (kept, as upstream keeps it, to mark it as a device plugin's).
+pub fn set_device_resources(st: &mut NodeStatus, d: &kubelet_cm::devicemanager::Capacity) {
+    let cap = st.capacity.get_or_insert_default();
+    for (k, v) in &d.capacity {
+        cap.insert(k.clone(), q(v.to_string()));
+    }
+    for k in &d.removed {
+        cap.insert(k.clone(), q("0".into()));
+    }
+    let alloc = st.allocatable.get_or_insert_default();
+    for (k, v) in &d.capacity {
+        alloc.insert(k.clone(), q(d.allocatable.get(k).unwrap_or(v).to_string()));
+    }
+    for k in &d.removed {
+        alloc.insert(k.clone(), q("0".into()));
+    }
+}
+
 /// The default labels the kubelet owns (`updateDefaultLabels`).
 pub fn default_labels(i: &NodeInputs) -> BTreeMap<String, String> {
     let mut l = BTreeMap::new();
