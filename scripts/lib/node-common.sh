@@ -54,48 +54,49 @@ rk_select_runtime() {
     export PATH="$WORKDIR/bin:$PATH"
 }
 
+# rk_shared_unpacked REL: prints where ../shared/unpack.sh (beside the project, or /work/shared) unpacked REL, a
+# program or folder of ../shared (REL.xz, or a folder holding .xz programs). Fails with one line saying why.
+rk_shared_unpacked() {
+    local rel="$1" project unpack here dest
+    project="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+    for unpack in "$project/../shared/unpack.sh" /work/shared/unpack.sh; do
+        here="$(dirname "$unpack")"
+        [[ -f "$unpack" && ( -f "$here/$rel.xz" || -d "$here/$rel" ) ]] || continue
+        dest="$(sh "$unpack" 2>/dev/null | tail -n 1)"
+        [[ -e "$dest/$rel" ]] || { echo "$unpack did not unpack $rel" >&2; return 1; }
+        echo "$dest/$rel"
+        return 0
+    done
+    echo "../shared/$rel not found beside the project" >&2
+    return 1
+}
+
 # rk_containerd2_bin: prints the folder holding containerd 2.3's programs: $RKUBELET_CONTAINERD2_BIN, else
-# ../shared/runtimes/containerd-2.3/bin unpacked by ../shared/unpack.sh (beside the project, or /work/shared).
-# Fails with one line saying why when neither is there.
+# ../shared/runtimes/containerd-2.3/bin unpacked by ../shared/unpack.sh. Fails with one line saying why.
 rk_containerd2_bin() {
-    local project unpack bin
+    local bin
     if [[ -n "${RKUBELET_CONTAINERD2_BIN:-}" ]]; then
         [[ -x "$RKUBELET_CONTAINERD2_BIN/containerd" ]] ||
             { echo "RKUBELET_CONTAINERD2_BIN=$RKUBELET_CONTAINERD2_BIN holds no containerd" >&2; return 1; }
         echo "$RKUBELET_CONTAINERD2_BIN"
         return 0
     fi
-    project="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-    for unpack in "$project/../shared/unpack.sh" /work/shared/unpack.sh; do
-        [[ -f "$unpack" && -d "$(dirname "$unpack")/runtimes/containerd-2.3" ]] || continue
-        bin="$(sh "$unpack" 2>/dev/null | tail -n 1)/runtimes/containerd-2.3/bin"
-        [[ -x "$bin/containerd" ]] || { echo "$unpack did not unpack containerd 2.3 (got $bin)" >&2; return 1; }
-        echo "$bin"
-        return 0
-    done
-    echo "containerd 2.3 not found: neither RKUBELET_CONTAINERD2_BIN nor ../shared/runtimes/containerd-2.3 beside the project" >&2
-    return 1
+    bin="$(rk_shared_unpacked runtimes/containerd-2.3/bin 2>&1)" ||
+        { echo "containerd 2.3 not found: neither RKUBELET_CONTAINERD2_BIN nor $bin" >&2; return 1; }
+    [[ -x "$bin/containerd" ]] || { echo "../shared/unpack.sh did not unpack containerd 2.3 (got $bin)" >&2; return 1; }
+    echo "$bin"
 }
 
 # rk_shared_program ENV REL: prints the path of a program the tests need from ../shared: $ENV when set, else REL
 # (e.g. k8s/bin/sample-device-plugin) unpacked by ../shared/unpack.sh. Fails with one line saying why.
 rk_shared_program() {
-    local var="$1" rel="$2" project unpack dest
+    local var="$1" rel="$2"
     if [[ -n "${!var:-}" ]]; then
         [[ -x "${!var}" ]] || { echo "$var=${!var} is not an executable" >&2; return 1; }
         echo "${!var}"
         return 0
     fi
-    project="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-    for unpack in "$project/../shared/unpack.sh" /work/shared/unpack.sh; do
-        [[ -f "$unpack" && -f "$(dirname "$unpack")/$rel.xz" ]] || continue
-        dest="$(sh "$unpack" 2>/dev/null | tail -n 1)"
-        [[ -x "$dest/$rel" ]] || { echo "$unpack did not unpack $rel" >&2; return 1; }
-        echo "$dest/$rel"
-        return 0
-    done
-    echo "$rel not found: neither $var nor ../shared/$rel.xz beside the project" >&2
-    return 1
+    rk_shared_unpacked "$rel"
 }
 
 # Serialise setup/teardown runs on the same WORKDIR (parallel test runners may

@@ -46,6 +46,8 @@ fn allocatable(node: &serde_json::Value) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_device_plugins_devices_reach_pods_with_their_cdi_edits_and_survive_an_rkubelet_restart() {
     let (_g, rt) = fresh_runtime().await;
+    // The image node-setup built (an earlier test's image GC may have collected it).
+    restore_node_images();
     let cdi = containerd_version() != "1.6";
     let _ = std::fs::remove_file("/var/run/cdi/example.com.json");
     let env = TestEnv::new().await;

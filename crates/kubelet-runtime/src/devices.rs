@@ -12,20 +12,8 @@
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kubelet_cri::api;
 
-/// A container's devices, as the device managers allocated them.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct DeviceRunOptions {
-    /// Environment variables (before the container's own).
-    pub envs: Vec<(String, String)>,
-    /// Device nodes.
-    pub devices: Vec<api::Device>,
-    /// Mounts (before the container's volume mounts).
-    pub mounts: Vec<api::Mount>,
-    /// Annotations for the runtime (the kubelet's own keys win).
-    pub annotations: Vec<(String, String)>,
-    /// Fully qualified CDI device names (`vendor.com/class=name`).
-    pub cdi_devices: Vec<String>,
-}
+/// A container's devices, as the device managers allocated them (the device manager's own type).
+pub use kubelet_cm::devicemanager::RunOptions as DeviceRunOptions;
 
 /// The device managers as the runtime manager sees them.
 #[async_trait::async_trait]

@@ -50,14 +50,7 @@ impl ResourceAllocator for Devices {
 #[async_trait::async_trait]
 impl ContainerDevices for Devices {
     async fn run_options(&self, pod: &Pod, c: &Container) -> Result<DeviceRunOptions, String> {
-        let o = self.manager.run_options(pod, c).await?;
-        Ok(DeviceRunOptions {
-            envs: o.envs,
-            devices: o.devices,
-            mounts: o.mounts,
-            annotations: o.annotations,
-            cdi_devices: o.cdi_devices,
-        })
+        self.manager.run_options(pod, c).await
     }
 
     fn release(&self, pod_uid: &str) {

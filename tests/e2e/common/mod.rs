@@ -458,6 +458,26 @@ pub fn tail(s: &str, n: usize) -> String {
     lines[lines.len().saturating_sub(n)..].join("\n")
 }
 
+/// Imports an image tarball into the test containerd's `k8s.io` namespace.
+pub fn import(tar: &Path) {
+    let sock = endpoint().trim_start_matches("unix://").to_string();
+    let out = Command::new(runtime_program("ctr"))
+        .args(["-a", &sock, "-n", "k8s.io", "images", "import"])
+        .arg(tar)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "ctr import: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Imports again the optional images node-setup built (`<workdir>/images`) that a test's image GC may have
+/// collected: the device plugin's.
+pub fn restore_node_images() {
+    let tar = workdir().join("images/sample-device-plugin.oci.tar");
+    if tar.exists() {
+        import(&tar);
+    }
+}
+
 /// `crictl inspect[p] -o json <id>` against the test's containerd.
 pub fn crictl(what: &str, id: &str) -> Value {
     let crictl = test_cluster::unpacked_binary("CRICTL", "tools/bin/crictl").expect("crictl from ../shared");

@@ -353,6 +353,19 @@ impl DeviceManager {
     /// variable, device path, mount path, annotation and CDI name winning, resources in name order.
     pub async fn run_options(&self, pod: &Pod, c: &Container) -> Result<RunOptions, String> {
         let uid = pod_uid(pod);
+        // A container admitted before its resource's plugin registered has no devices yet: allocated now
+        // (`needsReAllocate`), never started without them.
+        let missing = {
+            let s = self.lock();
+            limits(c).iter().any(|(r, n)| {
+                *n > 0
+                    && s.is_device_resource(r)
+                    && s.container_devices(&(uid.clone(), c.name.clone(), r.clone())).is_none()
+            })
+        };
+        if missing {
+            self.allocate_container(&uid, c).await?;
+        }
         for (r, n) in limits(c) {
             if n == 0 {
                 continue;

@@ -381,3 +381,18 @@ fn allocation_errors_are_upstreams() {
     );
     assert_eq!(s.plan(&key, 1, &BTreeSet::new(), true).unwrap(), Plan::Done, "kept across a restart");
 }
+
+#[tokio::test]
+async fn a_container_admitted_before_its_plugin_registered_gets_its_devices_when_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let (m, _stop) = started(dir.path()).await;
+    let p = pod("u1", None, &[1]);
+    // Unknown resource at admission: nothing to allocate (upstream's resource fit ignores it too).
+    m.allocate(&p, &BTreeSet::new(), true).await.unwrap();
+    let (stub, _plugin) = serve(dir.path(), "p.sock", vec![dev("d1", true)], Default::default());
+    register(dir.path(), "p.sock", R).await.unwrap();
+    until(&m, |c| c.allocatable.get(R) == Some(&1)).await;
+    let o = m.run_options(&p, container(&p, "app0")).await.unwrap();
+    assert_eq!(o.envs, vec![("DEVICES".to_string(), "d1".to_string())]);
+    assert_eq!(stub.allocs.lock().unwrap().len(), 1);
+}
