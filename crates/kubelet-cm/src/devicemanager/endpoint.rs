@@ -17,6 +17,9 @@ use tonic::transport::{Channel, Endpoint as TonicEndpoint};
 pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// `PreStartContainer`'s deadline (`KubeletPreStartContainerRPCTimeoutInSecs`).
 pub const PRE_START_TIMEOUT: Duration = Duration::from_secs(30);
+/// The deadline of `Allocate` and `GetPreferredAllocation`. Upstream sets none; they run in admission, which holds
+/// the sync loop, so a plugin that never answers refuses the pod instead of stopping every pod's admission.
+pub const ALLOCATE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A failed call to a device plugin.
 #[derive(Debug, thiserror::Error)]
@@ -108,7 +111,10 @@ impl Endpoint {
     /// `Allocate` of `ids` for one container.
     pub async fn allocate(&self, ids: Vec<String>) -> Result<pb::AllocateResponse, EndpointError> {
         let mut c = self.client.clone();
-        let req = pb::AllocateRequest { container_requests: vec![pb::ContainerAllocateRequest { devices_ids: ids }] };
+        let mut req = tonic::Request::new(pb::AllocateRequest {
+            container_requests: vec![pb::ContainerAllocateRequest { devices_ids: ids }],
+        });
+        req.set_timeout(ALLOCATE_TIMEOUT);
         c.allocate(req).await.map(|r| r.into_inner()).map_err(|s| self.failed("Allocate", s))
     }
 
@@ -120,13 +126,14 @@ impl Endpoint {
         size: i32,
     ) -> Result<pb::PreferredAllocationResponse, EndpointError> {
         let mut c = self.client.clone();
-        let req = pb::PreferredAllocationRequest {
+        let mut req = tonic::Request::new(pb::PreferredAllocationRequest {
             container_requests: vec![pb::ContainerPreferredAllocationRequest {
                 available_device_i_ds: available,
                 must_include_device_i_ds: must_include,
                 allocation_size: size,
             }],
-        };
+        });
+        req.set_timeout(ALLOCATE_TIMEOUT);
         c.get_preferred_allocation(req)
             .await
             .map(|r| r.into_inner())

@@ -80,13 +80,14 @@ pub struct DeviceManager {
     changed: tokio::sync::watch::Sender<u64>,
 }
 
+/// The container's limits as whole counts (`Quantity.Value()`, rounded up).
 fn limits(c: &Container) -> Vec<(String, usize)> {
     let l = c.resources.as_ref().and_then(|r| r.limits.as_ref());
     l.into_iter()
         .flatten()
         .filter_map(|(k, q)| {
-            let n: f64 = q.0.parse().ok()?;
-            Some((k.clone(), n.max(0.0) as usize))
+            let n = kubelet_types::quantity::parse_quantity(&q.0)?;
+            Some((k.clone(), n.max(0.0).ceil() as usize))
         })
         .collect()
 }
@@ -190,42 +191,30 @@ impl DeviceManager {
     /// Reads the plugin's device lists until the stream ends, then stops the resource (unless a newer
     /// registration replaced this one).
     async fn watch(self: Arc<Self>, resource: String, generation: u64, e: Endpoint) {
-        let mut stream = match e.list_and_watch().await {
-            Ok(s) => s,
-            Err(err) => {
-                if self.lock().disconnected(&resource, generation, Instant::now()) {
-                    warn!(resourceName = %resource, error = %err, "ListAndWatch ended unexpectedly for device plugin");
-                    self.bump();
-                }
-                return;
-            }
-        };
-        loop {
-            match stream.next().await {
-                Some(Ok(resp)) => {
-                    let mut s = self.lock();
-                    if s.endpoints.get(&resource).is_none_or(|e| e.generation != generation) {
-                        // A newer registration of the resource took over; this stream is its predecessor's.
-                        return;
-                    }
-                    debug!(resourceName = %resource, devices = resp.devices.len(), "device plugin device list");
-                    s.devices(&resource, &resp.devices);
-                    self.write_checkpoint(&s);
-                    drop(s);
-                    self.bump();
-                }
-                end => {
-                    let why = match end {
-                        Some(Err(e)) => e.message().to_string(),
-                        _ => "the plugin closed the stream".into(),
-                    };
-                    if self.lock().disconnected(&resource, generation, Instant::now()) {
-                        warn!(resourceName = %resource, error = %why, "ListAndWatch ended unexpectedly for device plugin");
+        let why = match e.list_and_watch().await {
+            Ok(mut stream) => loop {
+                match stream.next().await {
+                    Some(Ok(resp)) => {
+                        let mut s = self.lock();
+                        if s.endpoints.get(&resource).is_none_or(|e| e.generation != generation) {
+                            // A newer registration of the resource took over; this stream is its predecessor's.
+                            return;
+                        }
+                        debug!(resourceName = %resource, devices = resp.devices.len(), "device plugin device list");
+                        s.devices(&resource, &resp.devices);
+                        self.write_checkpoint(&s);
+                        drop(s);
                         self.bump();
                     }
-                    return;
+                    Some(Err(e)) => break e.message().to_string(),
+                    None => break "the plugin closed the stream".to_string(),
                 }
-            }
+            },
+            Err(e) => e.to_string(),
+        };
+        if self.lock().disconnected(&resource, generation, Instant::now()) {
+            warn!(resourceName = %resource, error = %why, "ListAndWatch ended unexpectedly for device plugin");
+            self.bump();
         }
     }
 
@@ -256,7 +245,7 @@ impl DeviceManager {
         {
             let mut s = self.lock();
             s.reuse.retain(|u, _| *u == uid);
-            if sources_ready {
+            if sources_ready && !s.pods.is_empty() {
                 // The pods admitted, this one, and those whose containers ran when rkubelet started (the pods of
                 // one batch are admitted one after another: a later one of them is not active yet).
                 let mut keep = active.clone();
@@ -308,21 +297,20 @@ impl DeviceManager {
             };
             let ids = self.lock().choose(&key, needed, &reusable, &available, &preferred);
             let start = Instant::now();
-            let all: Vec<String> = self.lock().container_devices(&key).unwrap_or_default().into_iter().collect();
-            let answer = endpoint.allocate(all).await;
+            let answer = endpoint.allocate(ids.clone()).await;
             kubelet_metrics::kubelet::DEVICE_PLUGIN_ALLOC_DURATION.observe(&[&r], start.elapsed().as_secs_f64());
             let mut s = self.lock();
-            let resp = match answer.map(|a| a.container_responses.into_iter().next()) {
-                Ok(Some(resp)) => resp,
-                Ok(None) => {
-                    s.pods.remove(&key);
-                    s.recount();
-                    return Err(format!("no containers return in allocation response for {r}"));
-                }
+            let answer = answer.map_err(|e| e.to_string()).and_then(|a| {
+                let first = a.container_responses.into_iter().next();
+                first.ok_or_else(|| format!("no containers return in allocation response for {r}"))
+            });
+            let resp = match answer {
+                Ok(resp) => resp,
                 Err(e) => {
+                    // The devices chosen for the call go back to the pool.
                     s.pods.remove(&key);
                     s.recount();
-                    return Err(e.to_string());
+                    return Err(e);
                 }
             };
             info!(podUID = uid, containerName = %c.name, resourceName = %r, devices = ?ids, "devices allocated");

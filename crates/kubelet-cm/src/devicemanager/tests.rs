@@ -192,12 +192,12 @@ async fn started(dir: &Path) -> (Arc<DeviceManager>, CancellationToken) {
     let cancel = CancellationToken::new();
     tokio::spawn(m.clone().run(cancel.clone()));
     let sock = dir.join(KUBELET_SOCKET);
-    for _ in 0..1000 {
-        if tokio::net::UnixStream::connect(&sock).await.is_ok() {
-            break;
+    let up = async {
+        while tokio::net::UnixStream::connect(&sock).await.is_err() {
+            tokio::task::yield_now().await;
         }
-        tokio::task::yield_now().await;
-    }
+    };
+    tokio::time::timeout(Duration::from_secs(10), up).await.expect("the registration socket is served");
     (m, cancel)
 }
 
