@@ -132,8 +132,8 @@ for prog in "${RT_PROGRAMS[@]}"; do
         ln -sfn "$prog" "$WORKDIR/bin/$(basename "$prog")"
 done
 runtime_env_tmp="$(mktemp "$WORKDIR/.runtime.env.XXXXXX")"
-printf 'RK_CONTAINERD=%s\nRK_CNI_NETWORK=%s\nRK_BRIDGE=%s\nRK_POD_CIDR=%s\n' \
-    "$RK_CONTAINERD" "$RK_CNI_NETWORK" "$RK_BRIDGE" "$RK_POD_CIDR" >"$runtime_env_tmp"
+printf 'RK_CONTAINERD=%s\nRK_NETWORK=%s\nRK_CNI_NETWORK=%s\nRK_BRIDGE=%s\nRK_POD_CIDR=%s\n' \
+    "$RK_CONTAINERD" "$RK_NETWORK" "$RK_CNI_NETWORK" "$RK_BRIDGE" "$RK_POD_CIDR" >"$runtime_env_tmp"
 install_if_changed "$runtime_env_tmp" "$WORKDIR/runtime.env" || true
 rk_log "containerd $RK_CONTAINERD: $("$WORKDIR/bin/containerd" --version), $("$WORKDIR/bin/runc" --version | head -n 1)"
 

@@ -200,13 +200,15 @@ fi
 
 # --------------------------------------------------------------------------
 # 6. Leftover cgroups. containerd never removes the pod-level folders
-#    (/kubepods/<qos>/pod<uid>), and `ctr run` leaves an empty /k8s.io parent.
+#    (/kubepods/<qos>/pod<uid>), and `ctr run` leaves an empty /k8s.io parent;
+#    the test suite's second lane roots its pods at /rk-e2e-lane<N>.
 #    rmdir depth-first; rmdir only removes empty cgroups, so anything still
 #    holding processes is reported, never killed.
 # --------------------------------------------------------------------------
 shopt -s nullglob
 busy=0
-for top in /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/kubepods* /sys/fs/cgroup/*/k8s.io /sys/fs/cgroup/k8s.io; do
+for top in /sys/fs/cgroup/*/kubepods* /sys/fs/cgroup/kubepods* /sys/fs/cgroup/*/rk-e2e-lane* /sys/fs/cgroup/*/k8s.io \
+    /sys/fs/cgroup/k8s.io; do
     [[ -d "$top" ]] || continue
     while IFS= read -r -d '' dir; do
         if ! rmdir "$dir" 2>/dev/null; then

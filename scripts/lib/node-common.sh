@@ -37,20 +37,27 @@ rk_resolve_workdir() {
 
 # rk_select_runtime: which containerd WORKDIR runs, and the names that go with it (shared by setup and teardown).
 # $RKUBELET_CONTAINERD picks it: `1.6` (Debian's containerd and runc, the default) or `2.3` (containerd 2.3 and runc
-# 1.5 from ../shared/runtimes/containerd-2.3); without it, what setup recorded in $WORKDIR/runtime.env. Each has its
-# own CNI network, bridge and subnet, so both can run at once. $WORKDIR/bin holds links to the runtime's programs
+# 1.5 from ../shared/runtimes/containerd-2.3); without it, what setup recorded in $WORKDIR/runtime.env. Each
+# workdir has its own CNI network, bridge and subnet, so several can run at once: network N (0-9) is `rkubelet`
+# (N=0) or `rkubelet<N+1>`, bridge `cni<N>`, subnet 10.<88+N>.0.0/16. $RKUBELET_NETWORK picks N; by default 0 for
+# 1.6 and 1 for 2.3 (the test suite's second 2.3 lane takes 2). $WORKDIR/bin holds links to the runtime's programs
 # (containerd, its shim, ctr, runc) and comes first in PATH: every script and test finds the right ones there.
 rk_select_runtime() {
-    local want="${RKUBELET_CONTAINERD:-}"
+    local want="${RKUBELET_CONTAINERD:-}" net="${RKUBELET_NETWORK:-}"
     if [[ -z "$want" && -f "$WORKDIR/runtime.env" ]]; then
         want="$(sed -n 's/^RK_CONTAINERD=//p' "$WORKDIR/runtime.env")"
+        [[ -n "$net" ]] || net="$(sed -n 's/^RK_NETWORK=//p' "$WORKDIR/runtime.env")"
     fi
     RK_CONTAINERD="${want:-1.6}"
     case "$RK_CONTAINERD" in
-        1.6) RK_CNI_NETWORK="rkubelet" RK_BRIDGE="cni0" RK_POD_CIDR="10.88.0.0/16" ;;
-        2.3) RK_CNI_NETWORK="rkubelet2" RK_BRIDGE="cni1" RK_POD_CIDR="10.89.0.0/16" ;;
+        1.6) RK_NETWORK="${net:-0}" ;;
+        2.3) RK_NETWORK="${net:-1}" ;;
         *) rk_die "RKUBELET_CONTAINERD=$RK_CONTAINERD: expected 1.6 (Debian's containerd) or 2.3 (../shared/runtimes/containerd-2.3)" ;;
     esac
+    [[ "$RK_NETWORK" =~ ^[0-9]$ ]] || rk_die "RKUBELET_NETWORK=$RK_NETWORK: expected one digit, 0-9"
+    if ((RK_NETWORK == 0)); then RK_CNI_NETWORK="rkubelet"; else RK_CNI_NETWORK="rkubelet$((RK_NETWORK + 1))"; fi
+    RK_BRIDGE="cni$RK_NETWORK"
+    RK_POD_CIDR="10.$((88 + RK_NETWORK)).0.0/16"
     export PATH="$WORKDIR/bin:$PATH"
 }
 

@@ -114,7 +114,7 @@ fn raise_open_files_limit() -> u64 {
 async fn connect_from(ip: Ipv4Addr) -> std::io::Result<TcpStream> {
     let s = TcpSocket::new_v4()?;
     s.bind(SocketAddr::from((ip, 0)))?;
-    s.connect(SocketAddr::from(([127, 0, 0, 1], SECURE_PORT))).await
+    s.connect(SocketAddr::from(([127, 0, 0, 1], secure_port()))).await
 }
 
 fn tls_connector() -> tokio_rustls::TlsConnector {
@@ -261,7 +261,7 @@ async fn the_kubelet_api_under_abuse_keeps_its_memory_bounded_serves_others_and_
     let mut node = Node::start_with(&[("chatty.yaml", &manifest())], anonymous_allowed);
     let pod = node.wait_running(POD).await;
     let pid = node.pid();
-    let api = KubeletApi::new(SECURE_PORT);
+    let api = KubeletApi::new(secure_port());
     let chatty = format!("/containerLogs/default/{POD}/chatty");
     node.wait_for("the chatty container's first line", Duration::from_secs(20), || async {
         (api.get(&chatty).await == (200, "ready\n".to_string())).then_some(())

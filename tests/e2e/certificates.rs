@@ -87,7 +87,7 @@ async fn a_kubeadm_node_rotates_client_and_serving_certificates_while_pods_run()
     common::drill::report(format_args!("FIGURE join from a bootstrap token to Node Ready: {:?}", t0.elapsed()));
     assert!(!pem_files(&cert_dir, "kubelet-client").is_empty(), "bootstrapped");
     // Until its serving certificate is issued, the kubelet API refuses TLS, as upstream's.
-    let refused = served_certificate(SECURE_PORT).await;
+    let refused = served_certificate(secure_port()).await;
     let issued = cert_dir.join("kubelet-server-current.pem");
     node.wait_for("the serving certificate", Duration::from_secs(60), || async { issued.exists().then_some(()) }).await;
     common::drill::report(format_args!(
@@ -125,11 +125,11 @@ async fn a_kubeadm_node_rotates_client_and_serving_certificates_while_pods_run()
         checks += 1;
         // The kubelet API serves the current serving certificate (a second after a swap at most).
         if let Some(current) = pem_leaf(&cert_dir.join("kubelet-server-current.pem")) {
-            let served = served_certificate(SECURE_PORT).await.expect("the kubelet API answers TLS");
+            let served = served_certificate(secure_port()).await.expect("the kubelet API answers TLS");
             if served != current {
                 tokio::time::sleep(Duration::from_secs(1)).await;
                 let current = pem_leaf(&cert_dir.join("kubelet-server-current.pem")).unwrap();
-                assert_eq!(served_certificate(SECURE_PORT).await.unwrap(), current, "the new certificate is served");
+                assert_eq!(served_certificate(secure_port()).await.unwrap(), current, "the new certificate is served");
             }
             served_checks += 1;
         }
@@ -187,7 +187,7 @@ async fn a_kubeadm_node_rotates_client_and_serving_certificates_while_pods_run()
     assert!(kc.contains("kubelet-client-current.pem"), "{kc}");
 
     // Metrics as upstream's.
-    let (_, m) = http_get(READ_ONLY_PORT, "/metrics").await.unwrap();
+    let (_, m) = http_get(read_only_port(), "/metrics").await.unwrap();
     let ttl = metric(&m, "kubelet_certificate_manager_client_ttl_seconds").expect("client TTL gauge");
     assert!(ttl > 0.0 && ttl <= LIFETIME.as_secs_f64(), "{ttl}");
     let ttl = metric(&m, "kubelet_certificate_manager_server_ttl_seconds").expect("server TTL gauge");
@@ -237,7 +237,7 @@ async fn a_serving_certificate_replaced_on_disk_is_served_without_a_restart() {
     });
     node.wait_healthy().await;
     let first = node
-        .wait_for("the secure port", Duration::from_secs(30), || async { served_certificate(SECURE_PORT).await.ok() })
+        .wait_for("the secure port", Duration::from_secs(30), || async { served_certificate(secure_port()).await.ok() })
         .await;
     assert_eq!(Some(first.clone()), pem_leaf(&cert));
     let pid = node.pid();
@@ -246,7 +246,7 @@ async fn a_serving_certificate_replaced_on_disk_is_served_without_a_restart() {
         let want = pem_leaf(&cert).unwrap();
         let t0 = Instant::now();
         node.wait_for("the replaced certificate served", Duration::from_secs(10), || async {
-            (served_certificate(SECURE_PORT).await.ok() == Some(want.clone())).then_some(())
+            (served_certificate(secure_port()).await.ok() == Some(want.clone())).then_some(())
         })
         .await;
         common::drill::report(format_args!("FIGURE replaced serving certificate file served after {:?}", t0.elapsed()));

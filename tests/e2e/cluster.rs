@@ -26,7 +26,7 @@ async fn node_registers_turns_ready_and_renews_its_lease() {
     assert_eq!(n["metadata"]["labels"]["kubernetes.io/os"], "linux");
     assert_eq!(n["status"]["capacity"]["pods"], "110");
     assert!(n["status"]["nodeInfo"]["containerRuntimeVersion"].as_str().unwrap().starts_with("containerd://"));
-    assert_eq!(n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"], SECURE_PORT);
+    assert_eq!(n["status"]["daemonEndpoints"]["kubeletEndpoint"]["Port"], secure_port());
     let addresses = n["status"]["addresses"].as_array().unwrap();
     assert!(addresses.iter().any(|a| a["type"] == "Hostname" && a["address"] == env.node.as_str()), "{addresses:?}");
     for kind in ["MemoryPressure", "DiskPressure", "PIDPressure"] {

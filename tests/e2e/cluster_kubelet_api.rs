@@ -40,7 +40,7 @@ async fn authentication_and_authorization_are_decided_by_the_apiserver() {
     env.create(&rbac).await;
     let viewer_token = env.kubectl(&["create", "token", "viewer"]).await.trim().to_string();
     let ops_token = env.kubectl(&["create", "token", "ops"]).await.trim().to_string();
-    let api = KubeletApi::new(SECURE_PORT);
+    let api = KubeletApi::new(secure_port());
 
     // Authentication.
     assert_eq!(api.get("/pods").await, (401, "Unauthorized".into()), "no credentials");
@@ -77,7 +77,7 @@ async fn authentication_and_authorization_are_decided_by_the_apiserver() {
     assert_eq!(code, 200);
     let cfg: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(cfg["kubeletconfig"]["authorization"]["mode"], "Webhook");
-    assert_eq!(cfg["kubeletconfig"]["port"], SECURE_PORT);
+    assert_eq!(cfg["kubeletconfig"]["port"], secure_port());
     assert!(cfg["kubeletconfig"].get("kind").is_none(), "no TypeMeta, as upstream");
     assert_eq!(api.with_token(&ops_token).get("/runningpods/").await.0, 200);
 
@@ -213,7 +213,8 @@ async fn kubectl_logs_exec_attach_and_port_forward_through_the_apiserver() {
     assert!(env.node_requests().iter().any(|e| e["objectRef"]["resource"] == "subjectaccessreviews"));
 
     // The pod-start SLI of an apiserver pod, from its creation.
-    let api = KubeletApi::new(SECURE_PORT).with_cert(pair(env.cp.pki.client("admin", Some("system:masters")).unwrap()));
+    let api =
+        KubeletApi::new(secure_port()).with_cert(pair(env.cp.pki.client("admin", Some("system:masters")).unwrap()));
     let fams = parse_prometheus(&api.get("/metrics").await.1);
     for name in ["kubelet_pod_start_sli_duration_seconds_count", "kubelet_pod_start_total_duration_seconds_count"] {
         let n = fams.get(name).and_then(|f| f.1.first()).map(|s| s.1);

@@ -76,7 +76,7 @@ async fn a_static_critical_pod_that_does_not_fit_preempts_a_burstable_pod_and_ru
     assert_eq!(idle["status"]["phase"], "Running", "the BestEffort pod stays");
     assert_eq!(container_status(&idle, "app").unwrap()["restartCount"], 0);
     assert!(sandboxes_of(&rt, "web").await.iter().all(|s| s.state != 0), "the preempted pod's sandbox is stopped");
-    let metrics = http_get(READ_ONLY_PORT, "/metrics").await.map(|(_, b)| b).unwrap_or_default();
+    let metrics = http_get(read_only_port(), "/metrics").await.map(|(_, b)| b).unwrap_or_default();
     assert!(metrics.contains("kubelet_preemptions{preemption_signal=\"cpu\"} 1"), "{}", tail(&metrics, 30));
 
     // A static critical pod asking 2 cpus: even every pod it may preempt would not free enough.

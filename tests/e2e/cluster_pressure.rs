@@ -159,7 +159,7 @@ async fn memory_scenario(notifier: bool) -> Duration {
     assert!(!events.trim().is_empty(), "an Evicted event on the pod");
 
     // The metrics count it under its signal.
-    let metrics = http_get(READ_ONLY_PORT, "/metrics").await.map(|(_, b)| b).unwrap_or_default();
+    let metrics = http_get(read_only_port(), "/metrics").await.map(|(_, b)| b).unwrap_or_default();
     assert!(metrics.contains("kubelet_evictions{eviction_signal=\"memory.available\"} 1"), "{}", tail(&metrics, 30));
     assert!(metrics.contains("kubelet_eviction_stats_age_seconds_count{eviction_signal=\"memory.available\"}"));
 

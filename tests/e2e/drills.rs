@@ -162,7 +162,7 @@ async fn upgrade(env: &TestEnv, node: &mut Node, rt: &RemoteRuntime, base: &Base
     node.wait_healthy().await;
     let healthy = t.elapsed();
     // Every probed pod's readiness probe runs again within one period (5 s) of the new binary being up.
-    let api = KubeletApi::new(SECURE_PORT);
+    let api = KubeletApi::new(secure_port());
     let probed: Vec<String> =
         drill::names(workload()).into_iter().enumerate().filter(|(i, _)| i % 3 == 1).map(|p| p.1).collect();
     node.wait_for("every readiness probe to run again", Duration::from_secs(30), || async {

@@ -126,7 +126,7 @@ async fn one_pod_whose_runtime_calls_hang_stalls_nothing_else() {
 
     // The hang: every status call naming the pod is held back; then its web container dies, so the PLEG and the
     // pod's worker have to inspect it.
-    let api = KubeletApi::new(SECURE_PORT);
+    let api = KubeletApi::new(secure_port());
     let before = pleg_figures(&api).await;
     let (needles, containers) = identities(&rt, &env.ns, HUNG).await;
     let web = containers.iter().find(|c| c.state == api::ContainerState::ContainerRunning as i32).expect("web runs");
@@ -161,7 +161,7 @@ async fn one_pod_whose_runtime_calls_hang_stalls_nothing_else() {
             t0.elapsed().as_secs_f64(),
             n["status"]["conditions"]
         );
-        let health = http_get(HEALTHZ_PORT, "/healthz").await;
+        let health = http_get(healthz_port(), "/healthz").await;
         assert_eq!(health, Some((200, "ok".into())), "/healthz {:.0} s into the hang", t0.elapsed().as_secs_f64());
         if last_at.elapsed() >= Duration::from_secs(10) {
             let now = pleg_figures(&api).await;

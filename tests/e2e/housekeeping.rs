@@ -10,6 +10,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use tokio::time::Instant;
+
 use common::kubelet_api::KubeletApi;
 use common::*;
 use kubelet_cri::ImageService;
@@ -85,8 +87,16 @@ async fn disk_pressure_collects_unused_images_but_not_used_or_sandbox_ones() {
     for (name, size) in [("localhost/gc-old:1", 12 << 20), ("localhost/gc-new:1", 4 << 20)] {
         import(&build_image(tmp.path(), name, size));
     }
-    let before = tags(&rt).await;
-    assert!(before.contains(&"localhost/gc-old:1".to_string()) && before.contains(&"localhost/gc-new:1".to_string()));
+    // containerd 2's CRI image store learns of an import through an event: the images show a moment later.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let before = tags(&rt).await;
+        if before.contains(&"localhost/gc-old:1".to_string()) && before.contains(&"localhost/gc-new:1".to_string()) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the imported images are not listed by CRI after 30 s: {before:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     // Every image no pod uses is collected: the two made here, and whatever else node-setup imported that the test
     // node does not run (the device plugin's image), which is imported again afterwards for the tests that need it.
     let in_use = |t: &String| t.starts_with("localhost/busybox:") || t.starts_with("localhost/pause:");
@@ -154,7 +164,7 @@ async fn disk_pressure_collects_unused_images_but_not_used_or_sandbox_ones() {
 
 /// The kubelet's `/metrics` on the read-only port.
 async fn reqwest_metrics() -> String {
-    http_get(READ_ONLY_PORT, "/metrics").await.map(|(_, b)| b).unwrap_or_default()
+    http_get(read_only_port(), "/metrics").await.map(|(_, b)| b).unwrap_or_default()
 }
 
 /// A container that writes about 200 KiB a second in numbered lines and exits after `lines` (0: never).
@@ -215,7 +225,7 @@ async fn container_logs_rotate_at_their_size_and_logs_keep_working() {
     assert!(text.lines().all(|l| l.contains(" stdout F line-")), "CRI log lines in the compressed file");
 
     // The kubelet API still serves the log (the current file), with lines later than the rotated ones.
-    let api = KubeletApi::new(SECURE_PORT);
+    let api = KubeletApi::new(secure_port());
     let path = "/containerLogs/default/chatty-e2e-node/app?tailLines=1";
     // (Right after a rotation the current file may still be empty.)
     let n: u64 = node

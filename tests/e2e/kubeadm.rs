@@ -141,10 +141,10 @@ async fn rkubelet_starts_from_kubeadms_own_files_and_flags_and_the_node_turns_re
             .replace("unix:///run/containerd/containerd.sock", &endpoint())
             .replace("/etc/kubernetes/manifests", &n.manifests.display().to_string())
             .replace("/etc/kubernetes/pki/ca.crt", &ca.display().to_string())
-            .replace("healthzPort: 10248", &format!("healthzPort: {HEALTHZ_PORT}"));
+            .replace("healthzPort: 10248", &format!("healthzPort: {}", healthz_port()));
         // The test nodes' eviction thresholds: upstream's default percentages put a fuller build disk under
         // DiskPressure at once, and no pod would be admitted.
-        format!("{text}address: 127.0.0.1\nport: {SECURE_PORT}\npodLogsDir: {}\n{EVICTION_HARD}", n.logs.display())
+        format!("{text}address: 127.0.0.1\nport: {}\npodLogsDir: {}\n{EVICTION_HARD}", secure_port(), n.logs.display())
     };
     // kubeadm's flags as its drop-in passes them, the node name substituted.
     let mut args: Vec<String> =

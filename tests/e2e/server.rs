@@ -50,7 +50,7 @@ async fn logs_exec_and_port_forward_through_the_kubelet_api() {
     let (_g, rt) = fresh_runtime().await;
     let mut node = Node::start_with(&[("talk.yaml", &talk_manifest())], anonymous_allowed);
     node.wait_running(POD).await;
-    let api = KubeletApi::new(SECURE_PORT);
+    let api = KubeletApi::new(secure_port());
     let app = format!("/containerLogs/default/{POD}/app");
 
     // Logs: the whole log, then each query option.

@@ -1,5 +1,8 @@
-//! The node's resource managers (`pkg/kubelet/cm`): today the device manager (`devicemanager`), the device plugin
-//! API `v1beta1` side of the kubelet. The core asks them through traits it owns; they never import each other.
+//! The node's resource managers (`pkg/kubelet/cm`): the device manager (`devicemanager`), the device plugin API
+//! `v1beta1` side of the kubelet, and the pod resources API that tells monitoring agents what each container was
+//! given (`podresources`, upstream's `pkg/kubelet/apis/podresources`). The core asks them through traits it owns;
+//! they never import each other.
 
 pub mod devicemanager;
+pub mod podresources;
 pub mod uds_authority;

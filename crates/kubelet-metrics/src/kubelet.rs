@@ -367,6 +367,73 @@ metric!(
     )
 );
 
+metric!(
+    /// `plugin_manager_total_plugins{socket_path, state}`: the plugin sockets of the plugin manager's desired and
+    /// actual states (no `kubelet_` prefix, as upstream's).
+    PLUGIN_MANAGER_TOTAL_PLUGINS: GaugeVec = GaugeVec::new(Opts::alpha(
+        "plugin_manager_total_plugins",
+        "Number of plugins in Plugin Manager",
+        &["socket_path", "state"],
+    ))
+);
+
+metric!(
+    /// `kubelet_pod_resources_endpoint_requests_total{server_api_version}`: every call of either version.
+    POD_RESOURCES_REQUESTS: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_pod_resources_endpoint_requests_total",
+        "Cumulative number of requests to the PodResource endpoint. Broken down by server api version.",
+        &["server_api_version"],
+    ))
+);
+metric!(
+    /// `kubelet_pod_resources_endpoint_requests_list{server_api_version}`: `v1` `List` calls.
+    POD_RESOURCES_REQUESTS_LIST: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_pod_resources_endpoint_requests_list",
+        "Number of requests to the PodResource List endpoint. Broken down by server api version.",
+        &["server_api_version"],
+    ))
+);
+metric!(
+    /// `kubelet_pod_resources_endpoint_requests_get_allocatable{server_api_version}`: `v1` `GetAllocatableResources` calls.
+    POD_RESOURCES_REQUESTS_GET_ALLOCATABLE: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_pod_resources_endpoint_requests_get_allocatable",
+        "Number of requests to the PodResource GetAllocatableResources endpoint. Broken down by server api version.",
+        &["server_api_version"],
+    ))
+);
+metric!(
+    /// `kubelet_pod_resources_endpoint_errors_list{server_api_version}`: never counted, as upstream's.
+    POD_RESOURCES_ERRORS_LIST: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_pod_resources_endpoint_errors_list",
+        "Number of requests to the PodResource List endpoint which returned error. Broken down by server api version.",
+        &["server_api_version"],
+    ))
+);
+metric!(
+    /// `kubelet_pod_resources_endpoint_errors_get_allocatable{server_api_version}`: never counted, as upstream's.
+    POD_RESOURCES_ERRORS_GET_ALLOCATABLE: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_pod_resources_endpoint_errors_get_allocatable",
+        "Number of requests to the PodResource GetAllocatableResources endpoint which returned error. Broken down by server api version.",
+        &["server_api_version"],
+    ))
+);
+metric!(
+    /// `kubelet_pod_resources_endpoint_requests_get{server_api_version}`: `v1` `Get` calls.
+    POD_RESOURCES_REQUESTS_GET: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_pod_resources_endpoint_requests_get",
+        "Number of requests to the PodResource Get endpoint. Broken down by server api version.",
+        &["server_api_version"],
+    ))
+);
+metric!(
+    /// `kubelet_pod_resources_endpoint_errors_get{server_api_version}`: `v1` `Get` calls for a pod the kubelet does not have.
+    POD_RESOURCES_ERRORS_GET: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_pod_resources_endpoint_errors_get",
+        "Number of requests to the PodResource Get endpoint which returned error. Broken down by server api version.",
+        &["server_api_version"],
+    ))
+);
+
 /// Registers every kubelet metric and the process collector in [`crate::global`] (idempotent).
 pub fn register_all() {
     static DONE: std::sync::Once = std::sync::Once::new();
@@ -410,6 +477,14 @@ pub fn register_all() {
         LazyLock::force(&EVENTED_PLEG_CONN_LATENCY);
         LazyLock::force(&DEVICE_PLUGIN_REGISTRATION);
         LazyLock::force(&DEVICE_PLUGIN_ALLOC_DURATION);
+        LazyLock::force(&PLUGIN_MANAGER_TOTAL_PLUGINS);
+        LazyLock::force(&POD_RESOURCES_REQUESTS);
+        LazyLock::force(&POD_RESOURCES_REQUESTS_LIST);
+        LazyLock::force(&POD_RESOURCES_REQUESTS_GET_ALLOCATABLE);
+        LazyLock::force(&POD_RESOURCES_ERRORS_LIST);
+        LazyLock::force(&POD_RESOURCES_ERRORS_GET_ALLOCATABLE);
+        LazyLock::force(&POD_RESOURCES_REQUESTS_GET);
+        LazyLock::force(&POD_RESOURCES_ERRORS_GET);
         crate::global().register(Arc::new(crate::process::ProcessCollector));
     });
 }

@@ -48,3 +48,18 @@ pub mod pluginregistration {
         tonic::include_proto!("pluginregistration");
     }
 }
+
+/// The pod resources API (`k8s.io/kubelet/pkg/apis/podresources`; protobuf packages `v1` and `v1alpha1`), which the
+/// kubelet serves on `<root-dir>/pod-resources/kubelet.sock`.
+pub mod podresources {
+    /// `v1`: `List`, `GetAllocatableResources` and `Get`.
+    #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all, unreachable_pub, unused_qualifications)]
+    pub mod v1 {
+        tonic::include_proto!("v1");
+    }
+    /// `v1alpha1`: `List`.
+    #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all, unreachable_pub, unused_qualifications)]
+    pub mod v1alpha1 {
+        tonic::include_proto!("v1alpha1");
+    }
+}

@@ -147,6 +147,7 @@ impl FakeNode {
             volumes: volumes.clone(),
             admit,
             allocator: None,
+            allocate_after: 0,
             status: status.clone(),
             recorder,
             node_name: "fake-node".into(),

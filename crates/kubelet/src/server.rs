@@ -204,3 +204,34 @@ impl ContainerAccess for KubeletHost {
             .is_ok_and(|st| st.state == cri::ContainerState::ContainerRunning as i32)
     }
 }
+
+/// The pods as the pod resources API sees them (`kubelet_cm::podresources::PodsProvider`): the published pods with
+/// their statuses; the active ones are those not in a terminal phase.
+pub struct PodResourcesPods {
+    /// The pods and their statuses.
+    pub host: Arc<KubeletHost>,
+    /// Which pod sources have been seen.
+    pub sources_ready: Arc<kubelet_config::podconfig::SourcesReady>,
+}
+
+impl kubelet_cm::podresources::PodsProvider for PodResourcesPods {
+    fn active_pods(&self) -> Vec<Arc<Pod>> {
+        PodsView::pods(&*self.host)
+            .into_iter()
+            .filter(|p| !matches!(p.status.as_ref().and_then(|s| s.phase.as_deref()), Some("Succeeded" | "Failed")))
+            .map(Arc::new)
+            .collect()
+    }
+
+    fn pods(&self) -> Vec<Arc<Pod>> {
+        PodsView::pods(&*self.host).into_iter().map(Arc::new).collect()
+    }
+
+    fn pod(&self, namespace: &str, name: &str) -> Option<Arc<Pod>> {
+        PodsView::pod(&*self.host, namespace, name).map(Arc::new)
+    }
+
+    fn sources_ready(&self) -> bool {
+        self.sources_ready.all_ready()
+    }
+}

@@ -74,8 +74,13 @@ pub struct SyncLoopDeps {
     pub volumes: Arc<dyn crate::volumes::Volumes>,
     /// Admission checks of new pods.
     pub admit: Vec<Arc<dyn PodAdmitHandler>>,
-    /// The pod's resources allocated once the checks admitted it (the device manager; None: none to allocate).
+    /// The pod's resources allocated in the chain (the device manager; None: none to allocate), after the first
+    /// [`SyncLoopDeps::allocate_after`] handlers of [`SyncLoopDeps::admit`]: upstream runs eviction and sysctls,
+    /// then `GetAllocateResourcesPodAdmitHandler`, then the resource fit and the rest, so a pod short of devices is
+    /// refused by the allocation (`UnexpectedAdmissionError`).
     pub allocator: Option<Arc<dyn crate::admission::ResourceAllocator>>,
+    /// How many handlers of [`SyncLoopDeps::admit`] run before the allocator.
+    pub allocate_after: usize,
     /// Where rejected pods get their status.
     pub status: Arc<StatusManager>,
     /// Where rejections are recorded.
@@ -284,16 +289,17 @@ impl SyncLoop {
         }
         let uid = kubelet_types::pod_update::pod_uid(pod);
         let others = self.admitted_pods(&uid);
-        let r = match self.deps.admit.iter().find_map(|h| h.admit(pod, &others)) {
+        let (before, after) = self.deps.admit.split_at(self.deps.allocate_after.min(self.deps.admit.len()));
+        let mut refused = before.iter().find_map(|h| h.admit(pod, &others));
+        if refused.is_none()
+            && let Some(a) = &self.deps.allocator
+        {
+            refused = a.allocate(pod, &others).await;
+        }
+        let r = match refused.or_else(|| after.iter().find_map(|h| h.admit(pod, &others))) {
             Some(r) => r,
             None => match self.preemption.as_ref().map(|p| p.plan(pod, &others)) {
-                None | Some(Plan::Admit) => match &self.deps.allocator {
-                    None => return true,
-                    Some(a) => match a.allocate(pod, &others).await {
-                        None => return true,
-                        Some(r) => r,
-                    },
-                },
+                None | Some(Plan::Admit) => return true,
                 Some(Plan::Preempt { victims, requirements }) => {
                     self.start_preemption(pod, victims, requirements);
                     return false;

@@ -219,7 +219,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         streams: Arc::new(tokio::sync::Semaphore::new(options.max_streams)),
         options: Arc::new(options),
         pods: host.clone(),
-        containers: host,
+        containers: host.clone(),
         configz: Arc::new(std::sync::RwLock::new(crate::server::configz(&cfg))),
         clock: clock.clone(),
         probe_metrics: kubelet_metrics::prober::registry(),
@@ -352,9 +352,14 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     };
     let sysctls = kubelet::admission::SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls)
         .map_err(|e| anyhow::anyhow!("allowedUnsafeSysctls: {e}"))?;
+    // Upstream's order: eviction and sysctls, then the device allocation (`allocate_after`), then the resource fit
+    // and the rest.
     let mut admit: Vec<Arc<dyn kubelet::admission::PodAdmitHandler>> = vec![
         Arc::new(kubelet::pressure::PressureAdmit::new(pressure.clone()).with_running_pods(&*remote).await),
         Arc::new(sysctls),
+    ];
+    let allocate_after = admit.len();
+    admit.extend::<[Arc<dyn kubelet::admission::PodAdmitHandler>; 7]>([
         Arc::new(kubelet::admission::NodeOs),
         Arc::new(kubelet::predicate::PredicateAdmit { node: node_rx.clone() }),
         Arc::new(kubelet::admission::AppArmor { host_enabled: kubelet_runtime::security::host_app_armor_enabled() }),
@@ -364,7 +369,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         Arc::new(kubelet::cm::hugetlb::HugePagesAdmit::new("/sys/fs/cgroup", systemd)),
         Arc::new(kubelet::admission::SupportedVolumes),
         Arc::new(kubelet::admission_fields::UnsupportedPodFields),
-    ];
+    ]);
     if kubeconfig.is_none() {
         admit.push(Arc::new(kubelet::admission::StandaloneRuntimeClass));
     }
@@ -397,6 +402,25 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         tracker.spawn(async move {
             if let Err(e) = m.run(cancel).await {
                 tracing::error!(error = %e, "device manager stopped");
+            }
+        });
+    }
+    // The plugin manager: device plugins (and, with their managers, DRA and CSI drivers) that announce themselves by
+    // a socket in `<root-dir>/plugins_registry`.
+    {
+        let events = kubelet_pluginmanager::Events {
+            recorder: recorder.clone(),
+            node: kubelet::nodestatus::manager::node_reference(&node_name),
+        };
+        let mut plugins =
+            kubelet_pluginmanager::PluginManager::new(root_dir.join(kubelet_pluginmanager::PLUGINS_REGISTRY_DIR))
+                .with_events(events);
+        let handler = kubelet_cm::devicemanager::watcher_handler::WatcherHandler::new(device_manager.clone());
+        plugins.add_handler(kubelet_pluginmanager::DEVICE_PLUGIN, Arc::new(handler));
+        let cancel = cancel.clone();
+        tracker.spawn(async move {
+            if let Err(e) = plugins.run(cancel).await {
+                tracing::error!(error = %e, "The desired_state_of_world populator (plugin watcher) starts failed!");
             }
         });
     }
@@ -526,6 +550,21 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     drop(src_tx);
     let sources_ready = SourcesReady::new(expected);
     devices.set_sources_ready(sources_ready.clone());
+    // The pod resources API on `<root-dir>/pod-resources/kubelet.sock`, started unconditionally as upstream's.
+    {
+        let pods =
+            Arc::new(kubelet::server::PodResourcesPods { host: host.clone(), sources_ready: sources_ready.clone() });
+        let (dir, devices, cancel) = (
+            root_dir.join(kubelet_cm::podresources::POD_RESOURCES_DIR),
+            device_manager.clone() as Arc<dyn kubelet_cm::podresources::DevicesProvider>,
+            cancel.clone(),
+        );
+        tracker.spawn(async move {
+            if let Err(e) = kubelet_cm::podresources::serve(&dir, pods, devices, cancel).await {
+                tracing::error!(error = %e, "Failed to serve the podresources API");
+            }
+        });
+    }
     let (upd_tx, upd_rx) = mpsc::channel(UPDATE_CHANNEL_CAPACITY);
     let pod_config = PodConfig::new(sources_ready.clone(), clock.clone())
         .with_events(recorder.clone(), kubelet::nodestatus::manager::node_reference(&node_name));
@@ -630,6 +669,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         volumes: volumes.clone(),
         admit,
         allocator: Some(devices.clone()),
+        allocate_after,
         status: status.clone(),
         recorder,
         node_name: node_name.clone(),

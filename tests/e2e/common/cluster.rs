@@ -127,7 +127,7 @@ impl TestEnv {
     pub async fn start_kubeadm_node(&self) -> Node {
         let mut node = self.start_node_with(&[], |n| self.kubeadm_config(n), vec![]);
         node.wait_for("the secure port", Duration::from_secs(30), || async {
-            std::net::TcpStream::connect(("127.0.0.1", super::SECURE_PORT)).is_ok().then_some(())
+            std::net::TcpStream::connect(("127.0.0.1", super::secure_port())).is_ok().then_some(())
         })
         .await;
         node

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::cluster::TestEnv;
-use super::{Node, READ_ONLY_PORT, http_get, workdir};
+use super::{Node, http_get, kubepods_dirs, read_only_port, workdir};
 
 /// A container that idles until SIGTERM without forking every fraction of a second (30 pods of the harness's
 /// `SERVE` loop would keep two cores busy with `sleep` processes).
@@ -25,8 +25,10 @@ pub fn report(line: std::fmt::Arguments<'_>) {
     let _ = writeln!(std::io::stderr().lock(), "{line}");
 }
 
-/// The CNI network's host-local leases (`scripts/lib/node-common.sh`: `RK_CNI_NETWORK`).
-const IPAM_DIR: &str = "/var/lib/cni/networks/rkubelet";
+/// The host-local leases of the test containerd's CNI network (`scripts/lib/node-common.sh`: `RK_CNI_NETWORK`).
+fn ipam_dir() -> std::path::PathBuf {
+    Path::new("/var/lib/cni/networks").join(super::cni_network())
+}
 
 /// The drill workload's pod names: `d-00` … `d-<n-1>`.
 pub fn names(n: usize) -> Vec<String> {
@@ -151,7 +153,7 @@ pub async fn apiserver_pods(env: &TestEnv) -> BTreeMap<String, Value> {
 
 /// The pods of `ns` as the node's read-only API reports them, by name.
 async fn node_pods(ns: &str) -> Option<BTreeMap<String, Value>> {
-    let (200, body) = http_get(READ_ONLY_PORT, "/pods").await? else { return None };
+    let (200, body) = http_get(read_only_port(), "/pods").await? else { return None };
     let v: Value = serde_json::from_str(&body).ok()?;
     Some(
         // An empty list is `"items": null`, as upstream's.
@@ -182,7 +184,7 @@ struct HostState {
 fn pod_cgroups() -> BTreeSet<String> {
     let mut cgroups = BTreeSet::new();
     for h in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {
-        for q in ["kubepods", "kubepods/burstable", "kubepods/besteffort"] {
+        for q in kubepods_dirs() {
             for d in std::fs::read_dir(h.path().join(q)).into_iter().flatten().flatten() {
                 let f = d.file_name().to_string_lossy().into_owned();
                 if let Some(uid) = f.strip_prefix("pod") {
@@ -266,7 +268,7 @@ async fn host_state(rt: &RemoteRuntime, node: &Node, ns: &str) -> Result<HostSta
         .filter_map(|m| m.strip_prefix(&prefix))
         .map(|rest| rest.split('/').next().unwrap_or("").to_string())
         .collect();
-    let leases = std::fs::read_dir(IPAM_DIR)
+    let leases = std::fs::read_dir(ipam_dir())
         .into_iter()
         .flatten()
         .flatten()

@@ -24,14 +24,25 @@ use serde_json::Value;
 
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Holds the runtime for one test: the process-wide lock, and a lock file that keeps every other test binary on
-/// this machine (another `cargo test`, another checkout) away from the shared containerd meanwhile.
+/// Holds the runtime for one test: the process-wide lock, and a lock file in the containerd's workdir that keeps
+/// every other test binary using it (another `cargo test`, another checkout, the same lane) away meanwhile.
 pub struct Serial {
     _process: tokio::sync::MutexGuard<'static, ()>,
     _machine: std::fs::File,
+    since: Instant,
 }
 
-/// Runs tests one at a time, across test binaries too.
+impl Drop for Serial {
+    /// Prints how long the test held its lane (`scripts/test.sh` balances the lanes by these).
+    fn drop(&mut self) {
+        use std::io::Write;
+        let test = std::thread::current().name().unwrap_or("?").to_string();
+        let held = self.since.elapsed().as_secs_f64();
+        let _ = writeln!(std::io::stderr().lock(), "e2e: {test} held lane {} for {held:.1} s", lane());
+    }
+}
+
+/// Runs the tests of one containerd (one lane, see [`lane`]) one at a time, across test binaries too.
 pub async fn serial() -> Serial {
     let process = SERIAL.lock().await;
     let machine = tokio::task::spawn_blocking(|| {
@@ -50,7 +61,7 @@ pub async fn serial() -> Serial {
     })
     .await
     .unwrap();
-    Serial { _process: process, _machine: machine }
+    Serial { _process: process, _machine: machine, since: Instant::now() }
 }
 
 /// Whether the long scenarios run at full length (`scripts/test.sh --long` sets `RKUBELET_E2E_LONG=1`): more
@@ -92,6 +103,11 @@ pub fn containerd_version() -> String {
 pub fn runtime_program(name: &str) -> PathBuf {
     let linked = workdir().join("bin").join(name);
     if linked.exists() { linked } else { PathBuf::from(name) }
+}
+
+/// The name of the test containerd's CNI network (`rkubelet` on 1.6, `rkubelet2` on 2.3, `rkubelet3` on lane 1).
+pub fn cni_network() -> String {
+    runtime_env("RK_CNI_NETWORK").unwrap_or_else(|| "rkubelet".into())
 }
 
 /// Whether `ip` is in the pod subnet of the test containerd's CNI network (10.88.0.0/16 on 1.6, 10.89.0.0/16 on
@@ -153,12 +169,53 @@ pub fn delete_task(id: &str) {
         Command::new(runtime_program("ctr")).args(["-a", &sock, "-n", "k8s.io", "tasks", "delete", "-f", id]).output();
 }
 
-/// Ports of the test node (apart from a developer's rkubelet on the defaults).
-pub const HEALTHZ_PORT: u16 = 20248;
-/// Read-only API port.
-pub const READ_ONLY_PORT: u16 = 20255;
-/// The kubelet API (HTTPS).
-pub const SECURE_PORT: u16 = 20250;
+/// The lane of this test run (`RKUBELET_E2E_LANE`, 0 when unset). `scripts/test.sh` runs two lanes at once, each
+/// against its own containerd (`RKUBELET_WORKDIR`) with its own ports and cgroup root, so the tests of one lane never
+/// see the other's node; the tests of one lane run one at a time ([`serial`] locks the lane's workdir).
+pub fn lane() -> u16 {
+    std::env::var("RKUBELET_E2E_LANE").ok().and_then(|v| v.parse().ok()).unwrap_or(0)
+}
+
+/// The healthz port of the test node (apart from a developer's rkubelet on the defaults; 100 more per lane).
+pub fn healthz_port() -> u16 {
+    20248 + 100 * lane()
+}
+
+/// The read-only API port of the test node.
+pub fn read_only_port() -> u16 {
+    20255 + 100 * lane()
+}
+
+/// The kubelet API (HTTPS) port of the test node.
+pub fn secure_port() -> u16 {
+    20250 + 100 * lane()
+}
+
+/// The `cgroupRoot` of the lane's nodes: the default (`/`) on lane 0, `/rk-e2e-lane<N>` on the others, so each lane's
+/// rkubelet owns its own `kubepods` tree (an rkubelet removes the pod cgroups it does not know under its own).
+pub fn cgroup_root() -> Option<String> {
+    (lane() > 0).then(|| format!("/rk-e2e-lane{}", lane()))
+}
+
+/// The `kubepods` folder of the lane's nodes relative to a cgroup hierarchy, and its two QoS folders.
+pub fn kubepods_dirs() -> [String; 3] {
+    let top = match cgroup_root() {
+        Some(root) => format!("{}/kubepods", root.trim_start_matches('/')),
+        None => "kubepods".into(),
+    };
+    [top.clone(), format!("{top}/burstable"), format!("{top}/besteffort")]
+}
+
+/// Makes the lane's cgroup root in every mounted v1 hierarchy (the kubelet requires it to exist). Idempotent;
+/// `scripts/node-teardown.sh` removes it.
+fn ensure_cgroup_root() {
+    let Some(root) = cgroup_root() else { return };
+    for h in std::fs::read_dir("/sys/fs/cgroup").into_iter().flatten().flatten() {
+        if h.path().join("cgroup.procs").exists() {
+            std::fs::create_dir_all(h.path().join(root.trim_start_matches('/'))).unwrap();
+        }
+    }
+}
 /// Node name of the test node.
 pub const NODE: &str = "e2e-node";
 
@@ -189,15 +246,20 @@ pub const EVICTION_HARD: &str = "evictionHard:\n  memory.available: 100Mi\n  nod
                                  nodefs.inodesFree: 1%\n  imagefs.available: 1Gi\n";
 
 fn config_yaml(manifests: &Path, logs: &Path) -> String {
+    ensure_cgroup_root();
+    let root = cgroup_root().map(|r| format!("cgroupRoot: {r}\n")).unwrap_or_default();
     format!(
         "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
          containerRuntimeEndpoint: {}\nstaticPodPath: {}\npodLogsDir: {}\nfileCheckFrequency: 20s\n\
-         healthzBindAddress: 127.0.0.1\nhealthzPort: {HEALTHZ_PORT}\naddress: 127.0.0.1\nport: {SECURE_PORT}\nreadOnlyPort: {READ_ONLY_PORT}\n\
+         healthzBindAddress: 127.0.0.1\nhealthzPort: {}\naddress: 127.0.0.1\nport: {}\nreadOnlyPort: {}\n{root}\
          failSwapOn: false\nresolvConf: /etc/resolv.conf\nauthentication:\n  anonymous:\n    enabled: false\n  webhook:\n    enabled: false\n\
          authorization:\n  mode: AlwaysAllow\n{EVICTION_HARD}",
         endpoint(),
         manifests.display(),
-        logs.display()
+        logs.display(),
+        healthz_port(),
+        secure_port(),
+        read_only_port(),
     )
 }
 
@@ -415,7 +477,7 @@ impl Node {
     /// Waits until `/healthz` answers ok.
     pub async fn wait_healthy(&mut self) {
         self.wait_for("healthz ok", Duration::from_secs(30), || async {
-            http_get(HEALTHZ_PORT, "/healthz").await.filter(|(code, body)| *code == 200 && body == "ok").map(|_| ())
+            http_get(healthz_port(), "/healthz").await.filter(|(code, body)| *code == 200 && body == "ok").map(|_| ())
         })
         .await
     }
@@ -496,7 +558,7 @@ pub fn metric(text: &str, name: &str) -> Option<f64> {
 
 /// A metric of the node under test, from its read-only port's `/metrics` (0 when absent).
 pub async fn node_metric(name: &str) -> f64 {
-    let text = http_get(READ_ONLY_PORT, "/metrics").await.map(|(_, b)| b).unwrap_or_default();
+    let text = http_get(read_only_port(), "/metrics").await.map(|(_, b)| b).unwrap_or_default();
     metric(&text, name).unwrap_or(0.0)
 }
 
@@ -515,7 +577,7 @@ pub async fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
 
 /// The pods rkubelet reports on its read-only API.
 pub async fn pods() -> Vec<Value> {
-    let Some((200, body)) = http_get(READ_ONLY_PORT, "/pods").await else { return vec![] };
+    let Some((200, body)) = http_get(read_only_port(), "/pods").await else { return vec![] };
     let v: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
     v["items"].as_array().cloned().unwrap_or_default()
 }
@@ -561,11 +623,7 @@ pub async fn sandboxes_of(rt: &RemoteRuntime, pod: &str) -> Vec<api::PodSandbox>
 /// Whether any cgroup folder of the pod is left in any hierarchy.
 pub fn pod_cgroup_exists(uid: &str) -> bool {
     let Ok(rd) = std::fs::read_dir("/sys/fs/cgroup") else { return false };
-    rd.flatten().any(|h| {
-        ["kubepods", "kubepods/burstable", "kubepods/besteffort"]
-            .iter()
-            .any(|q| h.path().join(q).join(format!("pod{uid}")).exists())
-    })
+    rd.flatten().any(|h| kubepods_dirs().iter().any(|q| h.path().join(q).join(format!("pod{uid}")).exists()))
 }
 
 /// A static pod manifest with busybox containers: `(name, shell script)` pairs, init containers first.

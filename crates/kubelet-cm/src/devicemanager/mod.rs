@@ -20,8 +20,10 @@
 
 pub mod checkpoint;
 pub mod endpoint;
+mod pod_resources;
 pub mod registration;
 pub mod state;
+pub mod watcher_handler;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -196,8 +198,11 @@ impl DeviceManager {
                 match stream.next().await {
                     Some(Ok(resp)) => {
                         let mut s = self.lock();
-                        if s.endpoints.get(&resource).is_none_or(|e| e.generation != generation) {
-                            // A newer registration of the resource took over; this stream is its predecessor's.
+                        if s.endpoints
+                            .get(&resource)
+                            .is_none_or(|e| e.generation != generation || e.stopped_at.is_some())
+                        {
+                            // A newer registration of the resource took over, or this one was deregistered.
                             return;
                         }
                         debug!(resourceName = %resource, devices = resp.devices.len(), "device plugin device list");
@@ -214,6 +219,19 @@ impl DeviceManager {
         };
         if self.lock().disconnected(&resource, generation, Instant::now()) {
             warn!(resourceName = %resource, error = %why, "ListAndWatch ended unexpectedly for device plugin");
+            self.bump();
+        }
+    }
+
+    /// The plugin of `resource` was deregistered by the plugin manager (its socket went, or it restarted): as a
+    /// plugin whose stream ended, its devices turn unhealthy and the grace period starts (`disconnectClient`).
+    pub fn disconnect(&self, resource: &str) {
+        let mut s = self.lock();
+        let Some(generation) = s.endpoints.get(resource).map(|e| e.generation) else { return };
+        if s.disconnected(resource, generation, Instant::now()) {
+            info!(resourceName = resource, "device plugin deregistered");
+            self.write_checkpoint(&s);
+            drop(s);
             self.bump();
         }
     }

@@ -121,7 +121,10 @@ impl State {
     /// The plugin of registration `generation` went away (`PluginDisconnected`): its devices turn unhealthy and the
     /// grace period starts; a stream of a registration that was replaced changes nothing. Returns whether it did.
     pub fn disconnected(&mut self, resource: &str, generation: u64, now: Instant) -> bool {
-        let Some(e) = self.endpoints.get_mut(resource).filter(|e| e.generation == generation) else { return false };
+        let Some(e) = self.endpoints.get_mut(resource).filter(|e| e.generation == generation && e.stopped_at.is_none())
+        else {
+            return false;
+        };
         e.endpoint = None;
         e.stopped_at = Some(now);
         let healthy = std::mem::take(self.healthy.entry(resource.to_string()).or_default());

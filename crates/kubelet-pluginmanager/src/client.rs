@@ -1,0 +1,90 @@
+//! The kubelet's side of the plugin registration API (`pluginregistration` v1, the calls of
+//! `operationexecutor/operation_generator.go`): each plugin serves `GetInfo` and `NotifyRegistrationStatus` on its
+//! socket in the registration folder. Upstream's deadlines: 10 s to dial, 1 s for `GetInfo`, 5 s for
+//! `NotifyRegistrationStatus`, so a plugin that never answers costs a registration attempt at most 16 s.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use hyper_util::rt::TokioIo;
+use kubelet_proto::pluginregistration::v1 as pb;
+use pb::registration_client::RegistrationClient;
+use tonic::transport::{Channel, Endpoint};
+
+/// How long dialling a plugin may take (`dialTimeoutDuration`).
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+/// `GetInfo`'s deadline.
+pub const GET_INFO_TIMEOUT: Duration = Duration::from_secs(1);
+/// `NotifyRegistrationStatus`'s deadline (`notifyTimeoutDuration`).
+pub const NOTIFY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A connection to one plugin's registration service.
+#[derive(Clone, Debug)]
+pub struct PluginClient {
+    socket: PathBuf,
+    client: RegistrationClient<Channel>,
+}
+
+impl PluginClient {
+    /// Dials `socket` within [`DIAL_TIMEOUT`].
+    pub async fn dial(socket: &Path) -> Result<Self, String> {
+        let path = socket.to_path_buf();
+        let endpoint = Endpoint::from_static("http://localhost").connect_timeout(DIAL_TIMEOUT);
+        let connect = endpoint.connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(&path).await?)) }
+        }));
+        let channel = match tokio::time::timeout(DIAL_TIMEOUT, connect).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(e)) => return Err(format!("failed to dial socket {}, err: {}", socket.display(), source_chain(&e))),
+            Err(_) => {
+                return Err(format!("failed to dial socket {}, err: context deadline exceeded", socket.display()));
+            }
+        };
+        Ok(Self { socket: socket.to_path_buf(), client: RegistrationClient::new(channel) })
+    }
+
+    /// The plugin's type, name, endpoint and versions.
+    pub async fn get_info(&mut self) -> Result<pb::PluginInfo, String> {
+        match tokio::time::timeout(GET_INFO_TIMEOUT, self.client.get_info(pb::InfoRequest {})).await {
+            Ok(Ok(r)) => Ok(r.into_inner()),
+            Ok(Err(s)) => Err(status_text(&s)),
+            Err(_) => Err(DEADLINE_EXCEEDED.into()),
+        }
+    }
+
+    /// Tells the plugin whether it is registered and why not.
+    pub async fn notify(&mut self, registered: bool, error: &str) -> Result<(), String> {
+        let req = pb::RegistrationStatus { plugin_registered: registered, error: error.to_string() };
+        match tokio::time::timeout(NOTIFY_TIMEOUT, self.client.notify_registration_status(req)).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(s)) => Err(status_text(&s)),
+            Err(_) => Err(DEADLINE_EXCEEDED.into()),
+        }
+    }
+
+    /// The socket.
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+}
+
+/// What gRPC-Go says of a call past its deadline.
+const DEADLINE_EXCEEDED: &str = "rpc error: code = DeadlineExceeded desc = context deadline exceeded";
+
+/// A status as gRPC-Go prints one: `rpc error: code = <Code> desc = <message>`.
+fn status_text(s: &tonic::Status) -> String {
+    format!("rpc error: code = {:?} desc = {}", s.code(), s.message())
+}
+
+/// An error with its causes, `: `-separated.
+fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        cur = s.source();
+    }
+    out
+}
