@@ -1,6 +1,6 @@
 //! End to end: device plugins (issue 28's device manager) with upstream's e2e device plugin
-//! (`localhost/sample-device-plugin:1`, built by `scripts/build-images.sh` from `../shared/k8s/bin`), run as a pod
-//! with upstream's manifest's host paths, and the CDI proof of containerd 2 (issue 27): the plugin answers CDI
+//! (`localhost/sample-device-plugin:1`, built by `scripts/build-images.sh` from `../shared/k8s/bin`), run as a
+//! DaemonSet with upstream's manifest's host paths, its consumer bound by the real kube-scheduler, and the CDI proof of containerd 2 (issue 27): the plugin answers CDI
 //! names and writes their spec into `/var/run/cdi`, and the container sees the variable and the device node the
 //! spec gives. Through the real apiserver: the resource in node allocatable, a pod given a device, a pod asking for
 //! more than is free refused as upstream's device allocation refuses it, and an rkubelet restart that changes
@@ -59,6 +59,32 @@ async fn pod_resources(
     pr::pod_resources_lister_client::PodResourcesListerClient::new(channel)
 }
 
+/// `pod` (one of this file's pod manifests) as the pod template of a DaemonSet on the test node only, as an operator
+/// deploys a device plugin (the other nodes of the shared cluster are other tests').
+fn daemonset(env: &TestEnv, pod: &str) -> String {
+    let (head, spec) = pod.split_once("\nspec:\n").expect("a pod manifest");
+    let name = head.lines().find_map(|l| l.trim().strip_prefix("name: ")).expect("a name");
+    let spec: String =
+        spec.lines().filter(|l| !l.trim_start().starts_with("nodeName:")).map(|l| format!("    {l}\n")).collect();
+    format!(
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: {name}\nspec:\n  selector:\n    matchLabels:\n      \
+         app: {name}\n  template:\n    metadata:\n      labels:\n        app: {name}\n    spec:\n      \
+         nodeSelector:\n        kubernetes.io/hostname: {}\n{spec}",
+        env.node
+    )
+}
+
+/// The running pod of the DaemonSet `name` on the node, once there.
+async fn daemon_pod(env: &TestEnv, name: &str) -> Option<serde_json::Value> {
+    let (_, out, _) = env.kubectl_output(&["get", "pods", "-l", &format!("app={name}"), "-o", "json"]).await;
+    let list: serde_json::Value = serde_json::from_str(&out).ok()?;
+    list["items"]
+        .as_array()?
+        .iter()
+        .find(|p| p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null())
+        .cloned()
+}
+
 fn allocatable(node: &serde_json::Value) -> Option<String> {
     node["status"]["allocatable"][R].as_str().map(str::to_string)
 }
@@ -75,9 +101,13 @@ async fn a_device_plugins_devices_reach_pods_with_their_cdi_edits_and_survive_an
     let mut node = env.start_kubeadm_node().await;
     env.wait_node_ready(&mut node).await;
 
-    env.create(&plugin_pod(&env, cdi)).await;
+    // The plugin as a DaemonSet: the controller-manager makes its pod, the scheduler binds it to the node.
+    env.create(&daemonset(&env, &plugin_pod(&env, cdi))).await;
     let started = Instant::now();
-    env.wait_pod_running(&mut node, "sample-device-plugin").await;
+    env.wait("the plugin's DaemonSet pod Running", Duration::from_secs(90), || {
+        daemon_pod(&env, "sample-device-plugin")
+    })
+    .await;
     let running = started.elapsed();
     env.wait("example.com/resource: 2 in allocatable", Duration::from_secs(60), || async {
         env.node_object().await.filter(|n| allocatable(n).as_deref() == Some("2"))
@@ -91,10 +121,11 @@ async fn a_device_plugins_devices_reach_pods_with_their_cdi_edits_and_survive_an
     );
     assert_eq!(node_metric(&format!("kubelet_device_plugin_registration_total{{resource_name=\"{R}\"}}")).await, 1.0);
 
-    // A pod asking for one device gets it: the plugin's mount, and on containerd 2 the CDI spec's variable and
-    // block device node.
-    env.create(&consumer(&env, "gpu", 1)).await;
+    // A pod asking for one device, bound by the scheduler to the only node that has the resource, gets it: the
+    // plugin's mount, and on containerd 2 the CDI spec's variable and block device node.
+    env.create(&consumer(&env, "gpu", 1).replace(&format!("  nodeName: {}\n", env.node), "")).await;
     let p = env.wait_pod_running(&mut node, "gpu").await;
+    assert_eq!(p["spec"]["nodeName"], env.node.as_str(), "the scheduler bound it to the node with the device");
     let out = env
         .wait("the consumer's report", Duration::from_secs(30), || async {
             let (_, log, _) = env.kubectl_output(&["logs", "gpu"]).await;

@@ -1,10 +1,10 @@
 //! A real Kubernetes control plane for the end-to-end tests: etcd (Debian's `etcd-server`), and the upstream
-//! `kube-apiserver` and `kube-controller-manager` (found through `KUBE_APISERVER` / `KUBE_CONTROLLER_MANAGER`,
-//! then `../shared/k8s/bin/` beside the project), configured as `kubeadm init` configures a cluster:
+//! `kube-apiserver`, `kube-controller-manager` and `kube-scheduler` (found through `KUBE_APISERVER` /
+//! `KUBE_CONTROLLER_MANAGER` / `KUBE_SCHEDULER`, then `../shared/k8s/bin/` beside the project), configured as `kubeadm init` configures a cluster:
 //! `--authorization-mode=Node,RBAC`, the `NodeRestriction` admission plugin, bootstrap tokens, the RBAC bindings
 //! kubeadm creates for TLS bootstrap and automatic CSR approval, and the controller-manager's controllers
 //! (service accounts and their tokens, `kube-root-ca.crt`, CSR approval and signing, garbage collection,
-//! namespace deletion, node lifecycle).
+//! namespace deletion, node lifecycle, DaemonSets), and the scheduler binding pods that name no node.
 //!
 //! Contract: [`ControlPlane::ensure`] is called by every test binary (and by `scripts/test.sh` through the
 //! `rkubelet-test-cluster up` command before the suite); the first call starts the processes detached and later
@@ -68,6 +68,8 @@ pub const ETCD_CLIENT_PORT: u16 = 22379;
 pub const ETCD_PEER_PORT: u16 = 22380;
 /// The apiserver's secure port.
 pub const APISERVER_PORT: u16 = 26443;
+/// The scheduler's secure port (its health).
+pub const SCHEDULER_PORT: u16 = 20259;
 /// Node names that resolve to 127.0.0.1 for the apiserver: `e2e-node-1` … `e2e-node-<NODE_POOL>`.
 pub const NODE_POOL: u32 = 400;
 /// The group kubeadm gives its default bootstrap tokens.
@@ -152,6 +154,11 @@ pub fn controller_manager_binary() -> Result<PathBuf, Error> {
     find_binary("KUBE_CONTROLLER_MANAGER", "kube-controller-manager", &k8s_places("kube-controller-manager"))
 }
 
+/// The kube-scheduler binary: `KUBE_SCHEDULER`, else `../shared/k8s/bin/kube-scheduler.xz` unpacked.
+pub fn scheduler_binary() -> Result<PathBuf, Error> {
+    unpacked_binary("KUBE_SCHEDULER", "k8s/bin/kube-scheduler")
+}
+
 /// The etcd binary (Debian's `etcd-server`).
 pub fn etcd_binary() -> Result<PathBuf, Error> {
     find_binary("ETCD", "etcd", &[PathBuf::from("/usr/bin/etcd")])
@@ -200,6 +207,7 @@ impl ControlPlane {
         let running = || {
             cp.proc("kube-apiserver").running_pid().is_some()
                 && cp.proc("kube-controller-manager").running_pid().is_some()
+                && cp.proc("kube-scheduler").running_pid().is_some()
         };
         for attempt in 0..5 {
             if !running() {
@@ -256,7 +264,7 @@ impl ControlPlane {
     }
 
     fn stop_all(&self) {
-        for name in ["kube-controller-manager", "kube-apiserver", "etcd"] {
+        for name in ["kube-scheduler", "kube-controller-manager", "kube-apiserver", "etcd"] {
             self.proc(name).stop();
         }
     }
@@ -429,7 +437,8 @@ impl ControlPlane {
         etcd_binary()?;
         apiserver_binary()?;
         controller_manager_binary()?;
-        for name in ["etcd", "kube-apiserver", "kube-controller-manager"] {
+        scheduler_binary()?;
+        for name in ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
             let _ = std::fs::remove_file(self.proc(name).log());
         }
         let _ = std::fs::remove_file(self.audit_log());
@@ -444,7 +453,31 @@ impl ControlPlane {
         self.start_apiserver_locked()?;
         self.kubectl(&["apply", "-f", "-"], Some(&kubeadm_rbac()))?;
 
-        self.start_controller_manager_locked(None)
+        self.start_controller_manager_locked(None)?;
+        self.start_scheduler_locked()
+    }
+
+    /// Starts the scheduler (as kubeadm's static pod runs it, on loopback, without leader election): pods without a
+    /// `nodeName` are bound to Ready nodes that fit them, extended resources and resource claims included.
+    fn start_scheduler_locked(&self) -> Result<(), Error> {
+        let bin = scheduler_binary()?;
+        let conf = self.dir.join("scheduler.conf");
+        let args = vec![
+            format!("--kubeconfig={}", conf.display()),
+            format!("--authentication-kubeconfig={}", conf.display()),
+            format!("--authorization-kubeconfig={}", conf.display()),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={SCHEDULER_PORT}"),
+            "--leader-elect=false".into(),
+            "--v=1".into(),
+        ];
+        let p = self.proc("kube-scheduler");
+        p.start(&bin, &args, None)?;
+        // Up once it serves (its certificate is its own: the log says it).
+        let log = p.log();
+        wait_until(&p, "serving", Duration::from_secs(60), || {
+            std::fs::read_to_string(&log).is_ok_and(|l| l.contains("Serving securely"))
+        })
     }
 
     /// Starts the controller-manager; `signing` sets `--cluster-signing-duration` (the lifetime of the
@@ -500,6 +533,11 @@ impl ControlPlane {
             key: pki::read(&self.pki.path("controller-manager.key"))?,
         };
         self.write_kubeconfig(&self.dir.join("controller-manager.conf"), "system:kube-controller-manager", &kcm)?;
+        let scheduler = CertPair {
+            cert: pki::read(&self.pki.path("scheduler.crt"))?,
+            key: pki::read(&self.pki.path("scheduler.key"))?,
+        };
+        self.write_kubeconfig(&self.dir.join("scheduler.conf"), "system:kube-scheduler", &scheduler)?;
         let policy = self.dir.join("audit-policy.yaml");
         std::fs::write(&policy, AUDIT_POLICY).map_err(|e| Error::io(&policy, e))?;
         let mut hosts = String::from("127.0.0.1 localhost\n::1 localhost ip6-localhost ip6-loopback\n");

@@ -1,5 +1,6 @@
 //! The cluster's PKI, as `kubeadm init` lays it out under `/etc/kubernetes/pki`: one CA (`ca.crt`/`ca.key`) that
-//! signs the apiserver's serving certificate, the client certificates of the admin, the controller-manager and the
+//! signs the apiserver's serving certificate, the client certificates of the admin, the controller-manager, the
+//! scheduler and the
 //! apiserver towards kubelets, and, through the controller-manager's `csrsigning` controller, the kubelets' own
 //! certificates; and the service-account signing key (`sa.key`/`sa.pub`).
 //!
@@ -63,7 +64,8 @@ impl Pki {
         let pki = Pki { dir: dir.to_path_buf() };
         let valid_until: u64 =
             std::fs::read_to_string(pki.path("valid-until")).ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0);
-        if pki.path("sa.key").exists() && valid_until > wall_secs() + 30 * 24 * 3600 {
+        let complete = pki.path("sa.key").exists() && pki.path("scheduler.crt").exists();
+        if complete && valid_until > wall_secs() + 30 * 24 * 3600 {
             return Ok(pki);
         }
         // Written last below: a PKI without it is incomplete.
@@ -89,6 +91,8 @@ impl Pki {
         pki.write_pair("admin", &admin)?;
         let kcm = pki.issue("system:kube-controller-manager", &[], &[], ExtendedKeyUsagePurpose::ClientAuth, YEAR)?;
         pki.write_pair("controller-manager", &kcm)?;
+        let scheduler = pki.issue("system:kube-scheduler", &[], &[], ExtendedKeyUsagePurpose::ClientAuth, YEAR)?;
+        pki.write_pair("scheduler", &scheduler)?;
         let kubelet_client = pki.issue(
             "kube-apiserver-kubelet-client",
             &["system:masters"],
