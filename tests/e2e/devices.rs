@@ -199,6 +199,21 @@ async fn a_device_plugins_devices_reach_pods_with_their_cdi_edits_and_survive_an
         )
     );
 
+    // Pod start with a device against without, on this node (create → Running on the apiserver's view).
+    let started = Instant::now();
+    env.create(&env.pod_yaml("plain", &[("app", "exec sleep 3600")], "")).await;
+    env.wait_pod_running(&mut node, "plain").await;
+    let plain = started.elapsed();
+    let started = Instant::now();
+    env.create(&consumer(&env, "second", 1)).await;
+    env.wait_pod_running(&mut node, "second").await;
+    println!(
+        "FIGURE pod start, create → Running: without a device {:.2} s, with one (Allocate, its mount{}) {:.2} s",
+        plain.as_secs_f64(),
+        if cdi { ", its CDI device" } else { "" },
+        started.elapsed().as_secs_f64()
+    );
+
     // rkubelet restarts: the running pod keeps its container and device, the plugin registers again.
     let before = containers_of(&rt, "gpu").await.into_iter().map(|c| c.id).collect::<Vec<_>>();
     node.kill9();
