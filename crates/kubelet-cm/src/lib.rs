@@ -4,5 +4,6 @@
 //! they never import each other.
 
 pub mod devicemanager;
+pub mod dra;
 pub mod podresources;
 pub mod uds_authority;
