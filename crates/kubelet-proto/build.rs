@@ -1,6 +1,6 @@
 //! Compiles rkubelet's copies of the CRI `runtime.v1` proto, the gRPC health protocol, the device plugin API
-//! `v1beta1`, the plugin registration API and the pod resources API (`v1`, `v1alpha1`) into Rust (prost messages
-//! plus tonic client and server stubs).
+//! `v1beta1`, the plugin registration API, the pod resources API (`v1`, `v1alpha1`) and the DRA kubelet plugin API
+//! (`v1`, `v1beta1`) into Rust (prost messages plus tonic client and server stubs).
 //!
 //! `protoc` comes from `protoc-bin-vendored`, so no system protoc is needed.
 
@@ -15,8 +15,18 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let registration_proto = proto_root.join("pluginregistration/v1/api.proto");
     let podresources_proto = proto_root.join("podresources/v1/api.proto");
     let podresources_alpha_proto = proto_root.join("podresources/v1alpha1/api.proto");
-    let protos =
-        [cri_proto, health_proto, deviceplugin_proto, registration_proto, podresources_proto, podresources_alpha_proto];
+    let dra_proto = proto_root.join("dra/v1/api.proto");
+    let dra_beta_proto = proto_root.join("dra/v1beta1/api.proto");
+    let protos = [
+        cri_proto,
+        health_proto,
+        deviceplugin_proto,
+        registration_proto,
+        podresources_proto,
+        podresources_alpha_proto,
+        dra_proto,
+        dra_beta_proto,
+    ];
 
     for p in &protos {
         println!("cargo:rerun-if-changed={}", p.display());

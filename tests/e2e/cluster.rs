@@ -105,16 +105,24 @@ async fn pod_created_with_kubectl_runs_and_kubectl_delete_removes_it() {
         env.kubectl(&["create", "-f", manifest.to_str().unwrap()]).await;
         let mut watch = env.spawn_kubectl(&["get", "pod", "web", "-w", "--request-timeout=0"], false);
         let mut lines = tokio::io::BufReader::new(watch.stdout.take().unwrap()).lines();
-        tokio::time::timeout(Duration::from_secs(60), async {
+        let seen = tokio::time::timeout(Duration::from_secs(60), async {
+            let mut seen = vec![];
             while let Ok(Some(l)) = lines.next_line().await {
                 if l.starts_with("web ") && l.contains("Running") && l.contains("1/1") {
-                    return;
+                    return seen;
                 }
+                seen.push(l);
             }
-            panic!("kubectl get -w ended before the pod ran");
+            panic!("kubectl get -w ended before the pod ran: {seen:?}");
         })
-        .await
-        .expect("pod Running within 60 s, seen by kubectl get -w");
+        .await;
+        if seen.is_err() {
+            panic!(
+                "pod Running within 60 s, seen by kubectl get -w: not seen; the pod: {}\nrkubelet log:\n{}",
+                env.pod("web").await.map(|p| p["status"].to_string()).unwrap_or_default(),
+                excerpt(&node.log())
+            );
+        }
         runs.push(t0.elapsed());
         let _ = watch.kill().await;
 

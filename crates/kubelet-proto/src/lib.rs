@@ -63,3 +63,19 @@ pub mod podresources {
         tonic::include_proto!("v1alpha1");
     }
 }
+
+/// The DRA kubelet plugin API (`k8s.io/kubelet/pkg/apis/dra`; protobuf packages `k8s.io.kubelet.pkg.apis.dra.v1`
+/// and `...v1beta1`, wire-identical), which DRA drivers serve for `NodePrepareResources` and
+/// `NodeUnprepareResources`.
+pub mod dra {
+    /// `v1`.
+    #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all, unreachable_pub, unused_qualifications)]
+    pub mod v1 {
+        tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1");
+    }
+    /// `v1beta1`.
+    #[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all, unreachable_pub, unused_qualifications)]
+    pub mod v1beta1 {
+        tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
+    }
+}
