@@ -125,22 +125,7 @@ pub fn hash_auth_config(auth: &AuthConfig) -> String {
     hex::encode(Sha256::digest(go_json_escape(&json).as_bytes()))
 }
 
-/// Go's `encoding/json` escapes `<`, `>`, `&`, U+2028 and U+2029 inside strings, where serde_json writes them
-/// as they are. In JSON output those characters only occur inside strings, so replacing them is exact.
-pub(crate) fn go_json_escape(json: &str) -> String {
-    let mut out = String::with_capacity(json.len());
-    for c in json.chars() {
-        match c {
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            '\u{2028}' => out.push_str("\\u2028"),
-            '\u{2029}' => out.push_str("\\u2029"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+pub(crate) use kubelet_types::go_json::escape as go_json_escape;
 
 #[cfg(test)]
 mod tests {

@@ -8,6 +8,7 @@
 pub mod cgroup_name;
 pub mod clock;
 pub mod events;
+pub mod go_json;
 pub mod labels;
 pub mod objects;
 pub mod pleg;

@@ -123,21 +123,9 @@ fn null_as_default<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(d: 
     Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
 }
 
-/// JSON as Go's `encoding/json` writes it: serde's, with `<`, `>`, `&`, U+2028 and U+2029 escaped.
+/// JSON as Go's `encoding/json` writes it.
 fn go_json<T: Serialize>(v: &T) -> String {
-    let s = serde_json::to_string(v).expect("checkpoint types serialize");
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '<' => out.push_str("\\u003c"),
-            '>' => out.push_str("\\u003e"),
-            '&' => out.push_str("\\u0026"),
-            '\u{2028}' => out.push_str("\\u2028"),
-            '\u{2029}' => out.push_str("\\u2029"),
-            c => out.push(c),
-        }
-    }
-    out
+    kubelet_types::go_json::escape(&serde_json::to_string(v).expect("checkpoint types serialize"))
 }
 
 /// The file's text for `claims` (None: Go's nil list, as a new checkpoint has).
