@@ -28,18 +28,12 @@ pub struct PluginClient {
 impl PluginClient {
     /// Dials `socket` within [`DIAL_TIMEOUT`].
     pub async fn dial(socket: &Path) -> Result<Self, String> {
-        let path = socket.to_path_buf();
-        let endpoint = Endpoint::from_static("http://localhost").connect_timeout(DIAL_TIMEOUT);
-        let connect = endpoint.connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(&path).await?)) }
-        }));
-        let channel = match tokio::time::timeout(DIAL_TIMEOUT, connect).await {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => return Err(format!("failed to dial socket {}, err: {}", socket.display(), source_chain(&e))),
-            Err(_) => {
-                return Err(format!("failed to dial socket {}, err: context deadline exceeded", socket.display()));
+        let channel = match uds_channel(socket, DIAL_TIMEOUT).await {
+            Ok(c) => c,
+            Err(Some(e)) => {
+                return Err(format!("failed to dial socket {}, err: {}", socket.display(), source_chain(&e)));
             }
+            Err(None) => return Err(format!("failed to dial socket {}, err: {DEADLINE_EXCEEDED}", socket.display())),
         };
         Ok(Self { socket: socket.to_path_buf(), client: RegistrationClient::new(channel) })
     }
@@ -67,6 +61,18 @@ impl PluginClient {
     pub fn socket(&self) -> &Path {
         &self.socket
     }
+}
+
+/// A gRPC channel to the server on the unix socket `socket`, connected within `timeout` (None: it was not); the
+/// device manager dials its plugins the same way.
+pub async fn uds_channel(socket: &Path, timeout: Duration) -> Result<Channel, Option<tonic::transport::Error>> {
+    let path = socket.to_path_buf();
+    let endpoint = Endpoint::from_static("http://localhost").connect_timeout(timeout);
+    let connect = endpoint.connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+        let path = path.clone();
+        async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(&path).await?)) }
+    }));
+    tokio::time::timeout(timeout, connect).await.map_err(|_| None)?.map_err(Some)
 }
 
 /// What gRPC-Go says of a call past its deadline.

@@ -8,10 +8,9 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use hyper_util::rt::TokioIo;
 use kubelet_proto::deviceplugin::v1beta1 as pb;
 use pb::device_plugin_client::DevicePluginClient;
-use tonic::transport::{Channel, Endpoint as TonicEndpoint};
+use tonic::transport::Channel;
 
 /// How long dialling a plugin's socket may take (`dial`'s 10 s context).
 pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -57,16 +56,9 @@ pub struct Endpoint {
 impl Endpoint {
     /// Dials the plugin serving `resource` on `socket` (within [`DIAL_TIMEOUT`]).
     pub async fn connect(resource: &str, socket: &Path) -> Result<Self, EndpointError> {
-        let path = socket.to_path_buf();
-        let endpoint = TonicEndpoint::from_static("http://localhost").connect_timeout(DIAL_TIMEOUT);
-        let connect = endpoint.connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(&path).await?)) }
-        }));
-        let channel = tokio::time::timeout(DIAL_TIMEOUT, connect)
+        let channel = kubelet_pluginmanager::client::uds_channel(socket, DIAL_TIMEOUT)
             .await
-            .map_err(|_| "timed out".to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()))
+            .map_err(|e| e.map_or_else(|| "timed out".to_string(), |e| e.to_string()))
             .map_err(|message| EndpointError::Connect {
                 resource: resource.to_string(),
                 socket: socket.to_path_buf(),
