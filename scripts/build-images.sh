@@ -8,6 +8,8 @@
 #   localhost/busybox:1, localhost/busybox:latest   Debian's busybox-static + applet links
 #   localhost/sample-device-plugin:1           upstream's e2e device plugin, when
 #                                              $RKUBELET_SAMPLE_DEVICE_PLUGIN names its program
+#   localhost/dra-test-driver:1                upstream's e2e DRA driver, when
+#                                              $RKUBELET_DRA_TEST_DRIVER names its program
 #
 # Why this exists: no container registry is reachable from these machines
 # (see /work/shared/notes/runtime-on-this-machine.md), and there is no docker.
@@ -201,19 +203,21 @@ GROUP
         localhost/busybox:1 localhost/busybox:latest
 }
 
-# ------------------------------------------------- sample-device-plugin ----
-# Upstream's e2e device plugin (a static Go program from ../shared, $RKUBELET_SAMPLE_DEVICE_PLUGIN): the program
-# alone, with /tmp for the device files it makes.
-build_sample_device_plugin() {
-    local rootfs="$OUTDIR/sample-device-plugin.rootfs"
+# ------------------------------------------ upstream's e2e test programs ----
+# Upstream's e2e device plugin ($RKUBELET_SAMPLE_DEVICE_PLUGIN) and DRA driver ($RKUBELET_DRA_TEST_DRIVER), static Go
+# programs from ../shared: the program alone as the entrypoint, with /tmp and the host folders they write into.
+# build_program_image NAME PROGRAM DIR...
+build_program_image() {
+    local name="$1" program="$2"
+    shift 2
+    local rootfs="$OUTDIR/$name.rootfs"
     rm -rf "$rootfs"
-    mkdir -p "$rootfs"/{tmp,var/lib/kubelet/device-plugins,var/run/cdi}
+    mkdir -p "$rootfs/tmp"
+    for d in "$@"; do mkdir -p "$rootfs/$d"; done
     chmod 1777 "$rootfs/tmp"
-    cp "$RKUBELET_SAMPLE_DEVICE_PLUGIN" "$rootfs/sample-device-plugin"
-    chmod 0755 "$rootfs/sample-device-plugin"
-    build_image sample-device-plugin "$rootfs" \
-        "\"Entrypoint\":$(json_array /sample-device-plugin),\"WorkingDir\":\"/\"" \
-        localhost/sample-device-plugin:1
+    cp "$program" "$rootfs/$name"
+    chmod 0755 "$rootfs/$name"
+    build_image "$name" "$rootfs" "\"Entrypoint\":$(json_array "/$name"),\"WorkingDir\":\"/\"" "localhost/$name:1"
 }
 
 build_pause
@@ -221,8 +225,13 @@ build_busybox
 import_image "$OUTDIR/pause.oci.tar"
 import_image "$OUTDIR/busybox.oci.tar"
 if [[ -n "${RKUBELET_SAMPLE_DEVICE_PLUGIN:-}" ]]; then
-    build_sample_device_plugin
+    build_program_image sample-device-plugin "$RKUBELET_SAMPLE_DEVICE_PLUGIN" var/lib/kubelet/device-plugins var/run/cdi
     import_image "$OUTDIR/sample-device-plugin.oci.tar"
+fi
+if [[ -n "${RKUBELET_DRA_TEST_DRIVER:-}" ]]; then
+    build_program_image dra-test-driver "$RKUBELET_DRA_TEST_DRIVER" var/lib/kubelet/plugins \
+        var/lib/kubelet/plugins_registry var/run/cdi
+    import_image "$OUTDIR/dra-test-driver.oci.tar"
 fi
 
 # Verify the names ctr actually gave the images (guards against ctr naming

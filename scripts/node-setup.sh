@@ -365,6 +365,13 @@ if plugin="$(rk_shared_program SAMPLE_DEVICE_PLUGIN k8s/bin/sample-device-plugin
 else
     rk_log "no sample-device-plugin image: $plugin"
 fi
+# Upstream's e2e DRA driver likewise (the DRA tests need it).
+if driver="$(rk_shared_program DRA_TEST_DRIVER k8s/bin/dra-test-driver 2>&1)"; then
+    export RKUBELET_DRA_TEST_DRIVER="$driver"
+    refs+=(localhost/dra-test-driver:1)
+else
+    rk_log "no dra-test-driver image: $driver"
+fi
 if [[ "${RKUBELET_REBUILD_IMAGES:-0}" == 1 ]]; then
     need_images=true
 else

@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::cluster::TestEnv;
+use common::cluster::{TestEnv, daemon_pod, daemonset};
 use common::*;
 use kubelet_proto::podresources::v1 as pr;
 use tokio::time::Instant;
@@ -40,49 +40,6 @@ fn plugin_pod(env: &TestEnv, cdi: bool) -> String {
 fn consumer(env: &TestEnv, name: &str, n: u32) -> String {
     let script = "echo CDI_DEVICE=$CDI_DEVICE; for f in /tmp/*Dev-*; do [ -b $f ] && echo block $f; [ -e $f ] && echo mounted $f; done; echo END; exec sleep 3600";
     env.pod_yaml(name, &[("app", script)], "") + &format!("    resources:\n      limits:\n        {R}: \"{n}\"\n")
-}
-
-/// A client of the node's pod resources API, as a monitoring agent on the node dials it.
-async fn pod_resources(
-    node: &Node,
-) -> pr::pod_resources_lister_client::PodResourcesListerClient<tonic::transport::Channel> {
-    let path = node.root.join("pod-resources/kubelet.sock");
-    let channel = tonic::transport::Endpoint::from_static("http://localhost")
-        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move {
-                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
-            }
-        }))
-        .await
-        .expect("the pod resources socket answers");
-    pr::pod_resources_lister_client::PodResourcesListerClient::new(channel)
-}
-
-/// `pod` (one of this file's pod manifests) as the pod template of a DaemonSet on the test node only, as an operator
-/// deploys a device plugin (the other nodes of the shared cluster are other tests').
-fn daemonset(env: &TestEnv, pod: &str) -> String {
-    let (head, spec) = pod.split_once("\nspec:\n").expect("a pod manifest");
-    let name = head.lines().find_map(|l| l.trim().strip_prefix("name: ")).expect("a name");
-    let spec: String =
-        spec.lines().filter(|l| !l.trim_start().starts_with("nodeName:")).map(|l| format!("    {l}\n")).collect();
-    format!(
-        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: {name}\nspec:\n  selector:\n    matchLabels:\n      \
-         app: {name}\n  template:\n    metadata:\n      labels:\n        app: {name}\n    spec:\n      \
-         nodeSelector:\n        kubernetes.io/hostname: {}\n{spec}",
-        env.node
-    )
-}
-
-/// The running pod of the DaemonSet `name` on the node, once there.
-async fn daemon_pod(env: &TestEnv, name: &str) -> Option<serde_json::Value> {
-    let (_, out, _) = env.kubectl_output(&["get", "pods", "-l", &format!("app={name}"), "-o", "json"]).await;
-    let list: serde_json::Value = serde_json::from_str(&out).ok()?;
-    list["items"]
-        .as_array()?
-        .iter()
-        .find(|p| p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null())
-        .cloned()
 }
 
 fn allocatable(node: &serde_json::Value) -> Option<String> {

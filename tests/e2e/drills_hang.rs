@@ -239,7 +239,21 @@ async fn one_pod_whose_runtime_calls_hang_stalls_nothing_else() {
     let web_status = container_status(&restarted, "web").expect("web's status");
     assert_eq!(web_status["restartCount"], 1, "restarted once: {web_status}");
     let previous = web_status["lastState"]["terminated"]["containerID"].as_str().unwrap_or_default();
-    assert!(previous.ends_with(&web.id), "the killed container is the last state: {web_status}");
+    if !previous.ends_with(&web.id) {
+        // What the runtime had then, and what rkubelet reports a moment later, for the next reader of a failure.
+        let listed: Vec<String> = containers_of(&rt, HUNG)
+            .await
+            .iter()
+            .map(|c| format!("{} {:?} attempt {}", c.id, c.state(), c.metadata.as_ref().map_or(0, |m| m.attempt)))
+            .collect();
+        let later = env.pod(HUNG).await.and_then(|p| container_status(&p, "web").cloned());
+        panic!(
+            "the killed container {} is the last state: {web_status}; the runtime lists {listed:?}; a moment later \
+             the status is {later:?}\n{}",
+            web.id,
+            tail(&node.log(), 60)
+        );
+    }
     // As upstream, the dead instance stays for `kubectl logs --previous` (the collection keeps one per container);
     // the drills' invariant allows only the reported containers, so it goes here, through containerd.
     rt.remove_container(&web.id).await.expect("remove the killed container");

@@ -29,7 +29,7 @@ fn talk_manifest() -> String {
             ("http", "mkdir -p /www && echo served-by-httpd > /www/index.html && exec httpd -f -p 8080 -h /www"),
             (
                 "hog",
-                "trap 'exit 0' TERM; while [ ! -f /tmp/go ]; do sleep 0.2; done; x=$(head -c 67108864 /dev/zero | tr '\\0' a); while true; do sleep 0.2; done",
+                "trap 'exit 0' TERM; while [ ! -f /tmp/go ]; do sleep 0.2; done; x=$(head -c 67108864 /dev/zero | tr '\\0' a); touch /tmp/allocated; while true; do sleep 0.2; done",
             ),
         ],
         "  terminationGracePeriodSeconds: 1\n",
@@ -249,6 +249,13 @@ async fn logs_exec_and_port_forward_through_the_kubelet_api() {
         let s = summary().await;
         (working_set(&s, Some("hog"))? > hog_before + GROWTH && working_set(&s, None)? > pod_before + GROWTH)
             .then_some(())
+    })
+    .await;
+    // The hog's string may still grow past the threshold: it says when it is done.
+    node.wait_for("the hog done allocating", Duration::from_secs(30), || async {
+        let path = format!("/exec/default/{POD}/hog?command=ls&command=/tmp/allocated&output=1");
+        let out = api.websocket(&path, "v4.channel.k8s.io").await.ok()?.drain().await;
+        out.get(&1).is_some_and(|o| o.starts_with(b"/tmp/allocated")).then_some(())
     })
     .await;
     // The figures are the cgroup files' (cgroup v1, the cgroupfs layout): CPU between two readings around the

@@ -219,6 +219,21 @@ pub trait ServiceAccountApi: Send + Sync + 'static {
     ) -> ApiResult<Option<k8s_openapi::api::core::v1::ServiceAccount>>;
 }
 
+/// What the DRA manager needs (`pkg/kubelet/cm/dra`): the ResourceClaims of the node's pods (the Node authorizer
+/// lets a node get the claims its pods reference) and the deletion of the node's ResourceSlices (its drivers'
+/// published devices; the Node authorizer allows a `deletecollection` selecting `spec.nodeName=<node>`).
+#[async_trait]
+pub trait DraApi: Send + Sync + 'static {
+    /// The ResourceClaim `namespace/name`, or None.
+    async fn get_resource_claim(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> ApiResult<Option<k8s_openapi::api::resource::v1::ResourceClaim>>;
+    /// Deletes the ResourceSlices the field selector names (`spec.nodeName=<node>[,spec.driver=<driver>]`).
+    async fn delete_resource_slices(&self, field_selector: &str) -> ApiResult<()>;
+}
+
 /// Delegated authentication and authorization for the kubelet's own server (`cmd/kubelet/app/auth.go`): bearer
 /// tokens checked with TokenReviews, requests authorized with SubjectAccessReviews. Neither is stored: the
 /// answer carries the verdict in `status`.

@@ -422,6 +422,31 @@ impl kubelet_apiclient::ListWatch<k8s_openapi::api::node::v1::RuntimeClass> for 
 }
 
 #[async_trait]
+impl kubelet_apiclient::DraApi for KubeApi {
+    async fn get_resource_claim(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> ApiResult<Option<k8s_openapi::api::resource::v1::ResourceClaim>> {
+        self.limiter.acquire().await;
+        Api::<k8s_openapi::api::resource::v1::ResourceClaim>::namespaced(self.client.clone(), ns)
+            .get_opt(name)
+            .await
+            .map_err(map_err)
+    }
+
+    async fn delete_resource_slices(&self, field_selector: &str) -> ApiResult<()> {
+        self.limiter.acquire().await;
+        let lp = ListParams::default().fields(field_selector);
+        Api::<k8s_openapi::api::resource::v1::ResourceSlice>::all(self.client.clone())
+            .delete_collection(&DeleteParams::default(), &lp)
+            .await
+            .map(|_| ())
+            .map_err(map_err)
+    }
+}
+
+#[async_trait]
 impl kubelet_apiclient::ServiceAccountApi for KubeApi {
     async fn get_service_account(
         &self,

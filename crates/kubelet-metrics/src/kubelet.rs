@@ -5,7 +5,10 @@
 
 use std::sync::{Arc, LazyLock};
 
-use crate::{CounterVec, DEFAULT_BUCKETS, GaugeVec, HistogramVec, Opts, exponential_buckets, register_global};
+use crate::{
+    CounterVec, DEFAULT_BUCKETS, GaugeVec, HistogramVec, Opts, exponential_buckets, exponential_buckets_range,
+    register_global,
+};
 
 /// `podStartupDurationBuckets`.
 pub const POD_STARTUP_BUCKETS: [f64; 25] = [
@@ -434,11 +437,50 @@ metric!(
     ))
 );
 
+/// `DRADurationBuckets`: 0.1 s to 40 s in 15 steps.
+fn dra_buckets() -> Vec<f64> {
+    exponential_buckets_range(0.1, 40.0, 15)
+}
+
+metric!(
+    /// `dra_operations_duration_seconds{operation_name,is_error}`: preparing or unpreparing all claims of a pod.
+    DRA_OPERATIONS_DURATION: HistogramVec = HistogramVec::new(
+        Opts::alpha(
+            "dra_operations_duration_seconds",
+            "Latency histogram in seconds for the duration of handling all ResourceClaims referenced by a pod when the pod starts or stops. Identified by the name of the operation (PrepareResources or UnprepareResources) and separated by the success of the operation. The number of failed operations is provided through the histogram's overall count.",
+            &["is_error", "operation_name"],
+        ),
+        dra_buckets(),
+    )
+);
+metric!(
+    /// `dra_grpc_operations_duration_seconds{driver_name,grpc_status_code,method_name}`: one call of a DRA driver.
+    DRA_GRPC_OPERATIONS_DURATION: HistogramVec = HistogramVec::new(
+        Opts::alpha(
+            "dra_grpc_operations_duration_seconds",
+            "Duration in seconds of the DRA gRPC operations",
+            &["driver_name", "grpc_status_code", "method_name"],
+        ),
+        dra_buckets(),
+    )
+);
+metric!(
+    /// `dra_resource_claims_in_use{driver_name}`: prepared claims by driver, and across drivers as `<any>`.
+    DRA_RESOURCE_CLAIMS_IN_USE: GaugeVec = GaugeVec::new(Opts::alpha(
+        "dra_resource_claims_in_use",
+        "The number of ResourceClaims that are currently in use on the node, by driver name (driver_name label value) and across all drivers (special value <any> for driver_name). Note that the sum of all by-driver counts is not the total number of in-use ResourceClaims because the same ResourceClaim might use devices from different drivers. Instead, use the count for the <any> driver_name.",
+        &["driver_name"],
+    ))
+);
+
 /// Registers every kubelet metric and the process collector in [`crate::global`] (idempotent).
 pub fn register_all() {
     static DONE: std::sync::Once = std::sync::Once::new();
     DONE.call_once(|| {
         LazyLock::force(&POD_START_DURATION);
+        LazyLock::force(&DRA_OPERATIONS_DURATION);
+        LazyLock::force(&DRA_GRPC_OPERATIONS_DURATION);
+        LazyLock::force(&DRA_RESOURCE_CLAIMS_IN_USE);
         LazyLock::force(&POD_START_SLI_DURATION);
         LazyLock::force(&POD_START_TOTAL_DURATION);
         LazyLock::force(&POD_WORKER_DURATION);

@@ -338,6 +338,12 @@ pub fn exponential_buckets(start: f64, factor: f64, n: usize) -> Vec<f64> {
     v
 }
 
+/// `n` buckets from `min` to `max`, each the same factor times the previous (`metrics.ExponentialBucketsRange`).
+pub fn exponential_buckets_range(min: f64, max: f64, n: usize) -> Vec<f64> {
+    let factor = (max / min).powf(1.0 / (n as f64 - 1.0));
+    exponential_buckets(min, factor, n)
+}
+
 /// `n` buckets starting at `start`, `width` apart (`prometheus.LinearBuckets`).
 pub fn linear_buckets(start: f64, width: f64, n: usize) -> Vec<f64> {
     (0..n).map(|i| start + width * i as f64).collect()

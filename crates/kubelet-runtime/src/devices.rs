@@ -6,8 +6,10 @@
 //! made: device environment variables and mounts come first (the container's own override them, as upstream
 //! appends them after), annotations go under the kubelet's own keys, and CDI names reach the runtime as
 //! `ContainerConfig.CDI_devices` (containerd 2 with `enable_cdi` resolves them against `/etc/cdi` and
-//! `/var/run/cdi`; upstream no longer writes `cdi.k8s.io/` annotations itself). An error fails the container
-//! with `CreateContainerConfigError` and is retried at the next sync.
+//! `/var/run/cdi`; upstream no longer writes `cdi.k8s.io/` annotations itself), the DRA manager's before the device
+//! manager's. An error fails the container with `CreateContainerConfigError` and is retried at the next sync. The
+//! DRA manager's claims are prepared before the pod's sandbox ([`ContainerDevices::prepare`]) and unprepared once
+//! its containers stopped.
 
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kubelet_cri::api;
@@ -24,6 +26,16 @@ pub trait ContainerDevices: Send + Sync {
 
     /// Frees the devices of a pod that will run nothing again (terminated or gone).
     fn release(&self, _pod_uid: &str) {}
+
+    /// Prepares the pod's dynamic resources (its ResourceClaims) before its sandbox is made.
+    async fn prepare(&self, _pod: &Pod) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// Unprepares them once the pod's containers all stopped.
+    async fn unprepare(&self, _pod: &Pod) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// A node without device managers: no container gets devices.

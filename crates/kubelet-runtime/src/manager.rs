@@ -290,6 +290,12 @@ impl RuntimeManager {
         m.get_or_create(uid, host_users, &handler, supports).map(Some).map_err(|e| e.to_string())
     }
 
+    /// Unprepares the pod's ResourceClaims once all its containers stopped (`UnprepareDynamicResources`, before the
+    /// pod's final status).
+    pub async fn unprepare_dynamic_resources(&self, pod: &Pod) -> Result<(), String> {
+        self.devices.unprepare(pod).await
+    }
+
     /// Forgets what a terminated pod held once nothing of it runs (its cgroup is gone): its user namespace range
     /// (`Release`), the images of its image volumes and its devices.
     pub fn forget_terminated_pod(&self, uid: &PodUid) {
@@ -661,6 +667,25 @@ impl RuntimeManager {
         let mut sandbox_id = actions.sandbox_id.clone();
         let mut pod_ips = status.ips.clone();
         if actions.create_sandbox {
+            // The pod's ResourceClaims are prepared through their DRA drivers before every sandbox it gets
+            // (upstream's `PrepareDynamicResources` in `SyncPod`); until they are, nothing of the pod is made.
+            if let Err(e) = self.devices.prepare(pod).await {
+                let message = format!("Failed to prepare dynamic resources: {e}");
+                self.recorder.event(
+                    &pod_reference(pod),
+                    WARNING,
+                    reason::FAILED_PREPARE_DYNAMIC_RESOURCES,
+                    message.clone(),
+                );
+                warn!(pod = %pod_ref(pod), podUID = %uid, error = %e, "Failed to prepare dynamic resources");
+                result.errors.push(SyncError {
+                    action: "PrepareDynamicResources",
+                    target: pod_ref(pod),
+                    reason: reason::FAILED_PREPARE_DYNAMIC_RESOURCES.into(),
+                    message,
+                });
+                return result;
+            }
             result.sandbox_attempted = true;
             match self.create_sandbox(pod, actions.attempt).await {
                 Ok((id, ips)) => {

@@ -31,6 +31,8 @@ pub mod reason {
     pub const SANDBOX_CHANGED: &str = "SandboxChanged";
     /// A sandbox could not be created.
     pub const FAILED_CREATE_POD_SANDBOX: &str = "FailedCreatePodSandBox";
+    /// A pod's ResourceClaims could not be prepared through their DRA drivers.
+    pub const FAILED_PREPARE_DYNAMIC_RESOURCES: &str = "FailedPrepareDynamicResources";
     /// A probe failed (`ContainerUnhealthy`).
     pub const UNHEALTHY: &str = "Unhealthy";
     /// A probe succeeded with a warning (a redirect it did not follow).

@@ -3,8 +3,8 @@
 //! set were absent). Each row names the upstream code that acts on its field: `kubelet_pods.go`
 //! (GeneratePodHostNameAndDomain, makeEnvironmentVariables, makeMounts with resolveRecursiveReadOnly),
 //! `kuberuntime/helpers.go` getContainerConfigStopSignal, `kuberuntime_manager.go` with `container/helpers.go`
-//! (container restart policies and rules), `cm/dra/manager.go` (resource claims, extended resource claims) and the
-//! volume manager's block devices.
+//! (container restart policies and rules), `cm/dra/manager.go` (extended resource claims) and the volume manager's
+//! block devices.
 //!
 //! Contract: [`UNSUPPORTED_FIELDS`] is the one list of such fields, read by the kubelet's admit handler
 //! (`kubelet::admission_fields`) and, for an ephemeral container added to a running pod, by the runtime manager before
@@ -96,16 +96,8 @@ fn hostname_override(pod: &Pod) -> Option<String> {
     some_if(pod.spec.as_ref()?.hostname_override.is_some(), "spec.hostnameOverride")
 }
 
-fn resource_claims(pod: &Pod) -> Option<String> {
-    some_if(non_empty(&pod.spec.as_ref()?.resource_claims), "spec.resourceClaims")
-}
-
 fn extended_resource_claim_status(pod: &Pod) -> Option<String> {
     some_if(pod.status.as_ref()?.extended_resource_claim_status.is_some(), "status.extendedResourceClaimStatus")
-}
-
-fn claims(c: &Container, _: ContainerKind) -> Option<String> {
-    some_if(non_empty(&c.resources.as_ref()?.claims), "resources.claims")
 }
 
 fn stop_signal(c: &Container, _: ContainerKind) -> Option<String> {
@@ -139,20 +131,6 @@ pub static UNSUPPORTED_FIELDS: &[UnsupportedField] = &[
         field: "hostnameOverride",
         lacks: "rkubelet does not set the pod's hostname from it (upstream's HostnameOverride feature, alpha)",
         check: Check::Pod(hostname_override),
-    },
-    UnsupportedField {
-        object: Object::PodSpec,
-        field: "resourceClaims",
-        lacks: "rkubelet has no dynamic resource allocation and would not prepare the claims (upstream's \
-                DynamicResourceAllocation feature, GA)",
-        check: Check::Pod(resource_claims),
-    },
-    UnsupportedField {
-        object: Object::Container,
-        field: "resources.claims",
-        lacks: "rkubelet has no dynamic resource allocation and would not give the container its claims (upstream's \
-                DynamicResourceAllocation feature, GA)",
-        check: Check::Container(claims),
     },
     UnsupportedField {
         object: Object::Container,
@@ -190,8 +168,8 @@ pub static UNSUPPORTED_FIELDS: &[UnsupportedField] = &[
     UnsupportedField {
         object: Object::PodStatus,
         field: "extendedResourceClaimStatus",
-        lacks: "rkubelet has no dynamic resource allocation and would not prepare the claim the scheduler made for \
-                the pod's extended resources (upstream's DRAExtendedResource feature, alpha)",
+        lacks: "rkubelet prepares the pod's own ResourceClaims but not the claim the scheduler made for the pod's \
+                extended resources (upstream's DRAExtendedResource feature, alpha)",
         check: Check::Pod(extended_resource_claim_status),
     },
 ];

@@ -77,10 +77,17 @@ fn host_error(e: CriError) -> HostError {
 }
 
 impl KubeletHost {
+    /// The pod with the status the kubelet has for it; the ResourceClaim statuses stay the apiserver's (others own
+    /// them, and the pod's claims are found through them).
     fn with_status(&self, p: &Pod) -> Pod {
         let mut p = p.clone();
         if let Some(st) = self.status.get(&kubelet_types::pod_update::pod_uid(&p)) {
-            p.status = Some((*st).clone());
+            let mut st = (*st).clone();
+            if let Some(api) = &p.status {
+                st.resource_claim_statuses = api.resource_claim_statuses.clone();
+                st.extended_resource_claim_status = api.extended_resource_claim_status.clone();
+            }
+            p.status = Some(st);
         }
         p
     }

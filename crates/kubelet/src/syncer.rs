@@ -352,7 +352,10 @@ impl PodSyncer for KubeletSyncer {
         if rt.container_statuses.iter().any(|c| c.state == kubelet_types::ContainerState::Running) {
             return Err(format!("pod {key} still has running containers"));
         }
+        // Its ResourceClaims are unprepared once nothing of it runs and before its final status, so the claims are
+        // free before the pod is reported stopped (upstream's order). A failure fails this sync, which is retried.
         if let Some(pod) = pod {
+            self.runtime.unprepare_dynamic_resources(pod).await?;
             self.publish_with(pod, &rt, true, status).await;
         }
         Ok(())

@@ -405,8 +405,13 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
             }
         });
     }
-    // The plugin manager: device plugins (and, with their managers, DRA and CSI drivers) that announce themselves by
-    // a socket in `<root-dir>/plugins_registry`.
+    // The DRA manager: its checkpoint read now (a corrupted one stops the start, as upstream's), the apiserver given
+    // once it is known.
+    let dra =
+        kubelet_cm::dra::manager::DraManager::new(&root_dir, kubelet_cm::dra::registry::DraPlugins::new(&node_name))
+            .context("start the DRA manager")?;
+    // The plugin manager: device plugins and DRA drivers (and, with its manager, CSI drivers) that announce
+    // themselves by a socket in `<root-dir>/plugins_registry`.
     {
         let events = kubelet_pluginmanager::Events {
             recorder: recorder.clone(),
@@ -417,6 +422,8 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
                 .with_events(events);
         let handler = kubelet_cm::devicemanager::watcher_handler::WatcherHandler::new(device_manager.clone());
         plugins.add_handler(kubelet_pluginmanager::DEVICE_PLUGIN, Arc::new(handler));
+        let handler = kubelet_cm::dra::registry::Handler(dra.plugins().clone());
+        plugins.add_handler(kubelet_pluginmanager::DRA_PLUGIN, Arc::new(handler));
         let cancel = cancel.clone();
         tracker.spawn(async move {
             if let Err(e) = plugins.run(cancel).await {
@@ -427,7 +434,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     // The containers running now keep the devices the checkpoint gives them when their pods are admitted again
     // (upstream's containerMap at the device manager's Start).
     device_manager.set_running_at_start(running_containers(&remote).await);
-    let devices = Arc::new(kubelet::devices::Devices::new(device_manager.clone()));
+    let devices = Arc::new(kubelet::devices::Devices::new(device_manager.clone()).with_dra(dra.clone()));
     let runtime = RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone())
         .with_devices(devices.clone())
         .with_volumes(volumes.clone())
@@ -516,6 +523,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         let services = kubelet::watched_cache::ServiceCache::start(kube.clone(), &tracker, &cancel);
         let runtime_classes = kubelet::watched_cache::RuntimeClassCache::start(kube.clone(), &tracker, &cancel);
         objects.bind(kube.clone(), strategy, services, runtime_classes);
+        dra.bind(kube.clone());
         service_accounts.bind(kube.clone());
         tracker.spawn(StatusSync::new(status.clone(), kube.clone()).run(cancel.clone()));
         let reviews: Arc<dyn kubelet_apiclient::ReviewApi> = kube.clone();
@@ -550,13 +558,31 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     drop(src_tx);
     let sources_ready = SourcesReady::new(expected);
     devices.set_sources_ready(sources_ready.clone());
+    let pods = Arc::new(kubelet::server::PodResourcesPods { host: host.clone(), sources_ready: sources_ready.clone() });
+    // The DRA manager's reconcile pass: every minute once every pod source was seen, the claims of pods no longer
+    // active are unprepared (`reconcileLoop`).
+    {
+        use kubelet_cm::podresources::PodsProvider;
+        let (dra, pods, cancel) = (dra.clone(), pods.clone(), cancel.clone());
+        tracker.spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+            loop {
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = tick.tick() => {}
+                }
+                if pods.sources_ready() {
+                    let active = pods.active_pods().iter().filter_map(|p| p.metadata.uid.clone()).collect();
+                    dra.reconcile(&active).await;
+                }
+            }
+        });
+    }
     // The pod resources API on `<root-dir>/pod-resources/kubelet.sock`, started unconditionally as upstream's.
     {
-        let pods =
-            Arc::new(kubelet::server::PodResourcesPods { host: host.clone(), sources_ready: sources_ready.clone() });
         let (dir, devices, cancel) = (
             root_dir.join(kubelet_cm::podresources::POD_RESOURCES_DIR),
-            device_manager.clone() as Arc<dyn kubelet_cm::podresources::DevicesProvider>,
+            devices.clone() as Arc<dyn kubelet_cm::podresources::DevicesProvider>,
             cancel.clone(),
         );
         tracker.spawn(async move {

@@ -286,3 +286,29 @@ pub fn audit_request(e: &Value) -> (String, String, String) {
     let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
     (s(&e["verb"]), s(&e["objectRef"]["resource"]), s(&e["objectRef"]["name"]))
 }
+
+/// `pod` (a pod manifest of a test) as the pod template of a DaemonSet on the test node only, as an operator
+/// deploys a node plugin (the other nodes of the shared cluster are other tests').
+pub fn daemonset(env: &TestEnv, pod: &str) -> String {
+    let (head, spec) = pod.split_once("\nspec:\n").expect("a pod manifest");
+    let name = head.lines().find_map(|l| l.trim().strip_prefix("name: ")).expect("a name");
+    let spec: String =
+        spec.lines().filter(|l| !l.trim_start().starts_with("nodeName:")).map(|l| format!("    {l}\n")).collect();
+    format!(
+        "apiVersion: apps/v1\nkind: DaemonSet\nmetadata:\n  name: {name}\nspec:\n  selector:\n    matchLabels:\n      \
+         app: {name}\n  template:\n    metadata:\n      labels:\n        app: {name}\n    spec:\n      \
+         nodeSelector:\n        kubernetes.io/hostname: {}\n{spec}",
+        env.node
+    )
+}
+
+/// The running pod of the DaemonSet `name` on the node, once there.
+pub async fn daemon_pod(env: &TestEnv, name: &str) -> Option<Value> {
+    let (_, out, _) = env.kubectl_output(&["get", "pods", "-l", &format!("app={name}"), "-o", "json"]).await;
+    let list: Value = serde_json::from_str(&out).ok()?;
+    list["items"]
+        .as_array()?
+        .iter()
+        .find(|p| p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null())
+        .cloned()
+}

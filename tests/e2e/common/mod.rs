@@ -532,11 +532,13 @@ pub fn import(tar: &Path) {
 }
 
 /// Imports again the optional images node-setup built (`<workdir>/images`) that a test's image GC may have
-/// collected: the device plugin's.
+/// collected: the device plugin's and the DRA driver's.
 pub fn restore_node_images() {
-    let tar = workdir().join("images/sample-device-plugin.oci.tar");
-    if tar.exists() {
-        import(&tar);
+    for name in ["sample-device-plugin", "dra-test-driver"] {
+        let tar = workdir().join(format!("images/{name}.oci.tar"));
+        if tar.exists() {
+            import(&tar);
+        }
     }
 }
 
@@ -718,4 +720,21 @@ pub fn assert_secrets_not_logged(log: &str, secrets: &[&str]) {
             }
         }
     }
+}
+
+/// A client of the node's pod resources API, as a monitoring agent on the node dials it.
+pub async fn pod_resources(
+    node: &Node,
+) -> kubelet_proto::podresources::v1::pod_resources_lister_client::PodResourcesListerClient<tonic::transport::Channel> {
+    let path = node.root.join("pod-resources/kubelet.sock");
+    let channel = tonic::transport::Endpoint::from_static("http://localhost")
+        .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+            let path = path.clone();
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(path).await?))
+            }
+        }))
+        .await
+        .expect("the pod resources socket answers");
+    kubelet_proto::podresources::v1::pod_resources_lister_client::PodResourcesListerClient::new(channel)
 }

@@ -1,7 +1,7 @@
 //! DRA driver plugins (`pkg/kubelet/cm/dra/plugin/dra_plugin_manager.go`): which gRPC service the kubelet speaks
 //! with a driver that registers through the plugin manager. A driver lists the services it serves as its
 //! "supported versions" (`v1.DRAPlugin`, `v1beta1.DRAPlugin`); the kubelet takes the first of the driver's list that
-//! it supports. The handler that registers drivers comes with the DRA manager (issue 28's next part).
+//! it supports. The handler that registers drivers is [`super::registry::Handler`].
 
 /// The services the kubelet speaks (`servicesSupportedByKubelet`).
 pub const SERVICES: &[&str] = &["v1.DRAPlugin", "v1beta1.DRAPlugin"];

@@ -61,6 +61,10 @@ pub trait DevicesProvider: Send + Sync + 'static {
     fn devices(&self, pod_uid: &str, container: &str) -> Vec<pb::ContainerDevices>;
     /// Every healthy device (`GetAllocatableDevices`).
     fn allocatable_devices(&self) -> Vec<pb::ContainerDevices>;
+    /// The prepared ResourceClaims of a container (`GetDynamicResources`), none without a DRA manager.
+    fn dynamic_resources(&self, _pod: &Pod, _container: &str) -> Vec<pb::DynamicResource> {
+        vec![]
+    }
 }
 
 /// Why the API cannot be served.

@@ -81,10 +81,10 @@ impl Lister {
             .into_iter()
             .map(|name| pb::ContainerResources {
                 devices: self.devices.devices(uid, &name),
+                dynamic_resources: self.devices.dynamic_resources(pod, &name),
                 name,
                 cpu_ids: vec![],
                 memory: vec![],
-                dynamic_resources: vec![],
             })
             .collect();
         pb::PodResources {
