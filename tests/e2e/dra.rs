@@ -16,6 +16,7 @@ use common::cluster::{TestEnv, daemon_pod, daemonset};
 use common::*;
 use kubelet_proto::podresources::v1 as pr;
 use serde_json::Value;
+use tokio::time::Instant;
 
 const DRIVER: &str = "test-driver.cdi.k8s.io";
 
@@ -92,6 +93,11 @@ async fn slices(env: &TestEnv) -> Vec<Value> {
     items.into_iter().filter(|s| s["spec"]["driver"] == DRIVER).collect()
 }
 
+/// Whether rkubelet logged the deletion of the ResourceSlices `selector` (a `fieldSelector=...` field) selects.
+fn deleted_slices(node: &Node, selector: &str) -> bool {
+    node.log().lines().any(|l| l.contains("Deleted ResourceSlices") && l.split_whitespace().any(|w| w == selector))
+}
+
 /// Whether rkubelet logged `message` for the driver.
 fn logged(node: &Node, message: &str) -> bool {
     node.log().lines().any(|l| l.contains(message) && l.contains(DRIVER))
@@ -109,6 +115,13 @@ async fn a_dra_drivers_claim_is_prepared_for_the_pod_given_to_its_container_and_
     let env = TestEnv::new().await;
     let mut node = env.start_kubeadm_node().await;
     env.wait_node_ready(&mut node).await;
+
+    // At its start rkubelet deletes the node's slices (a driver not running must not advertise devices).
+    let start_wipe = format!("fieldSelector=spec.nodeName={}", env.node);
+    env.wait("rkubelet's start-up deletion of the node's ResourceSlices", Duration::from_secs(30), || async {
+        deleted_slices(&node, &start_wipe).then_some(())
+    })
+    .await;
 
     // The driver as a DaemonSet: registered through plugins_registry, its ResourceSlice published for the node.
     env.create(&permissions(&env)).await;
@@ -130,8 +143,27 @@ async fn a_dra_drivers_claim_is_prepared_for_the_pod_given_to_its_container_and_
 
     // A pod whose claim the controller-manager makes from the template and the scheduler allocates on this node.
     let class = format!("dra-{}", env.ns);
+    let started = Instant::now();
     env.create(&claim_and_pod(&env, &class)).await;
     let p = env.wait_pod_running(&mut node, "with-claim").await;
+    let with_claim = started.elapsed();
+    // The same pod without the claim, through the same scheduler, for the figure.
+    let plain = claim_and_pod(&env, &class);
+    let plain = plain.rsplit("---\n").next().unwrap().replace("name: with-claim", "name: plain");
+    let plain = plain
+        .split("  resourceClaims:\n")
+        .next()
+        .unwrap()
+        .replace("    resources:\n      claims:\n      - name: resource\n", "");
+    let started = Instant::now();
+    env.create(&plain).await;
+    env.wait_pod_running(&mut node, "plain").await;
+    println!(
+        "FIGURE pod start, create → Running (scheduled): with a claim (made from its template, allocated, prepared, \
+         its CDI device) {:.2} s, without {:.2} s",
+        with_claim.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
     let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
     let claim = p["status"]["resourceClaimStatuses"][0]["resourceClaimName"].as_str().unwrap().to_string();
     let with = env
@@ -183,6 +215,26 @@ async fn a_dra_drivers_claim_is_prepared_for_the_pod_given_to_its_container_and_
             >= 1.0
     );
 
+    // rkubelet restarts: the pod keeps its containers, the claim stays prepared (the checkpoint), the driver
+    // registers again.
+    let before: Vec<String> = containers_of(&rt, "with-claim").await.into_iter().map(|c| c.id).collect();
+    let registered = node.log().lines().filter(|l| l.contains("Registered DRA plugin")).count();
+    node.kill9();
+    node.spawn();
+    node.wait_healthy().await;
+    env.wait("the driver registered again", Duration::from_secs(30), || async {
+        (node.log().lines().filter(|l| l.contains("Registered DRA plugin")).count() > registered).then_some(())
+    })
+    .await;
+    let after = env.wait_pod_running(&mut node, "with-claim").await;
+    for c in ["with-resource", "without-resource"] {
+        assert_eq!(container_status(&after, c).unwrap()["restartCount"], 0, "{c}");
+    }
+    let now: Vec<String> = containers_of(&rt, "with-claim").await.into_iter().map(|c| c.id).collect();
+    assert_eq!(now, before, "the same containers after the restart");
+    let state = std::fs::read_to_string(node.root.join("dra_manager_state")).unwrap();
+    assert!(state.contains(&claim) && state.contains(&uid), "dra_manager_state after the restart: {state}");
+
     // The pod goes: its claim is unprepared before the pod leaves the apiserver.
     let claim_obj = env.get(&["resourceclaim", &claim]).await.expect("the pod's claim");
     let cdi_file = format!("/var/run/cdi/{DRIVER}-{}-my-device.json", claim_obj["metadata"]["uid"].as_str().unwrap());
@@ -232,10 +284,16 @@ async fn a_dra_drivers_claim_is_prepared_for_the_pod_given_to_its_container_and_
         logged(&node, "Unregistered DRA plugin").then_some(())
     })
     .await;
-    env.wait("the node's ResourceSlices of the driver deleted", Duration::from_secs(60), || async {
-        slices(&env).await.is_empty().then_some(())
+    let gone = Instant::now();
+    let wiped = format!("fieldSelector=spec.nodeName={},spec.driver={DRIVER}", env.node);
+    env.wait("rkubelet deleting the driver's ResourceSlices", Duration::from_secs(60), || async {
+        deleted_slices(&node, &wiped).then_some(())
     })
     .await;
+    let after = gone.elapsed();
+    assert!(after >= Duration::from_secs(29), "upstream's 30 s wiping delay, not {after:?}");
+    assert!(slices(&env).await.is_empty(), "no slice of the driver left for the node");
+    println!("FIGURE driver deregistered → its ResourceSlices deleted by rkubelet: {:.1} s", after.as_secs_f64());
     env.kubectl(&["delete", "deviceclass", &class, "--wait=false"]).await;
     env.kubectl(&["delete", "clusterrole,clusterrolebinding", &format!("dra-kubelet-plugin-{}", env.ns)]).await;
     node.stop_and_clean(&rt).await;
