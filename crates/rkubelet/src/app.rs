@@ -410,6 +410,12 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     let dra =
         kubelet_cm::dra::manager::DraManager::new(&root_dir, kubelet_cm::dra::registry::DraPlugins::new(&node_name))
             .context("start the DRA manager")?;
+    if cfg.feature_gate("ResourceHealthStatus") == Some(true) {
+        warn!(
+            "feature gate ResourceHealthStatus is on: rkubelet does not watch its drivers' device health yet, and \
+             reports no allocatedResourcesStatus in the pods' container statuses"
+        );
+    }
     // The plugin manager: device plugins and DRA drivers (and, with its manager, CSI drivers) that announce
     // themselves by a socket in `<root-dir>/plugins_registry`.
     {

@@ -294,10 +294,13 @@ impl DraManager {
         let mut last_users: Vec<String> = vec![];
         {
             let mut cache = self.cache.lock().unwrap();
+            // Nothing is written for a pod whose claims the node does not know (a pod without claims, or unprepared
+            // already): its stop must not depend on the disk.
+            let mut dropped = false;
             for name in names {
                 let Some(info) = cache.get_mut(ns, name) else { continue };
                 if info.state.pod_uids.len() > 1 {
-                    info.state.pod_uids.remove(pod_uid);
+                    dropped |= info.state.pod_uids.remove(pod_uid);
                     continue;
                 }
                 last_users.push(name.clone());
@@ -306,7 +309,12 @@ impl DraManager {
                     batches.entry(driver.clone()).or_default().push(c.clone());
                 }
             }
-            cache.sync().map_err(|e| format!("checkpoint ResourceClaim state: {e}"))?;
+            if dropped {
+                cache.sync().map_err(|e| format!("checkpoint ResourceClaim state: {e}"))?;
+            }
+        }
+        if last_users.is_empty() {
+            return Ok(());
         }
         for (driver, batch) in batches {
             let plugin = self.plugins.get(&driver)?;

@@ -331,3 +331,18 @@ async fn a_drivers_slices_go_30_s_after_its_last_endpoint_unless_it_comes_back()
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(api.deleted.lock().unwrap()[1], format!("spec.nodeName=node-a,spec.driver={DRIVER}"));
 }
+
+#[tokio::test]
+async fn a_pod_without_known_claims_stops_without_touching_the_disk() {
+    let s = setup(false).await;
+    let state = s.root.join("dra_manager_state");
+    std::fs::remove_file(&state).unwrap();
+    let mut plain = pod("p1", "p1", "c");
+    plain.spec.as_mut().unwrap().resource_claims = None;
+    s.manager.prepare(&plain).await.unwrap();
+    s.manager.unprepare(&plain).await.unwrap();
+    s.manager.unprepare(&pod("p1", "p1", "never-prepared")).await.unwrap();
+    s.manager.reconcile(&BTreeSet::new()).await;
+    assert!(!state.exists(), "nothing written: a full disk cannot hold up these pods' stop");
+    assert!(s.driver.prepared.lock().unwrap().is_empty() && s.driver.unprepared.lock().unwrap().is_empty());
+}

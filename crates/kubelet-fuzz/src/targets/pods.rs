@@ -176,17 +176,6 @@ type SetField = (Object, &'static str, fn(&mut Pod));
 /// Every row of the table.
 const UNSUPPORTED: &[SetField] = &[
     (Object::PodSpec, "hostnameOverride", |p| spec(p).hostname_override = Some("other".into())),
-    (Object::PodSpec, "resourceClaims", |p| {
-        spec(p).resource_claims = Some(vec![v1::PodResourceClaim {
-            name: "gpu".into(),
-            resource_claim_name: Some("gpu".into()),
-            ..Default::default()
-        }])
-    }),
-    (Object::Container, "resources.claims", |p| {
-        let claim = v1::ResourceClaim { name: "gpu".into(), request: None };
-        app(p).resources.get_or_insert_with(Default::default).claims = Some(vec![claim]);
-    }),
     (Object::Container, "lifecycle.stopSignal", |p| {
         app(p).lifecycle = Some(v1::Lifecycle { stop_signal: Some("SIGUSR1".into()), ..Default::default() })
     }),
