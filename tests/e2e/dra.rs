@@ -110,6 +110,11 @@ async fn container_log(env: &TestEnv, pod: &str, c: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dra_drivers_claim_is_prepared_for_the_pod_given_to_its_container_and_unprepared_when_it_goes() {
+    if containerd_version() == "1.6" {
+        // Where the suite runs on 1.6 alone (no ../shared): DRA drivers hand devices over as CDI names.
+        println!("e2e_dra skipped: containerd 1.6 has no CDI, through which DRA drivers hand devices to containers");
+        return;
+    }
     let (_g, rt) = fresh_runtime().await;
     restore_node_images();
     let env = TestEnv::new().await;
