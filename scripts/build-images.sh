@@ -10,6 +10,8 @@
 #                                              $RKUBELET_SAMPLE_DEVICE_PLUGIN names its program
 #   localhost/dra-test-driver:1                upstream's e2e DRA driver, when
 #                                              $RKUBELET_DRA_TEST_DRIVER names its program
+#   localhost/hostpathplugin:1,                the CSI hostpath driver and node registrar, when
+#   localhost/csi-node-driver-registrar:1      $RKUBELET_HOSTPATHPLUGIN and $RKUBELET_CSI_NODE_DRIVER_REGISTRAR do
 #
 # Why this exists: no container registry is reachable from these machines
 # (see /work/shared/notes/runtime-on-this-machine.md), and there is no docker.
@@ -204,8 +206,8 @@ GROUP
 }
 
 # ------------------------------------------ upstream's e2e test programs ----
-# Upstream's e2e device plugin ($RKUBELET_SAMPLE_DEVICE_PLUGIN) and DRA driver ($RKUBELET_DRA_TEST_DRIVER), static Go
-# programs from ../shared: the program alone as the entrypoint, with /tmp and the host folders they write into.
+# Upstream's e2e device plugin ($RKUBELET_SAMPLE_DEVICE_PLUGIN), DRA driver ($RKUBELET_DRA_TEST_DRIVER) and the CSI
+# hostpath driver and node registrar, static Go programs from ../shared: the program alone as the entrypoint, with /tmp and the host folders they write into.
 # build_program_image NAME PROGRAM DIR...
 build_program_image() {
     local name="$1" program="$2"
@@ -227,6 +229,13 @@ import_image "$OUTDIR/busybox.oci.tar"
 if [[ -n "${RKUBELET_SAMPLE_DEVICE_PLUGIN:-}" ]]; then
     build_program_image sample-device-plugin "$RKUBELET_SAMPLE_DEVICE_PLUGIN" var/lib/kubelet/device-plugins var/run/cdi
     import_image "$OUTDIR/sample-device-plugin.oci.tar"
+fi
+if [[ -n "${RKUBELET_HOSTPATHPLUGIN:-}" && -n "${RKUBELET_CSI_NODE_DRIVER_REGISTRAR:-}" ]]; then
+    build_program_image hostpathplugin "$RKUBELET_HOSTPATHPLUGIN" csi csi-data-dir var/lib/kubelet/pods \
+        var/lib/kubelet/plugins
+    import_image "$OUTDIR/hostpathplugin.oci.tar"
+    build_program_image csi-node-driver-registrar "$RKUBELET_CSI_NODE_DRIVER_REGISTRAR" csi registration
+    import_image "$OUTDIR/csi-node-driver-registrar.oci.tar"
 fi
 if [[ -n "${RKUBELET_DRA_TEST_DRIVER:-}" ]]; then
     build_program_image dra-test-driver "$RKUBELET_DRA_TEST_DRIVER" var/lib/kubelet/plugins \

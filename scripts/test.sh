@@ -63,7 +63,7 @@ LANE_0=(
 LANE_1=(
     "e2e_certificates --skip rotates" "e2e_drills_disk" "e2e_drills_static" "e2e_cluster_services" "e2e_api_abuse"
     "e2e_cluster_objects" "e2e_housekeeping" "e2e_runtime_outage" "e2e_gated_projections" "e2e_cluster_ephemeral"
-    "e2e_cluster_kubelet_api" "e2e_volumes" "e2e_cluster_preemption" "e2e_security_contexts" "e2e_dra"
+    "e2e_cluster_kubelet_api" "e2e_volumes" "e2e_cluster_preemption" "e2e_security_contexts" "e2e_dra" "e2e_csi"
 )
 # The outages last, after the pressure tests (which wait for the VM): the controller-manager takes a while to recover
 # its watches after them (a namespace made then may wait past a minute for its default service account).

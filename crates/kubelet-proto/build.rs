@@ -1,6 +1,7 @@
 //! Compiles rkubelet's copies of the CRI `runtime.v1` proto, the gRPC health protocol, the device plugin API
-//! `v1beta1`, the plugin registration API, the pod resources API (`v1`, `v1alpha1`) and the DRA kubelet plugin API
-//! (`v1`, `v1beta1`) into Rust (prost messages plus tonic client and server stubs).
+//! `v1beta1`, the plugin registration API, the pod resources API (`v1`, `v1alpha1`), the DRA kubelet plugin API
+//! (`v1`, `v1beta1`) and the CSI spec's Identity and Node services (`csi.v1`) into Rust (prost messages plus tonic
+//! client and server stubs).
 //!
 //! `protoc` comes from `protoc-bin-vendored`, so no system protoc is needed.
 
@@ -17,6 +18,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let podresources_alpha_proto = proto_root.join("podresources/v1alpha1/api.proto");
     let dra_proto = proto_root.join("dra/v1/api.proto");
     let dra_beta_proto = proto_root.join("dra/v1beta1/api.proto");
+    let csi_proto = proto_root.join("csi/v1/csi.proto");
     let protos = [
         cri_proto,
         health_proto,
@@ -26,6 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         podresources_alpha_proto,
         dra_proto,
         dra_beta_proto,
+        csi_proto,
     ];
 
     for p in &protos {
@@ -44,7 +47,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_server(true)
         // Server methods the fake does not serve answer UNIMPLEMENTED, as an older runtime would.
         .generate_default_stubs(true)
-        .compile_protos(&protos, &[proto_root])?;
+        // The well-known types' folder, for CSI's `google.protobuf.BoolValue` (prost maps it to `Option<bool>`).
+        .compile_protos(&protos, &[proto_root, protoc_bin_vendored::include_path()?])?;
 
     Ok(())
 }

@@ -12,7 +12,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::cluster::{TestEnv, daemon_pod, daemonset};
+use common::cluster::{TestEnv, daemon_pod, daemonset, plugin_node};
 use common::*;
 use kubelet_proto::podresources::v1 as pr;
 use serde_json::Value;
@@ -110,16 +110,12 @@ async fn container_log(env: &TestEnv, pod: &str, c: &str) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dra_drivers_claim_is_prepared_for_the_pod_given_to_its_container_and_unprepared_when_it_goes() {
-    if containerd_version() == "1.6" {
-        // Where the suite runs on 1.6 alone (no ../shared): DRA drivers hand devices over as CDI names.
-        println!("e2e_dra skipped: containerd 1.6 has no CDI, through which DRA drivers hand devices to containers");
+    let Some((_g, rt, env, mut node)) =
+        plugin_node("e2e_dra skipped: containerd 1.6 has no CDI, through which DRA drivers hand devices to containers")
+            .await
+    else {
         return;
-    }
-    let (_g, rt) = fresh_runtime().await;
-    restore_node_images();
-    let env = TestEnv::new().await;
-    let mut node = env.start_kubeadm_node().await;
-    env.wait_node_ready(&mut node).await;
+    };
 
     // At its start rkubelet deletes the node's slices (a driver not running must not advertise devices).
     let start_wipe = format!("fieldSelector=spec.nodeName={}", env.node);

@@ -31,6 +31,7 @@ fn strategic_merge(target: &mut Value, patch: &Value, schema: &'static Schema) -
 #[derive(Default)]
 struct State {
     nodes: BTreeMap<String, Node>,
+    csi_nodes: BTreeMap<String, k8s_openapi::api::storage::v1::CSINode>,
     leases: BTreeMap<(String, String), Lease>,
     pods: BTreeMap<(String, String), Pod>,
     services: BTreeMap<(String, String), Service>,
@@ -138,6 +139,11 @@ impl FakeApi {
     /// The stored node.
     pub fn node(&self, name: &str) -> Option<Node> {
         self.state.lock().unwrap().nodes.get(name).cloned()
+    }
+
+    /// The stored CSINode.
+    pub fn csi_node(&self, name: &str) -> Option<k8s_openapi::api::storage::v1::CSINode> {
+        self.state.lock().unwrap().csi_nodes.get(name).cloned()
     }
 
     /// The stored lease.
@@ -253,8 +259,14 @@ impl NodeApi for FakeApi {
         let mut st = self.enter(format!("patch_node_status {name}"))?;
         let n = st.nodes.get_mut(name).ok_or_else(|| ApiError::NotFound(format!("nodes {name:?}")))?;
         let mut v = to_value(n);
-        // Only the status is written through the status subresource.
-        let status_patch = patch.get("status").map_or(serde_json::json!({}), |s| serde_json::json!({ "status": s }));
+        // The status subresource writes the status and, as the apiserver's node status strategy, the metadata
+        // (the CSI node information goes there); never the spec.
+        let mut status_patch = serde_json::json!({});
+        for key in ["status", "metadata"] {
+            if let Some(p) = patch.get(key) {
+                status_patch[key] = p.clone();
+            }
+        }
         strategic_merge(&mut v, &status_patch, &NODE)?;
         let mut new: Node = from_value(v)?;
         new.metadata.resource_version = Some(rv);
@@ -452,6 +464,49 @@ impl EventApi for FakeApi {
         strategic_merge(&mut v, patch, &OBJECT)?;
         *e = from_value(v)?;
         Ok(())
+    }
+}
+
+#[async_trait]
+impl crate::CsiNodeApi for FakeApi {
+    async fn get_csi_node(&self, name: &str) -> ApiResult<Option<k8s_openapi::api::storage::v1::CSINode>> {
+        Ok(self.enter(format!("get_csi_node {name}"))?.csi_nodes.get(name).cloned())
+    }
+
+    async fn create_csi_node(
+        &self,
+        csi_node: &k8s_openapi::api::storage::v1::CSINode,
+    ) -> ApiResult<k8s_openapi::api::storage::v1::CSINode> {
+        let rv = self.next_rv();
+        let name = csi_node.metadata.name.clone().unwrap_or_default();
+        let mut st = self.enter(format!("create_csi_node {name}"))?;
+        if st.csi_nodes.contains_key(&name) {
+            return Err(ApiError::AlreadyExists(format!("csinodes.storage.k8s.io {name:?}")));
+        }
+        let mut n = csi_node.clone();
+        n.metadata.resource_version = Some(rv);
+        st.csi_nodes.insert(name, n.clone());
+        Ok(n)
+    }
+
+    async fn update_csi_node(
+        &self,
+        csi_node: &k8s_openapi::api::storage::v1::CSINode,
+    ) -> ApiResult<k8s_openapi::api::storage::v1::CSINode> {
+        let rv = self.next_rv();
+        let name = csi_node.metadata.name.clone().unwrap_or_default();
+        let mut st = self.enter(format!("update_csi_node {name}"))?;
+        let cur = st
+            .csi_nodes
+            .get_mut(&name)
+            .ok_or_else(|| ApiError::NotFound(format!("csinodes.storage.k8s.io {name:?}")))?;
+        if cur.metadata.resource_version != csi_node.metadata.resource_version {
+            return Err(ApiError::Conflict(format!("csinodes.storage.k8s.io {name:?}")));
+        }
+        let mut n = csi_node.clone();
+        n.metadata.resource_version = Some(rv);
+        *cur = n.clone();
+        Ok(n)
     }
 }
 

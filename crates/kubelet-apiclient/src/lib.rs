@@ -219,6 +219,24 @@ pub trait ServiceAccountApi: Send + Sync + 'static {
     ) -> ApiResult<Option<k8s_openapi::api::core::v1::ServiceAccount>>;
 }
 
+/// The node's CSINode object (`pkg/volume/csi/nodeinfomanager`: the Node authorizer lets a node get, create and
+/// update its own).
+#[async_trait]
+pub trait CsiNodeApi: Send + Sync + 'static {
+    /// The CSINode `name`, or None.
+    async fn get_csi_node(&self, name: &str) -> ApiResult<Option<k8s_openapi::api::storage::v1::CSINode>>;
+    /// Creates it.
+    async fn create_csi_node(
+        &self,
+        csi_node: &k8s_openapi::api::storage::v1::CSINode,
+    ) -> ApiResult<k8s_openapi::api::storage::v1::CSINode>;
+    /// Replaces it (its resourceVersion a precondition).
+    async fn update_csi_node(
+        &self,
+        csi_node: &k8s_openapi::api::storage::v1::CSINode,
+    ) -> ApiResult<k8s_openapi::api::storage::v1::CSINode>;
+}
+
 /// What the DRA manager needs (`pkg/kubelet/cm/dra`): the ResourceClaims of the node's pods (the Node authorizer
 /// lets a node get the claims its pods reference) and the deletion of the node's ResourceSlices (its drivers'
 /// published devices; the Node authorizer allows a `deletecollection` selecting `spec.nodeName=<node>`).

@@ -422,6 +422,37 @@ impl kubelet_apiclient::ListWatch<k8s_openapi::api::node::v1::RuntimeClass> for 
 }
 
 #[async_trait]
+impl kubelet_apiclient::CsiNodeApi for KubeApi {
+    async fn get_csi_node(&self, name: &str) -> ApiResult<Option<k8s_openapi::api::storage::v1::CSINode>> {
+        self.limiter.acquire().await;
+        Api::<k8s_openapi::api::storage::v1::CSINode>::all(self.client.clone()).get_opt(name).await.map_err(map_err)
+    }
+
+    async fn create_csi_node(
+        &self,
+        csi_node: &k8s_openapi::api::storage::v1::CSINode,
+    ) -> ApiResult<k8s_openapi::api::storage::v1::CSINode> {
+        self.limiter.acquire().await;
+        Api::<k8s_openapi::api::storage::v1::CSINode>::all(self.client.clone())
+            .create(&PostParams::default(), csi_node)
+            .await
+            .map_err(map_err)
+    }
+
+    async fn update_csi_node(
+        &self,
+        csi_node: &k8s_openapi::api::storage::v1::CSINode,
+    ) -> ApiResult<k8s_openapi::api::storage::v1::CSINode> {
+        self.limiter.acquire().await;
+        let name = csi_node.metadata.name.clone().unwrap_or_default();
+        Api::<k8s_openapi::api::storage::v1::CSINode>::all(self.client.clone())
+            .replace(&name, &PostParams::default(), csi_node)
+            .await
+            .map_err(map_err)
+    }
+}
+
+#[async_trait]
 impl kubelet_apiclient::DraApi for KubeApi {
     async fn get_resource_claim(
         &self,

@@ -79,3 +79,13 @@ pub mod dra {
         tonic::include_proto!("k8s.io.kubelet.pkg.apis.dra.v1beta1");
     }
 }
+
+/// The Container Storage Interface (`csi.v1`): the Identity and Node services a CSI driver serves on its socket, which
+/// the kubelet calls to register it and to stage, publish and measure its volumes.
+#[allow(clippy::all, clippy::pedantic, missing_docs, rustdoc::all, unreachable_pub, unused_qualifications)]
+pub mod csi {
+    /// `v1`.
+    pub mod v1 {
+        tonic::include_proto!("csi.v1");
+    }
+}

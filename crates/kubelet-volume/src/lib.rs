@@ -9,6 +9,7 @@
 //! (`FailedMount`) and retry; volume types rkubelet does not support are refused with an error naming the type.
 
 pub mod atomic_writer;
+pub mod csi;
 pub mod empty_dir;
 pub mod hostpath;
 mod manager;

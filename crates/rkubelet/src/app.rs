@@ -416,8 +416,11 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
              reports no allocatedResourcesStatus in the pods' container statuses"
         );
     }
-    // The plugin manager: device plugins and DRA drivers (and, with its manager, CSI drivers) that announce
-    // themselves by a socket in `<root-dir>/plugins_registry`.
+    // CSI drivers: the node's information about them needs the apiserver, given once it is known.
+    let csi_drivers = Arc::new(kubelet_volume::csi::registration::CsiDrivers::default());
+    let csi_node_info: kubelet_volume::csi::registration::NodeInfo = Arc::default();
+    // The plugin manager: device plugins, DRA drivers and CSI drivers that announce themselves by a socket in
+    // `<root-dir>/plugins_registry`.
     {
         let events = kubelet_pluginmanager::Events {
             recorder: recorder.clone(),
@@ -430,6 +433,12 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         plugins.add_handler(kubelet_pluginmanager::DEVICE_PLUGIN, Arc::new(handler));
         let handler = kubelet_cm::dra::registry::Handler(dra.plugins().clone());
         plugins.add_handler(kubelet_pluginmanager::DRA_PLUGIN, Arc::new(handler));
+        let handler = kubelet_volume::csi::registration::RegistrationHandler::new(
+            csi_drivers.clone(),
+            csi_node_info.clone(),
+            Arc::new(kubelet_volume::csi::registration::GrpcNodeInfo),
+        );
+        plugins.add_handler(kubelet_pluginmanager::CSI_PLUGIN, Arc::new(handler));
         let cancel = cancel.clone();
         tracker.spawn(async move {
             if let Err(e) = plugins.run(cancel).await {
@@ -530,6 +539,9 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         let runtime_classes = kubelet::watched_cache::RuntimeClassCache::start(kube.clone(), &tracker, &cancel);
         objects.bind(kube.clone(), strategy, services, runtime_classes);
         dra.bind(kube.clone());
+        let nim = Arc::new(kubelet_volume::csi::nodeinfo::NodeInfoManager::new(&node_name, kube.clone(), kube.clone()));
+        let _ = csi_node_info.set(nim.clone());
+        tracker.spawn(crate::node::initialize_csi_node(nim, cancel.clone()));
         service_accounts.bind(kube.clone());
         tracker.spawn(StatusSync::new(status.clone(), kube.clone()).run(cancel.clone()));
         let reviews: Arc<dyn kubelet_apiclient::ReviewApi> = kube.clone();

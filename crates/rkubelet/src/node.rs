@@ -177,6 +177,30 @@ pub fn enforce_node_allocatable(
     Ok(applied.into_iter().map(|a| a.message).collect())
 }
 
+/// Makes the node's CSINode (`initializeCSINode`), retried with back-off (1 s doubling to 1 min) until the apiserver
+/// takes it or rkubelet stops. Upstream gives up after about 23 s and exits; here an apiserver that is away longer
+/// only delays it (the CSINode is needed once a CSI driver registers, which writes it too).
+pub async fn initialize_csi_node(
+    nim: std::sync::Arc<kubelet_volume::csi::nodeinfo::NodeInfoManager>,
+    cancel: tokio_util::sync::CancellationToken,
+) {
+    let mut delay = std::time::Duration::from_secs(1);
+    loop {
+        match nim.initialize().await {
+            Ok(()) => {
+                tracing::info!("CSINode initialized");
+                return;
+            }
+            Err(e) => tracing::warn!(error = %e, retryIn = ?delay, "Failed to initialize CSINode"),
+        }
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(delay) => {}
+        }
+        delay = (delay * 2).min(std::time::Duration::from_secs(60));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

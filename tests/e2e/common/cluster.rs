@@ -312,3 +312,18 @@ pub async fn daemon_pod(env: &TestEnv, name: &str) -> Option<Value> {
         .find(|p| p["status"]["phase"] == "Running" && p["metadata"]["deletionTimestamp"].is_null())
         .cloned()
 }
+
+/// A fresh runtime and a kubeadm-style node, Ready, with the node plugins' images imported again, for the tests of
+/// node plugins on containerd 2 (DRA and CSI drivers); None, with `why` printed, where the suite runs on 1.6.
+pub async fn plugin_node(why: &str) -> Option<(super::Serial, kubelet_cri::RemoteRuntime, TestEnv, Node)> {
+    if super::containerd_version() == "1.6" {
+        println!("{why}");
+        return None;
+    }
+    let (guard, rt) = super::fresh_runtime().await;
+    super::restore_node_images();
+    let env = TestEnv::new().await;
+    let mut node = env.start_kubeadm_node().await;
+    env.wait_node_ready(&mut node).await;
+    Some((guard, rt, env, node))
+}
