@@ -78,9 +78,18 @@ pub async fn uds_channel(socket: &Path, timeout: Duration) -> Result<Channel, Op
 /// What gRPC-Go says of a call past its deadline.
 const DEADLINE_EXCEEDED: &str = "rpc error: code = DeadlineExceeded desc = context deadline exceeded";
 
-/// A status as gRPC-Go prints one: `rpc error: code = <Code> desc = <message>`.
-fn status_text(s: &tonic::Status) -> String {
-    format!("rpc error: code = {:?} desc = {}", s.code(), s.message())
+/// A gRPC code as gRPC-Go names it (`codes.Code.String`).
+pub fn code_name(code: tonic::Code) -> String {
+    match code {
+        tonic::Code::Ok => "OK".into(),
+        tonic::Code::Cancelled => "Canceled".into(),
+        c => format!("{c:?}"),
+    }
+}
+
+/// A status as gRPC-Go prints one: `rpc error: code = <Code> desc = <message>`; node plugins' callers use it too.
+pub fn status_text(s: &tonic::Status) -> String {
+    format!("rpc error: code = {} desc = {}", code_name(s.code()), s.message())
 }
 
 /// An error with its causes, `: `-separated.

@@ -31,7 +31,9 @@ use tracing::{debug, info};
 use super::cache::{ClaimCache, ClaimInfo};
 use super::checkpoint::{CheckpointError, Device};
 use super::claims;
-use super::registry::{DraPlugin, DraPlugins, status_text};
+use kubelet_pluginmanager::client::status_text;
+
+use super::registry::{DraPlugin, DraPlugins};
 
 /// The manager.
 pub struct DraManager {

@@ -21,6 +21,7 @@ use async_trait::async_trait;
 use hyper_util::rt::TokioIo;
 use kubelet_apiclient::DraApi;
 use kubelet_pluginmanager::PluginHandler;
+use kubelet_pluginmanager::client::code_name;
 use kubelet_proto::dra::{v1, v1beta1};
 use prost::Message;
 use tokio::task::AbortHandle;
@@ -41,15 +42,6 @@ pub struct DraPlugin {
     endpoint: String,
     service: &'static str,
     channel: Channel,
-}
-
-/// A gRPC status as gRPC-Go names its code (`codes.Code.String`).
-fn code_name(code: tonic::Code) -> String {
-    match code {
-        tonic::Code::Ok => "OK".into(),
-        tonic::Code::Cancelled => "Canceled".into(),
-        c => format!("{c:?}"),
-    }
 }
 
 /// Re-encodes a message of one API version as the other (their wire forms are identical).
@@ -278,9 +270,4 @@ impl Drop for DraPlugins {
             }
         }
     }
-}
-
-/// A refused call's status as gRPC-Go prints it.
-pub fn status_text(s: &tonic::Status) -> String {
-    format!("rpc error: code = {} desc = {}", code_name(s.code()), s.message())
 }

@@ -1,0 +1,305 @@
+//! The kubelet's calls of a CSI driver's Node service (`pkg/volume/csi/csi_client.go`): publishing and unpublishing a
+//! volume for a pod, with upstream's request shape and error classes. Groundwork for the CSI volume plugin (issue
+//! 29's next part): nothing calls these yet.
+//!
+//! Contract: each call dials the driver's socket anew (as upstream, which closes its connection after each call)
+//! and runs within upstream's 2 minutes, the capability queries included. An error is [`CallError::Final`] when the
+//! driver answered with a code that says the operation did not happen, and [`CallError::Uncertain`] when it may
+//! have (Canceled, DeadlineExceeded, Unavailable, ResourceExhausted, Aborted, or no answer): the caller then keeps
+//! the target and unpublishes it before giving up on the volume, as upstream marks it uncertain.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use kubelet_pluginmanager::client::{status_text, uds_channel};
+use kubelet_proto::csi::v1 as csi;
+use tonic::transport::Channel;
+
+use super::registration::CSI_TIMEOUT;
+
+/// Why a call failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CallError {
+    /// The driver did not do it.
+    #[error("{0}")]
+    Final(String),
+    /// It may have happened.
+    #[error("{0}")]
+    Uncertain(String),
+}
+
+fn classify(s: tonic::Status) -> CallError {
+    use tonic::Code::*;
+    let text = status_text(&s);
+    match s.code() {
+        Cancelled | DeadlineExceeded | Unavailable | ResourceExhausted | Aborted => CallError::Uncertain(text),
+        _ => CallError::Final(text),
+    }
+}
+
+/// A `NodePublishVolume` request, as the kubelet fills it.
+#[derive(Clone, Debug, Default)]
+pub struct Publish {
+    /// The volume's handle.
+    pub volume_id: String,
+    /// Where the driver publishes it.
+    pub target_path: String,
+    /// Where it was staged (empty: the driver has no staging, or the volume is ephemeral).
+    pub staging_target_path: String,
+    /// What the controller's publish answered.
+    pub publish_context: HashMap<String, String>,
+    /// The volume's attributes, with the pod's information where the CSIDriver asks for it.
+    pub volume_context: HashMap<String, String>,
+    /// The node publish secret's data.
+    pub secrets: HashMap<String, String>,
+    /// Read-only.
+    pub readonly: bool,
+    /// The filesystem type (empty: the driver's default; `block`: a raw block volume).
+    pub fs_type: String,
+    /// Mount options.
+    pub mount_flags: Vec<String>,
+    /// The pod's fsGroup, passed where the driver applies it itself (`VOLUME_MOUNT_GROUP`).
+    pub fs_group: Option<i64>,
+}
+
+/// A client of one driver's Node service.
+#[derive(Clone, Debug)]
+pub struct NodeClient {
+    endpoint: String,
+}
+
+impl NodeClient {
+    /// The client of the driver serving `endpoint` (a socket path, `unix://` optional).
+    pub fn new(endpoint: &str) -> Self {
+        Self { endpoint: endpoint.strip_prefix("unix://").unwrap_or(endpoint).to_string() }
+    }
+
+    async fn client(&self, timeout: Duration) -> Result<csi::node_client::NodeClient<Channel>, CallError> {
+        let channel = uds_channel(Path::new(&self.endpoint), timeout).await.map_err(|e| {
+            CallError::Uncertain(match e {
+                Some(e) => format!("dial {}: {e}", self.endpoint),
+                None => format!("dial {}: timed out", self.endpoint),
+            })
+        })?;
+        Ok(csi::node_client::NodeClient::new(channel))
+    }
+
+    /// The driver's Node service capabilities (`NodeGetCapabilities`).
+    pub async fn capabilities(&self) -> Result<Vec<csi::node_service_capability::rpc::Type>, CallError> {
+        let mut c = self.client(CSI_TIMEOUT).await?;
+        let resp = c.node_get_capabilities(csi::NodeGetCapabilitiesRequest {}).await.map_err(classify)?;
+        Ok(resp
+            .into_inner()
+            .capabilities
+            .into_iter()
+            .filter_map(|cap| match cap.r#type {
+                Some(csi::node_service_capability::Type::Rpc(rpc)) => {
+                    csi::node_service_capability::rpc::Type::try_from(rpc.r#type).ok()
+                }
+                None => None,
+            })
+            .collect())
+    }
+
+    /// Publishes a volume (`NodePublishVolume`), after asking which access mode and fsGroup passing the driver
+    /// takes, all within 2 minutes.
+    pub async fn publish(&self, p: Publish) -> Result<(), CallError> {
+        if p.volume_id.is_empty() {
+            return Err(CallError::Final("missing volume id".into()));
+        }
+        if p.target_path.is_empty() {
+            return Err(CallError::Final("missing target path".into()));
+        }
+        let call = async {
+            use csi::node_service_capability::rpc::Type;
+            let caps = self.capabilities().await?;
+            // ReadWriteOnce, as upstream's mapper gives it for a node-local publish.
+            let mode = if caps.contains(&Type::SingleNodeMultiWriter) {
+                csi::volume_capability::access_mode::Mode::SingleNodeMultiWriter
+            } else {
+                csi::volume_capability::access_mode::Mode::SingleNodeWriter
+            };
+            let group = p.fs_group.filter(|_| caps.contains(&Type::VolumeMountGroup));
+            let access_type = if p.fs_type == "block" {
+                csi::volume_capability::AccessType::Block(csi::volume_capability::BlockVolume {})
+            } else {
+                csi::volume_capability::AccessType::Mount(csi::volume_capability::MountVolume {
+                    fs_type: p.fs_type.clone(),
+                    mount_flags: p.mount_flags.clone(),
+                    volume_mount_group: group.map(|g| g.to_string()).unwrap_or_default(),
+                })
+            };
+            let req = csi::NodePublishVolumeRequest {
+                volume_id: p.volume_id.clone(),
+                publish_context: p.publish_context.clone(),
+                staging_target_path: p.staging_target_path.clone(),
+                target_path: p.target_path.clone(),
+                volume_capability: Some(csi::VolumeCapability {
+                    access_mode: Some(csi::volume_capability::AccessMode { mode: mode as i32 }),
+                    access_type: Some(access_type),
+                }),
+                readonly: p.readonly,
+                secrets: p.secrets.clone(),
+                volume_context: p.volume_context.clone(),
+            };
+            let mut c = self.client(CSI_TIMEOUT).await?;
+            c.node_publish_volume(req).await.map(|_| ()).map_err(classify)
+        };
+        tokio::time::timeout(CSI_TIMEOUT, call).await.unwrap_or_else(|_| {
+            Err(CallError::Uncertain("rpc error: code = DeadlineExceeded desc = context deadline exceeded".into()))
+        })
+    }
+
+    /// Unpublishes a volume (`NodeUnpublishVolume`).
+    pub async fn unpublish(&self, volume_id: &str, target_path: &str) -> Result<(), CallError> {
+        if volume_id.is_empty() {
+            return Err(CallError::Final("missing volume id".into()));
+        }
+        if target_path.is_empty() {
+            return Err(CallError::Final("missing target path".into()));
+        }
+        let call = async {
+            let mut c = self.client(CSI_TIMEOUT).await?;
+            let req = csi::NodeUnpublishVolumeRequest { volume_id: volume_id.into(), target_path: target_path.into() };
+            c.node_unpublish_volume(req).await.map(|_| ()).map_err(classify)
+        };
+        tokio::time::timeout(CSI_TIMEOUT, call).await.unwrap_or_else(|_| {
+            Err(CallError::Uncertain("rpc error: code = DeadlineExceeded desc = context deadline exceeded".into()))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use super::*;
+
+    /// A driver's Node service: its capabilities, the requests it got, and an error to answer.
+    #[derive(Default)]
+    struct Driver {
+        caps: Vec<csi::node_service_capability::rpc::Type>,
+        published: Mutex<Vec<csi::NodePublishVolumeRequest>>,
+        unpublished: Mutex<Vec<(String, String)>>,
+        fail: Mutex<Option<tonic::Code>>,
+    }
+
+    #[derive(Clone)]
+    struct Server(Arc<Driver>);
+
+    #[tonic::async_trait]
+    impl csi::node_server::Node for Server {
+        async fn node_get_capabilities(
+            &self,
+            _: tonic::Request<csi::NodeGetCapabilitiesRequest>,
+        ) -> Result<tonic::Response<csi::NodeGetCapabilitiesResponse>, tonic::Status> {
+            let capabilities = self
+                .0
+                .caps
+                .iter()
+                .map(|t| csi::NodeServiceCapability {
+                    r#type: Some(csi::node_service_capability::Type::Rpc(csi::node_service_capability::Rpc {
+                        r#type: *t as i32,
+                    })),
+                })
+                .collect();
+            Ok(tonic::Response::new(csi::NodeGetCapabilitiesResponse { capabilities }))
+        }
+
+        async fn node_publish_volume(
+            &self,
+            req: tonic::Request<csi::NodePublishVolumeRequest>,
+        ) -> Result<tonic::Response<csi::NodePublishVolumeResponse>, tonic::Status> {
+            if let Some(code) = *self.0.fail.lock().unwrap() {
+                return Err(tonic::Status::new(code, "no"));
+            }
+            self.0.published.lock().unwrap().push(req.into_inner());
+            Ok(tonic::Response::new(csi::NodePublishVolumeResponse {}))
+        }
+
+        async fn node_unpublish_volume(
+            &self,
+            req: tonic::Request<csi::NodeUnpublishVolumeRequest>,
+        ) -> Result<tonic::Response<csi::NodeUnpublishVolumeResponse>, tonic::Status> {
+            let r = req.into_inner();
+            self.0.unpublished.lock().unwrap().push((r.volume_id, r.target_path));
+            Ok(tonic::Response::new(csi::NodeUnpublishVolumeResponse {}))
+        }
+    }
+
+    fn serve(dir: &Path, caps: Vec<csi::node_service_capability::rpc::Type>) -> (Arc<Driver>, String) {
+        let path = dir.join("csi.sock");
+        let listener = tokio::net::UnixListener::bind(&path).unwrap();
+        let driver = Arc::new(Driver { caps, ..Default::default() });
+        let svc = csi::node_server::NodeServer::new(Server(driver.clone()));
+        tokio::spawn(async move {
+            let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
+            let _ = tonic::transport::Server::builder().add_service(svc).serve_with_incoming(incoming).await;
+        });
+        (driver, format!("unix://{}", path.display()))
+    }
+
+    fn publish() -> Publish {
+        Publish {
+            volume_id: "csi-abc".into(),
+            target_path: "/pods/u/volumes/kubernetes.io~csi/data/mount".into(),
+            fs_type: "ext4".into(),
+            fs_group: Some(2000),
+            volume_context: HashMap::from([("csi.storage.k8s.io/ephemeral".into(), "true".into())]),
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn publish_asks_the_capabilities_then_sends_upstreams_request() {
+        use csi::node_service_capability::rpc::Type;
+        let dir = tempfile::tempdir().unwrap();
+        let (plain, ep) = serve(dir.path(), vec![]);
+        NodeClient::new(&ep).publish(publish()).await.unwrap();
+        let req = plain.published.lock().unwrap()[0].clone();
+        let cap = req.volume_capability.unwrap();
+        assert_eq!(cap.access_mode.unwrap().mode, csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32);
+        let Some(csi::volume_capability::AccessType::Mount(m)) = cap.access_type else { panic!("a mount") };
+        assert_eq!((m.fs_type.as_str(), m.volume_mount_group.as_str()), ("ext4", ""), "no fsGroup passing");
+        assert_eq!(req.volume_context["csi.storage.k8s.io/ephemeral"], "true");
+        assert!(req.staging_target_path.is_empty() && !req.readonly);
+
+        let dir2 = tempfile::tempdir().unwrap();
+        let (rich, ep2) = serve(dir2.path(), vec![Type::SingleNodeMultiWriter, Type::VolumeMountGroup]);
+        NodeClient::new(&ep2).publish(publish()).await.unwrap();
+        let cap = rich.published.lock().unwrap()[0].volume_capability.clone().unwrap();
+        assert_eq!(
+            cap.access_mode.unwrap().mode,
+            csi::volume_capability::access_mode::Mode::SingleNodeMultiWriter as i32
+        );
+        let Some(csi::volume_capability::AccessType::Mount(m)) = cap.access_type else { panic!("a mount") };
+        assert_eq!(m.volume_mount_group, "2000", "the driver applies the fsGroup");
+
+        NodeClient::new(&ep2).unpublish("csi-abc", "/t").await.unwrap();
+        assert_eq!(*rich.unpublished.lock().unwrap(), vec![("csi-abc".to_string(), "/t".to_string())]);
+    }
+
+    #[tokio::test]
+    async fn errors_are_final_or_uncertain_as_upstream_classifies_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (driver, ep) = serve(dir.path(), vec![]);
+        let c = NodeClient::new(&ep);
+        *driver.fail.lock().unwrap() = Some(tonic::Code::InvalidArgument);
+        assert_eq!(
+            c.publish(publish()).await,
+            Err(CallError::Final("rpc error: code = InvalidArgument desc = no".into()))
+        );
+        *driver.fail.lock().unwrap() = Some(tonic::Code::DeadlineExceeded);
+        assert_eq!(
+            c.publish(publish()).await,
+            Err(CallError::Uncertain("rpc error: code = DeadlineExceeded desc = no".into()))
+        );
+        assert_eq!(
+            c.publish(Publish { volume_id: String::new(), ..publish() }).await,
+            Err(CallError::Final("missing volume id".into()))
+        );
+        let gone = NodeClient::new(&dir.path().join("nobody.sock").display().to_string());
+        assert!(matches!(gone.unpublish("v", "/t").await, Err(CallError::Uncertain(_))), "no answer: uncertain");
+    }
+}
