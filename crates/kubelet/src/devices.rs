@@ -140,3 +140,12 @@ impl kubelet_cm::podresources::DevicesProvider for Devices {
             .collect()
     }
 }
+
+/// The device manager's allocations for the resource fit (`UpdatePluginResources`).
+pub struct PluginResources(pub Arc<DeviceManager>);
+
+impl crate::predicate::PluginResources for PluginResources {
+    fn allocated_if_pod_has_devices(&self, pod_uid: &str) -> Option<std::collections::BTreeMap<String, usize>> {
+        self.0.allocated_if_pod_has_devices(pod_uid)
+    }
+}

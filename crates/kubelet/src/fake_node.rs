@@ -122,7 +122,7 @@ impl FakeNode {
         let (admit, preemption) = match opts.node {
             Some(node) => {
                 let node = watch::channel(Some(node)).1;
-                let predicate = crate::predicate::PredicateAdmit { node: node.clone() };
+                let predicate = crate::predicate::PredicateAdmit { node: node.clone(), plugin_resources: None };
                 let killer = Arc::new(crate::pressure::WorkerKiller(workers.clone()));
                 let preemption = crate::preemption::CriticalPodPreemption::new(node, killer, recorder.clone());
                 (vec![Arc::new(predicate) as Arc<dyn crate::admission::PodAdmitHandler>], Some(Arc::new(preemption)))

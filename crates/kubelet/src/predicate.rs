@@ -25,6 +25,29 @@ use crate::admission::{AdmitResult, PodAdmitHandler};
 pub struct PredicateAdmit {
     /// The Node as last seen.
     pub node: watch::Receiver<Option<Node>>,
+    /// The device manager's allocations, which raise the Node's allocatable for a pod that has devices already
+    /// (`pluginResourceUpdateFunc`); None: no device manager.
+    pub plugin_resources: Option<Arc<dyn PluginResources>>,
+}
+
+/// Devices allocated before the Node shows them (`UpdatePluginResources`).
+pub trait PluginResources: Send + Sync + 'static {
+    /// The devices allocated per resource over every pod, when `pod_uid` has devices allocated (a pod admitted again
+    /// after a restart, before its plugin registered again); None otherwise.
+    fn allocated_if_pod_has_devices(&self, pod_uid: &str) -> Option<std::collections::BTreeMap<String, usize>>;
+}
+
+/// Raises the Node's allocatable of each resource to at least what is allocated (`sanitizeNodeAllocatable`).
+pub fn sanitize_node_allocatable(node: &mut Node, allocated: &std::collections::BTreeMap<String, usize>) {
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let status = node.status.get_or_insert_with(Default::default);
+    let alloc = status.allocatable.get_or_insert_with(Default::default);
+    for (resource, n) in allocated {
+        let have = alloc.get(resource).and_then(|q| parse_quantity(&q.0)).unwrap_or(0.0);
+        if have < *n as f64 {
+            alloc.insert(resource.clone(), Quantity(n.to_string()));
+        }
+    }
 }
 
 /// A failed check.
@@ -303,6 +326,11 @@ impl PodAdmitHandler for PredicateAdmit {
                 message: "Kubelet cannot get node info.".into(),
             });
         };
+        let mut node = node;
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if let Some(allocated) = self.plugin_resources.as_ref().and_then(|p| p.allocated_if_pod_has_devices(uid)) {
+            sanitize_node_allocatable(&mut node, &allocated);
+        }
         admit_on(pod, others, &node)
     }
 }

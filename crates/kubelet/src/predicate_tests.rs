@@ -214,3 +214,28 @@ fn strict_supplemental_groups_need_the_nodes_feature() {
     assert_eq!(r.reason, "SupplementalGroupsPolicyNotSupported");
     assert_eq!(r.message, "SupplementalGroupsPolicy=Strict is not supported in this node");
 }
+
+/// The device manager's allocations as a restarted kubelet has them from its checkpoint.
+struct Allocated(BTreeMap<String, usize>, &'static str);
+
+impl PluginResources for Allocated {
+    fn allocated_if_pod_has_devices(&self, pod_uid: &str) -> Option<BTreeMap<String, usize>> {
+        (pod_uid == self.1).then(|| self.0.clone())
+    }
+}
+
+#[test]
+fn a_pod_with_devices_already_allocated_is_admitted_again_before_its_plugin_registers() {
+    // After a restart the plugin has not registered again: the Node shows 0 of the resource.
+    let n = node(&[("cpu", "2"), ("memory", "1Gi"), ("pods", "10"), ("example.com/resource", "0")]);
+    let (_tx, rx) = watch::channel(Some(n));
+    let allocated = Allocated(BTreeMap::from([("example.com/resource".to_string(), 2)]), "uid-gpu");
+    let h = PredicateAdmit { node: rx, plugin_resources: Some(Arc::new(allocated)) };
+    let gpu = pod("gpu", &[("example.com/resource", "1")]);
+    assert_eq!(h.admit(&gpu, &[]), None, "its devices count as allocatable (sanitizeNodeAllocatable)");
+    let other = Arc::new(pod("other", &[("example.com/resource", "1")]));
+    assert_eq!(h.admit(&gpu, &[other]), None, "both allocated devices");
+    let new = pod("new", &[("example.com/resource", "1")]);
+    let r = h.admit(&new, &[]).expect("a pod without devices is checked against the Node as it is");
+    assert_eq!(r.reason, "OutOfexample.com/resource");
+}

@@ -352,6 +352,10 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     };
     let sysctls = kubelet::admission::SysctlAllowlist::new(&cfg.allowed_unsafe_sysctls)
         .map_err(|e| anyhow::anyhow!("allowedUnsafeSysctls: {e}"))?;
+    // The device manager serves the registration socket where upstream's does, whatever the root directory.
+    let device_manager = kubelet_cm::devicemanager::DeviceManager::new(std::path::Path::new(
+        kubelet_cm::devicemanager::DEVICE_PLUGIN_PATH,
+    ));
     // Upstream's order: eviction and sysctls, then the device allocation (`allocate_after`), then the resource fit
     // and the rest.
     let mut admit: Vec<Arc<dyn kubelet::admission::PodAdmitHandler>> = vec![
@@ -361,7 +365,10 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     let allocate_after = admit.len();
     admit.extend::<[Arc<dyn kubelet::admission::PodAdmitHandler>; 7]>([
         Arc::new(kubelet::admission::NodeOs),
-        Arc::new(kubelet::predicate::PredicateAdmit { node: node_rx.clone() }),
+        Arc::new(kubelet::predicate::PredicateAdmit {
+            node: node_rx.clone(),
+            plugin_resources: Some(Arc::new(kubelet::devices::PluginResources(device_manager.clone()))),
+        }),
         Arc::new(kubelet::admission::AppArmor { host_enabled: kubelet_runtime::security::host_app_armor_enabled() }),
         Arc::new(kubelet::admission::PodFeatures {
             pod_level_resources: cfg.feature_gate("PodLevelResources").unwrap_or(true),
@@ -393,10 +400,6 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         .with_gated_projections(gated_projections(&cfg, kubeconfig.is_some())),
     );
     tracker.spawn(runtime_state.clone().run(remote.clone() as Arc<dyn RuntimeService>, cancel.clone()));
-    // The device manager serves the registration socket where upstream's does, whatever the root directory.
-    let device_manager = kubelet_cm::devicemanager::DeviceManager::new(std::path::Path::new(
-        kubelet_cm::devicemanager::DEVICE_PLUGIN_PATH,
-    ));
     {
         let (m, cancel) = (device_manager.clone(), cancel.clone());
         tracker.spawn(async move {
@@ -724,10 +727,17 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     // Once every pod source has been read and the first syncs and registration had time to run, the code that only
     // ran at start-up leaves the resident set.
     let ready = sources_ready.clone();
+    let settle_cancel = cancel.clone();
     tracker.spawn(async move {
-        ready.wait().await;
-        tokio::time::sleep(STARTUP_SETTLE).await;
-        crate::residency::drop_startup_code();
+        // Cancellation ends the wait: a SIGTERM soon after the start must not wait for the settling time.
+        tokio::select! {
+            _ = settle_cancel.cancelled() => {}
+            _ = async {
+                ready.wait().await;
+                tokio::time::sleep(STARTUP_SETTLE).await;
+                crate::residency::drop_startup_code();
+            } => {}
+        }
     });
 
     cancel.cancelled().await;

@@ -449,6 +449,21 @@ impl DeviceManager {
         Ok(out)
     }
 
+    /// The devices allocated per resource over every pod, when `pod_uid` has devices allocated
+    /// (`UpdatePluginResources`: a pod admitted again after a restart keeps its devices before its plugin registers
+    /// again); None otherwise.
+    pub fn allocated_if_pod_has_devices(&self, pod_uid: &str) -> Option<std::collections::BTreeMap<String, usize>> {
+        let s = self.lock();
+        if !s.pods.keys().any(|(u, _, _)| u == pod_uid) {
+            return None;
+        }
+        let mut ids: std::collections::BTreeMap<String, BTreeSet<String>> = Default::default();
+        for ((_, _, r), a) in s.pods.iter() {
+            ids.entry(r.clone()).or_default().extend(a.ids());
+        }
+        Some(ids.into_iter().map(|(r, d)| (r, d.len())).collect())
+    }
+
     /// The devices allocated to each container of each pod, for the pod resources API: (pod UID, container,
     /// resource, device IDs).
     pub fn allocations(&self) -> Vec<(String, String, String, Vec<String>)> {
