@@ -261,13 +261,3 @@ impl PluginHandler for Handler {
         reg.sync(&mut st, name);
     }
 }
-
-impl Drop for DraPlugins {
-    fn drop(&mut self) {
-        if let Ok(st) = self.state.lock() {
-            for h in st.pending.values() {
-                h.abort();
-            }
-        }
-    }
-}
