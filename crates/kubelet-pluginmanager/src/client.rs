@@ -66,13 +66,33 @@ impl PluginClient {
 /// A gRPC channel to the server on the unix socket `socket`, connected within `timeout` (None: it was not); the
 /// device manager dials its plugins the same way.
 pub async fn uds_channel(socket: &Path, timeout: Duration) -> Result<Channel, Option<tonic::transport::Error>> {
-    let path = socket.to_path_buf();
     let endpoint = Endpoint::from_static("http://localhost").connect_timeout(timeout);
-    let connect = endpoint.connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
+    let connect = endpoint.connect_with_connector(uds_connector(socket));
+    tokio::time::timeout(timeout, connect).await.map_err(|_| None)?.map_err(Some)
+}
+
+/// A gRPC channel to the server on the unix socket `socket`, dialled at its first call and again after a broken
+/// connection (`grpc.NewClient`): DRA drivers are called this way.
+pub fn uds_channel_lazy(socket: &Path) -> Channel {
+    Endpoint::from_static("http://localhost").connect_with_connector_lazy(uds_connector(socket))
+}
+
+/// Connects to the unix socket `socket`, whatever the URI.
+fn uds_connector(
+    socket: &Path,
+) -> impl tower::Service<
+    tonic::transport::Uri,
+    Response = TokioIo<tokio::net::UnixStream>,
+    Error = std::io::Error,
+    Future = impl Future<Output = std::io::Result<TokioIo<tokio::net::UnixStream>>> + Send,
+> + Clone
++ Send
++ 'static {
+    let path = socket.to_path_buf();
+    tower::service_fn(move |_: tonic::transport::Uri| {
         let path = path.clone();
         async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(&path).await?)) }
-    }));
-    tokio::time::timeout(timeout, connect).await.map_err(|_| None)?.map_err(Some)
+    })
 }
 
 /// What gRPC-Go says of a call past its deadline.

@@ -18,14 +18,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use hyper_util::rt::TokioIo;
 use kubelet_apiclient::DraApi;
 use kubelet_pluginmanager::PluginHandler;
 use kubelet_pluginmanager::client::code_name;
 use kubelet_proto::dra::{v1, v1beta1};
 use prost::Message;
 use tokio::task::AbortHandle;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 use tracing::{debug, info};
 
 use super::plugin::choose_service;
@@ -50,11 +49,6 @@ pub(crate) fn convert<A: Message, B: Message + Default>(a: &A) -> B {
 }
 
 impl DraPlugin {
-    /// The driver's name.
-    pub fn driver(&self) -> &str {
-        &self.driver
-    }
-
     /// The endpoint.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
@@ -121,17 +115,6 @@ impl DraPlugin {
             .await?
             .into_inner())
     }
-}
-
-/// A lazily connected channel to the unix socket `path`.
-fn lazy_channel(path: &str) -> Channel {
-    let path = path.to_string();
-    Endpoint::from_static("http://localhost").connect_with_connector_lazy(tower::service_fn(
-        move |_: tonic::transport::Uri| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(&path).await?)) }
-        },
-    ))
 }
 
 #[derive(Default)]
@@ -240,7 +223,7 @@ impl PluginHandler for Handler {
             driver: name.into(),
             endpoint: endpoint.into(),
             service,
-            channel: lazy_channel(endpoint),
+            channel: kubelet_pluginmanager::client::uds_channel_lazy(std::path::Path::new(endpoint)),
         });
         info!(driverName = name, endpoint, chosenService = service, numPlugins = list.len(), "Registered DRA plugin");
         reg.sync(&mut st, name);

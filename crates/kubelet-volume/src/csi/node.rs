@@ -1,6 +1,6 @@
-//! The kubelet's calls of a CSI driver's Node service (`pkg/volume/csi/csi_client.go`): publishing and unpublishing a
-//! volume for a pod, with upstream's request shape and error classes. Groundwork for the CSI volume plugin (issue
-//! 29's next part): nothing calls these yet.
+//! The kubelet's calls of a CSI driver's Node service (`pkg/volume/csi/csi_client.go`): `NodeGetInfo` at
+//! registration, and publishing and unpublishing a volume for a pod with upstream's request shape and error classes
+//! (groundwork for the CSI volume plugin, issue 29's next part: nothing calls those two yet).
 //!
 //! Contract: each call dials the driver's socket anew (as upstream, which closes its connection after each call)
 //! and runs within upstream's 2 minutes, the capability queries included. An error is [`CallError::Final`] when the
@@ -27,6 +27,13 @@ pub enum CallError {
     /// It may have happened.
     #[error("{0}")]
     Uncertain(String),
+}
+
+/// Runs `call` within upstream's 2 minutes; past them the call counts as uncertain.
+async fn within_timeout<T>(call: impl std::future::Future<Output = Result<T, CallError>>) -> Result<T, CallError> {
+    tokio::time::timeout(CSI_TIMEOUT, call).await.unwrap_or_else(|_| {
+        Err(CallError::Uncertain("rpc error: code = DeadlineExceeded desc = context deadline exceeded".into()))
+    })
 }
 
 fn classify(s: tonic::Status) -> CallError {
@@ -146,9 +153,7 @@ impl NodeClient {
             let mut c = self.client(CSI_TIMEOUT).await?;
             c.node_publish_volume(req).await.map(|_| ()).map_err(classify)
         };
-        tokio::time::timeout(CSI_TIMEOUT, call).await.unwrap_or_else(|_| {
-            Err(CallError::Uncertain("rpc error: code = DeadlineExceeded desc = context deadline exceeded".into()))
-        })
+        within_timeout(call).await
     }
 
     /// Unpublishes a volume (`NodeUnpublishVolume`).
@@ -164,9 +169,19 @@ impl NodeClient {
             let req = csi::NodeUnpublishVolumeRequest { volume_id: volume_id.into(), target_path: target_path.into() };
             c.node_unpublish_volume(req).await.map(|_| ()).map_err(classify)
         };
-        tokio::time::timeout(CSI_TIMEOUT, call).await.unwrap_or_else(|_| {
-            Err(CallError::Uncertain("rpc error: code = DeadlineExceeded desc = context deadline exceeded".into()))
-        })
+        within_timeout(call).await
+    }
+
+    /// Who this node is to the driver (`NodeGetInfo`): its id of the node, its volume limit (0: none) and its
+    /// topology.
+    pub async fn node_get_info(&self) -> Result<super::registration::NodeGetInfo, CallError> {
+        let call = async {
+            let mut c = self.client(CSI_TIMEOUT).await?;
+            c.node_get_info(csi::NodeGetInfoRequest {}).await.map_err(classify)
+        };
+        let resp = within_timeout(call).await?.into_inner();
+        let topology = resp.accessible_topology.map(|t| t.segments.into_iter().collect()).unwrap_or_default();
+        Ok((resp.node_id, resp.max_volumes_per_node, topology))
     }
 }
 

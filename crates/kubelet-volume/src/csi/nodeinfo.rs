@@ -75,17 +75,17 @@ pub fn node_id_annotation(
     Ok(Some(Some(kubelet_types::go_json::escape(&text))))
 }
 
-/// The node's labels a driver's topology adds, or upstream's collision error.
-pub fn topology_labels(node: &Node, topology: &BTreeMap<String, String>) -> Result<BTreeMap<String, String>, String> {
-    let labels = node.metadata.labels.clone().unwrap_or_default();
+/// Upstream's collision error when the Node has one of a driver's topology labels with another value.
+pub fn check_topology(node: &Node, topology: &BTreeMap<String, String>) -> Result<(), String> {
+    let labels = node.metadata.labels.as_ref();
     for (k, v) in topology {
-        if let Some(cur) = labels.get(k).filter(|cur| *cur != v) {
+        if let Some(cur) = labels.and_then(|l| l.get(k)).filter(|cur| *cur != v) {
             return Err(format!(
                 "detected topology value collision: driver reported {k:?}:{v:?} but existing label is {k:?}:{cur:?}"
             ));
         }
     }
-    Ok(topology.clone())
+    Ok(())
 }
 
 /// The status patch installing (`id` Some) or removing a driver's node information, or None when the Node has it.
@@ -97,16 +97,15 @@ pub fn node_patch(
 ) -> Result<Option<Value>, String> {
     let current = node.metadata.annotations.as_ref().and_then(|a| a.get(NODE_ID_ANNOTATION)).map(String::as_str);
     let mut patch = json!({});
-    let mut changed = false;
     if let Some(value) = node_id_annotation(current, driver, id)? {
         patch["metadata"]["annotations"][NODE_ID_ANNOTATION] = value.map_or(Value::Null, Value::String);
-        changed = true;
     }
-    if id.is_some() && !topology.is_empty() {
-        for (k, v) in topology_labels(node, topology)? {
-            patch["metadata"]["labels"][k] = Value::String(v);
+    // Upstream writes the labels at every installation, changed or not.
+    if id.is_some() {
+        check_topology(node, topology)?;
+        for (k, v) in topology {
+            patch["metadata"]["labels"][k] = Value::String(v.clone());
         }
-        changed = true;
     }
     let status = node.status.as_ref();
     for field in ["capacity", "allocatable"] {
@@ -114,10 +113,9 @@ pub fn node_patch(
             status.and_then(|s| if field == "capacity" { s.capacity.as_ref() } else { s.allocatable.as_ref() });
         for key in present.into_iter().flat_map(|m| m.keys()).filter(|k| is_attach_limit_key(k, driver)) {
             patch["status"][field][key] = Value::Null;
-            changed = true;
         }
     }
-    Ok(changed.then_some(patch))
+    Ok((patch != json!({})).then_some(patch))
 }
 
 /// The CSINode with `driver`'s entry installed (Some) or removed (None); whether anything changed.

@@ -15,7 +15,6 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use kubelet_pluginmanager::PluginHandler;
-use kubelet_proto::csi::v1 as csi;
 use tracing::{error, info};
 
 use super::nodeinfo::NodeInfoManager;
@@ -55,24 +54,7 @@ pub struct GrpcNodeInfo;
 #[async_trait]
 impl NodeInfoSource for GrpcNodeInfo {
     async fn node_get_info(&self, endpoint: &str) -> Result<NodeGetInfo, String> {
-        let path = std::path::Path::new(endpoint.strip_prefix("unix://").unwrap_or(endpoint));
-        let call = async {
-            let channel = kubelet_pluginmanager::client::uds_channel(path, CSI_TIMEOUT).await.map_err(|e| match e {
-                Some(e) => format!("dial {endpoint}: {e}"),
-                None => format!("dial {endpoint}: timed out"),
-            })?;
-            let mut client = csi::node_client::NodeClient::new(channel);
-            client
-                .node_get_info(csi::NodeGetInfoRequest {})
-                .await
-                .map_err(|s| format!("rpc error: code = {:?} desc = {}", s.code(), s.message()))
-        };
-        let resp = tokio::time::timeout(CSI_TIMEOUT, call)
-            .await
-            .map_err(|_| "rpc error: code = DeadlineExceeded desc = context deadline exceeded".to_string())??
-            .into_inner();
-        let topology = resp.accessible_topology.map(|t| t.segments.into_iter().collect()).unwrap_or_default();
-        Ok((resp.node_id, resp.max_volumes_per_node, topology))
+        super::node::NodeClient::new(endpoint).node_get_info().await.map_err(|e| e.to_string())
     }
 }
 
