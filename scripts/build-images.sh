@@ -10,7 +10,7 @@
 #                                              $RKUBELET_SAMPLE_DEVICE_PLUGIN names its program
 #   localhost/dra-test-driver:1                upstream's e2e DRA driver, when
 #                                              $RKUBELET_DRA_TEST_DRIVER names its program
-#   localhost/hostpathplugin:1,                the CSI hostpath driver and node registrar, when
+#   localhost/hostpathplugin:2,                the CSI hostpath driver (with busybox's mount) and node registrar, when
 #   localhost/csi-node-driver-registrar:1      $RKUBELET_HOSTPATHPLUGIN and $RKUBELET_CSI_NODE_DRIVER_REGISTRAR do
 #
 # Why this exists: no container registry is reachable from these machines
@@ -208,6 +208,8 @@ GROUP
 # ------------------------------------------ upstream's e2e test programs ----
 # Upstream's e2e device plugin ($RKUBELET_SAMPLE_DEVICE_PLUGIN), DRA driver ($RKUBELET_DRA_TEST_DRIVER) and the CSI
 # hostpath driver and node registrar, static Go programs from ../shared: the program alone as the entrypoint, with /tmp and the host folders they write into.
+# PROGRAM_TAG: the tag (1 unless set). With PROGRAM_APPLETS set, busybox-static and those applets in /bin too (the CSI driver runs `mount`, `umount`,
+# `fallocate`, `losetup`, `cp` and `dd`, as its upstream image's distribution gives it).
 # build_program_image NAME PROGRAM DIR...
 build_program_image() {
     local name="$1" program="$2"
@@ -219,7 +221,16 @@ build_program_image() {
     chmod 1777 "$rootfs/tmp"
     cp "$program" "$rootfs/$name"
     chmod 0755 "$rootfs/$name"
-    build_image "$name" "$rootfs" "\"Entrypoint\":$(json_array "/$name"),\"WorkingDir\":\"/\"" "localhost/$name:1"
+    if [[ -n "${PROGRAM_APPLETS:-}" ]]; then
+        mkdir -p "$rootfs/bin"
+        cp "$BUSYBOX" "$rootfs/bin/busybox"
+        chmod 0755 "$rootfs/bin/busybox"
+        local applet
+        for applet in $PROGRAM_APPLETS; do ln -sf busybox "$rootfs/bin/$applet"; done
+    fi
+    build_image "$name" "$rootfs" \
+        "\"Env\":$(json_array PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin),\"Entrypoint\":$(json_array "/$name"),\"WorkingDir\":\"/\"" \
+        "localhost/$name:${PROGRAM_TAG:-1}"
 }
 
 build_pause
@@ -231,8 +242,8 @@ if [[ -n "${RKUBELET_SAMPLE_DEVICE_PLUGIN:-}" ]]; then
     import_image "$OUTDIR/sample-device-plugin.oci.tar"
 fi
 if [[ -n "${RKUBELET_HOSTPATHPLUGIN:-}" && -n "${RKUBELET_CSI_NODE_DRIVER_REGISTRAR:-}" ]]; then
-    build_program_image hostpathplugin "$RKUBELET_HOSTPATHPLUGIN" csi csi-data-dir var/lib/kubelet/pods \
-        var/lib/kubelet/plugins
+    PROGRAM_TAG=2 PROGRAM_APPLETS="sh mount umount fallocate losetup cp dd" build_program_image hostpathplugin \
+        "$RKUBELET_HOSTPATHPLUGIN" csi csi-data-dir var/lib/kubelet/pods var/lib/kubelet/plugins
     import_image "$OUTDIR/hostpathplugin.oci.tar"
     build_program_image csi-node-driver-registrar "$RKUBELET_CSI_NODE_DRIVER_REGISTRAR" csi registration
     import_image "$OUTDIR/csi-node-driver-registrar.oci.tar"

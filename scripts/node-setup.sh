@@ -376,7 +376,7 @@ fi
 if csi="$(rk_shared_program HOSTPATHPLUGIN csi/bin/hostpathplugin 2>&1)" &&
     registrar="$(rk_shared_program CSI_NODE_DRIVER_REGISTRAR csi/bin/csi-node-driver-registrar 2>&1)"; then
     export RKUBELET_HOSTPATHPLUGIN="$csi" RKUBELET_CSI_NODE_DRIVER_REGISTRAR="$registrar"
-    refs+=(localhost/hostpathplugin:1 localhost/csi-node-driver-registrar:1)
+    refs+=(localhost/hostpathplugin:2 localhost/csi-node-driver-registrar:1)
 else
     rk_log "no CSI images: ${registrar:-$csi}"
 fi

@@ -1,5 +1,5 @@
 //! End to end: CSI drivers registering with rkubelet (issue 29's first part) with the real CSI components from
-//! `../shared/csi` (`localhost/hostpathplugin:1` and `localhost/csi-node-driver-registrar:1`, built by
+//! `../shared/csi` (`localhost/hostpathplugin:2` and `localhost/csi-node-driver-registrar:1`, built by
 //! `scripts/build-images.sh`), deployed as an operator deploys a CSI node plugin: the driver and its registrar side
 //! by side in a DaemonSet's pod, the driver's socket in `<root-dir>/plugins/csi-hostpath`, the registrar's in
 //! `<root-dir>/plugins_registry`. Through the real apiserver: the node's CSINode made at start (owned by the Node,
@@ -19,19 +19,26 @@ use tokio::time::Instant;
 const DRIVER: &str = "hostpath.csi.k8s.io";
 const TOPOLOGY: &str = "topology.hostpath.csi/node";
 
-/// The driver and its registrar (upstream's `csi-hostpath-plugin.yaml`, node side) for the test's node.
+/// The driver and its registrar (upstream's `csi-hostpath-plugin.yaml`, node side) for the test's node: the pods'
+/// folder with Bidirectional propagation (the driver's mounts reach the node), its state in the node's folder.
 fn plugin_pod(env: &TestEnv, node: &Node) -> String {
     let dir = node.root.join("plugins/csi-hostpath");
     let registry = node.root.join("plugins_registry");
+    let pods = node.root.join("pods");
+    let state = node.dir.join("csi-data-dir");
     let sock = dir.join("csi.sock");
     format!(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: csi-hostpath\nspec:\n  nodeName: {n}\n  \
          terminationGracePeriodSeconds: 2\n  volumes:\n  - name: socket-dir\n    hostPath:\n      path: {d}\n      \
          type: DirectoryOrCreate\n  - name: registration-dir\n    hostPath:\n      path: {r}\n      type: Directory\n  \
-         containers:\n  - name: hostpath\n    image: localhost/hostpathplugin:1\n    imagePullPolicy: Never\n    \
+         - name: mountpoint-dir\n    hostPath:\n      path: {p}\n      type: DirectoryOrCreate\n  \
+         - name: csi-data-dir\n    hostPath:\n      path: {t}\n      type: DirectoryOrCreate\n  \
+         containers:\n  - name: hostpath\n    image: localhost/hostpathplugin:2\n    imagePullPolicy: Never\n    \
          args: [\"--drivername={DRIVER}\", \"--v=5\", \"--endpoint=unix://{s}\", \"--nodeid={n}\", \
          \"--statedir=/csi-data-dir\"]\n    securityContext:\n      privileged: true\n    volumeMounts:\n    \
-         - name: socket-dir\n      mountPath: {d}\n  - name: node-driver-registrar\n    \
+         - name: socket-dir\n      mountPath: {d}\n    - name: mountpoint-dir\n      mountPath: {p}\n      \
+         mountPropagation: Bidirectional\n    - name: csi-data-dir\n      mountPath: /csi-data-dir\n  \
+         - name: node-driver-registrar\n    \
          image: localhost/csi-node-driver-registrar:1\n    imagePullPolicy: Never\n    \
          args: [\"--v=5\", \"--csi-address={s}\", \"--kubelet-registration-path={s}\", \
          \"--plugin-registration-path={r}\"]\n    volumeMounts:\n    - name: socket-dir\n      mountPath: {d}\n    \
@@ -40,6 +47,8 @@ fn plugin_pod(env: &TestEnv, node: &Node) -> String {
         d = dir.display(),
         r = registry.display(),
         s = sock.display(),
+        p = pods.display(),
+        t = state.display(),
     )
 }
 
@@ -103,5 +112,127 @@ async fn a_csi_driver_registers_on_the_csinode_and_the_node_and_leaves_when_its_
     .await;
     let n = env.node_object().await.unwrap();
     assert_eq!(n["metadata"]["labels"][TOPOLOGY], env.node.as_str(), "topology labels stay, as upstream's");
+    node.stop_and_clean(&rt).await;
+}
+
+/// The driver's CSIDriver object as its deployment has it (`csi-hostpath-driverinfo.yaml`).
+const CSI_DRIVER: &str = "apiVersion: storage.k8s.io/v1\nkind: CSIDriver\nmetadata:\n  name: hostpath.csi.k8s.io\n\
+                          spec:\n  attachRequired: false\n  podInfoOnMount: true\n  fsGroupPolicy: File\n  \
+                          volumeLifecycleModes: [Persistent, Ephemeral]\n";
+
+/// A pod with an inline volume of the driver at `/data`, its fsGroup 2345; it writes `/data/hello`.
+fn inline_pod(env: &TestEnv, name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {n}\n  \
+         terminationGracePeriodSeconds: 2\n  securityContext:\n    fsGroup: 2345\n  volumes:\n  - name: data\n    \
+         csi:\n      driver: {DRIVER}\n      volumeAttributes:\n        size: 1Mi\n  containers:\n  - name: app\n    \
+         image: localhost/busybox:1\n    command: [\"sh\", \"-c\", \"echo hello > /data/hello && sleep 3600\"]\n    \
+         volumeMounts:\n    - name: data\n      mountPath: /data\n",
+        n = env.node
+    )
+}
+
+/// The publish target of a pod's volume `data` on the node.
+fn target(node: &Node, pod: &Value) -> std::path::PathBuf {
+    let uid = pod["metadata"]["uid"].as_str().unwrap();
+    node.root.join("pods").join(uid).join("volumes/kubernetes.io~csi/data/mount")
+}
+
+fn mounted(path: &std::path::Path) -> bool {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    table.lines().any(|l| l.split(' ').nth(4) == Some(path.to_str().unwrap()))
+}
+
+/// How often the driver was called for `method` (`NodePublishVolume`, ...), from its log.
+async fn driver_calls(env: &TestEnv, node: &Node, method: &str) -> usize {
+    let pod = daemon_pod(env, "csi-hostpath").await.expect("the driver's pod");
+    let log = node.container_log(&pod, "hostpath");
+    log.matches(&format!("GRPC call: /csi.v1.Node/{method}")).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_csi_volume_is_published_for_its_pod_kept_across_a_restart_and_unpublished_when_the_pod_goes() {
+    let Some((_g, rt, env, mut node)) =
+        plugin_node("e2e_csi skipped: it runs on containerd 2.3 only (the suite's feature tests)").await
+    else {
+        return;
+    };
+    env.kubectl(&["delete", "csidriver", DRIVER, "--ignore-not-found"]).await;
+    env.create(&daemonset(&env, &plugin_pod(&env, &node))).await;
+    env.wait("the driver on the CSINode", Duration::from_secs(90), || async {
+        csi_node(&env).await.and_then(|c| driver_entry(&c))
+    })
+    .await;
+
+    // No CSIDriver object: the pod waits with upstream's event, then starts once the object exists.
+    env.create(&inline_pod(&env, "inline")).await;
+    let refused = "MountVolume.SetUp failed for volume \"data\" : kubernetes.io/csi: mounter.SetupAt failed to check \
+                   volume lifecycle mode: volume mode \"Ephemeral\" not supported by driver hostpath.csi.k8s.io (no \
+                   CSIDriver object)";
+    env.wait("FailedMount without a CSIDriver", Duration::from_secs(60), || async {
+        env.events().await.into_iter().find(|e| e.0 == "inline" && e.1 == "FailedMount" && e.2 == refused)
+    })
+    .await;
+    assert_eq!(env.pod("inline").await.unwrap()["status"]["phase"], "Pending");
+    env.create(CSI_DRIVER).await;
+    let inline = env.wait_pod_running(&mut node, "inline").await;
+    let created = Instant::now();
+    env.create(&inline_pod(&env, "second")).await;
+    let second = env.wait_pod_running(&mut node, "second").await;
+    println!("FIGURE pod with an inline CSI volume, create → Running: {:.2} s", created.elapsed().as_secs_f64());
+
+    // The driver's mount, on the node and in the container, with the fsGroup and upstream's vol_data.json.
+    let mount = target(&node, &inline);
+    assert!(mounted(&mount), "{} is a mount point on the node", mount.display());
+    assert_eq!(std::fs::read_to_string(mount.join("hello")).unwrap(), "hello\n", "the container wrote through it");
+    let group = env.kubectl(&["exec", "inline", "--", "stat", "-c", "%g", "/data"]).await;
+    assert_eq!(group.trim(), "2345", "fsGroupPolicy File: the volume's group is the pod's fsGroup");
+    let data: Value =
+        serde_json::from_str(&std::fs::read_to_string(mount.parent().unwrap().join("vol_data.json")).unwrap()).unwrap();
+    let handle = data["volumeHandle"].as_str().unwrap().to_string();
+    assert!(handle.starts_with("csi-") && handle.len() == 68, "{data}");
+    assert_eq!(data["driverName"], DRIVER);
+    assert_eq!(data["nodeName"], env.node.as_str());
+    assert_eq!(data["specVolID"], "data");
+    assert_eq!(data["volumeLifecycleMode"], "Ephemeral");
+    let pod = daemon_pod(&env, "csi-hostpath").await.unwrap();
+    let log = node.container_log(&pod, "hostpath");
+    assert!(log.contains(&handle), "the driver was asked for the volume {handle}");
+    assert!(log.contains("\"csi.storage.k8s.io/ephemeral\":\"true\""), "the pod's information reached the driver");
+    assert_eq!(driver_calls(&env, &node, "NodePublishVolume").await, 2);
+
+    // A normal deletion: unpublished before the pod object goes.
+    let second_mount = target(&node, &second);
+    env.kubectl(&["delete", "pod", "second", "--wait=true", "--timeout=60s"]).await;
+    assert!(!mounted(&second_mount), "unmounted before the pod was removed");
+    assert!(!second_mount.parent().unwrap().exists(), "its folder and vol_data.json gone");
+    assert_eq!(driver_calls(&env, &node, "NodeUnpublishVolume").await, 1);
+
+    // rkubelet restarts: the volume is found published and not published again; the container keeps running.
+    let before: Vec<String> = containers_of(&rt, "inline").await.into_iter().map(|c| c.id).collect();
+    node.kill9();
+    node.spawn();
+    node.wait_healthy().await;
+    env.wait("the volume reconstructed", Duration::from_secs(60), || async {
+        node.log().contains("CSI volume reconstructed from vol_data.json and the mount table").then_some(())
+    })
+    .await;
+    env.wait_pod_running(&mut node, "inline").await;
+    assert_eq!(containers_of(&rt, "inline").await.into_iter().map(|c| c.id).collect::<Vec<_>>(), before);
+    assert_eq!(driver_calls(&env, &node, "NodePublishVolume").await, 2, "no second publish");
+    assert!(mounted(&mount));
+
+    // The pod is deleted while rkubelet is down: at its return the container goes and the volume is unpublished.
+    node.kill9();
+    env.kubectl(&["delete", "pod", "inline", "--grace-period=0", "--force"]).await;
+    node.spawn();
+    node.wait_healthy().await;
+    node.wait_for("the orphaned pod's volume unpublished", Duration::from_secs(90), || async {
+        (!mounted(&mount) && !mount.parent().unwrap().exists()).then_some(())
+    })
+    .await;
+    assert_eq!(driver_calls(&env, &node, "NodeUnpublishVolume").await, 2);
+    assert!(containers_of(&rt, "inline").await.is_empty(), "its container is gone");
+    env.kubectl(&["delete", "csidriver", DRIVER]).await;
     node.stop_and_clean(&rt).await;
 }

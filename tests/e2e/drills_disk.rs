@@ -166,20 +166,6 @@ fn config(n: &Node, extra: &str) -> String {
     format!("{base}{hard}evictionPressureTransitionPeriod: 10s\n{extra}")
 }
 
-/// The events of the test's namespace: (object name, reason, message, count).
-async fn events(env: &TestEnv) -> Vec<(String, String, String, i64)> {
-    let Some(list) = env.get(&["events"]).await else { return vec![] };
-    list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|e| {
-            let s = |v: &Value| v.as_str().unwrap_or("").to_string();
-            (s(&e["involvedObject"]["name"]), s(&e["reason"]), s(&e["message"]), e["count"].as_i64().unwrap_or(1))
-        })
-        .collect()
-}
-
 /// Whether `text` names the full disk.
 fn enospc(text: &str) -> bool {
     text.to_lowercase().contains("no space left on device")
@@ -264,7 +250,7 @@ async fn a_full_root_dir_fails_new_pods_cleanly_keeps_the_rest_and_recovers() {
     // The ConfigMap volume's contents cannot be written: FailedMount. No sandbox is made for it.
     let failed_mount = node
         .wait_for("FailedMount naming the full disk for d-06", Duration::from_secs(60), || async {
-            events(&env).await.into_iter().find(|e| e.0 == new[0] && e.1 == "FailedMount" && enospc(&e.2))
+            env.events().await.into_iter().find(|e| e.0 == new[0] && e.1 == "FailedMount" && enospc(&e.2))
         })
         .await;
     // The others get their sandbox, but their etc-hosts cannot be written: CreateContainerConfigError.
@@ -304,7 +290,7 @@ async fn a_full_root_dir_fails_new_pods_cleanly_keeps_the_rest_and_recovers() {
         assert_eq!(v["status"]["phase"], "Running", "{name} keeps running: {v}");
         assert_eq!(v["metadata"]["uid"], b.uid.as_str());
     }
-    let seen = events(&env).await;
+    let seen = env.events().await;
     let retries = |reason: &str, name: &str| {
         seen.iter().filter(|e| e.0 == name && e.1 == reason && enospc(&e.2)).map(|e| e.3).sum::<i64>()
     };
@@ -371,7 +357,7 @@ async fn no_inodes(
     rt.stop_container(side, 0).await.unwrap();
     let failed = node
         .wait_for("FailedToMakePodDataDirectories for d-09", Duration::from_secs(60), || async {
-            events(env)
+            env.events()
                 .await
                 .into_iter()
                 .find(|e| e.0 == "d-09" && e.1 == "FailedToMakePodDataDirectories" && enospc(&e.2))

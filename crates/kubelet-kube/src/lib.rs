@@ -421,6 +421,25 @@ impl kubelet_apiclient::ListWatch<k8s_openapi::api::node::v1::RuntimeClass> for 
     }
 }
 
+/// Every CSIDriver (`storage.k8s.io/v1`, cluster-scoped), as the kubelet's CSIDriver informer lists and watches them
+/// (the Node authorizer's `system:node` role allows it).
+#[async_trait]
+impl kubelet_apiclient::ListWatch<k8s_openapi::api::storage::v1::CSIDriver> for KubeApi {
+    async fn list_all(&self) -> ApiResult<(Vec<k8s_openapi::api::storage::v1::CSIDriver>, String)> {
+        self.limiter.acquire().await;
+        let api = Api::<k8s_openapi::api::storage::v1::CSIDriver>::all(self.client.clone());
+        let list = api.list(&ListParams::default()).await.map_err(map_err)?;
+        Ok((list.items, list.metadata.resource_version.unwrap_or_default()))
+    }
+
+    async fn watch_all(&self, rv: &str) -> ApiResult<ObjectStream<k8s_openapi::api::storage::v1::CSIDriver>> {
+        self.limiter.acquire().await;
+        let wp = WatchParams::default().timeout(290);
+        let api = Api::<k8s_openapi::api::storage::v1::CSIDriver>::all(self.client.clone());
+        Ok(object_events(api.watch(&wp, rv).await.map_err(map_err)?))
+    }
+}
+
 #[async_trait]
 impl kubelet_apiclient::CsiNodeApi for KubeApi {
     async fn get_csi_node(&self, name: &str) -> ApiResult<Option<k8s_openapi::api::storage::v1::CSINode>> {

@@ -130,16 +130,6 @@ mod tests {
         }
     }
 
-    struct NoDownward;
-    impl crate::DownwardValues for NoDownward {
-        fn field(&self, _: &Pod, _: &str) -> Result<String, String> {
-            Err("none".into())
-        }
-        fn resource(&self, _: &Pod, _: &str, _: &str, _: Option<&str>) -> Result<String, String> {
-            Err("none".into())
-        }
-    }
-
     #[tokio::test(start_paused = true)]
     async fn huge_page_volumes_are_hugetlbfs_mounts_torn_down_with_the_pod() {
         use k8s_openapi::api::core::v1::Volume;
@@ -157,7 +147,7 @@ mod tests {
         let m = crate::VolumeManager::new(
             tmp.path().join("pods"),
             std::sync::Arc::new(kubelet_types::objects::NoObjects),
-            std::sync::Arc::new(NoDownward),
+            std::sync::Arc::new(crate::sources::NoDownward),
             mounts.clone(),
         );
         let e = m.mount_pod(&p).await.expect_err("the unknown medium fails");
@@ -169,7 +159,7 @@ mod tests {
         assert!(got.contains(&(dir.join("huge"), "hugetlbfs".into(), "pagesize=2Mi".into())), "{got:?}");
         // The tmpfs is sized by the pod cgroup's memory limit.
         assert!(got.contains(&(dir.join("ram"), "tmpfs".into(), format!("{:?}", Some(64u64 << 20)))), "{got:?}");
-        m.unmount_pod(&kubelet_types::PodUid::from("u1")).unwrap();
+        m.unmount_pod(&kubelet_types::PodUid::from("u1")).await.unwrap();
         assert!(mounts.0.lock().unwrap().is_empty(), "both unmounted");
         assert!(!dir.exists());
     }

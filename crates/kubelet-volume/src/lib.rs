@@ -74,6 +74,10 @@ pub enum VolumeError {
     /// words.
     #[error("{0}")]
     Medium(String),
+    /// A CSI driver or the CSI volume plugin failed, in upstream's words (`kubernetes.io/csi: ...`, or the
+    /// driver's gRPC status).
+    #[error("{0}")]
+    Csi(String),
     /// A volume type rkubelet does not support.
     #[error("volume type {kind} is not supported by rkubelet")]
     Unsupported {

@@ -4,13 +4,13 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, ServiceAccountTokenProjection, Volume};
 use kubelet_types::objects::{MountedVolume, ObjectSource, PodVolumes};
 use kubelet_types::{PodUid, pod_update::pod_ref};
 use tracing::{debug, info};
 
 use crate::atomic_writer::{FileProjection, Ownership};
+use crate::csi::plugin::CsiPlugin;
 use crate::sources::{
     DEFAULT_MODE, DownwardValues, GatedProjections, KeyedSource, config_map_payload, downward_payload,
     gated_source_error, secret_payload,
@@ -71,6 +71,7 @@ pub struct VolumeManager {
     mounter: Arc<dyn Mounter>,
     tokens: Arc<TokenManager>,
     gated: GatedProjections,
+    csi: Option<Arc<CsiPlugin>>,
     mounted: Mutex<HashMap<PodUid, HashMap<String, MountedVolume>>>,
     /// Pods whose volumes are not all set up, since when they wait (or the last timeout).
     waiting: Mutex<HashMap<PodUid, tokio::time::Instant>>,
@@ -94,6 +95,9 @@ fn plugin(v: &Volume) -> Result<Option<(&'static str, bool)>, VolumeError> {
         ("kubernetes.io~downward-api", false)
     } else if v.projected.is_some() {
         ("kubernetes.io~projected", true)
+    } else if v.csi.is_some() {
+        // The driver mounts `<this>/mount` (see `csi::plugin`).
+        (crate::csi::voldata::PLUGIN_DIR, false)
     } else if v.host_path.is_some() || v.image.is_some() {
         // hostPath is the host's folder; an image volume is mounted by the runtime (`pkg/volume/image`: no path).
         return Ok(None);
@@ -195,6 +199,7 @@ impl VolumeManager {
             mounter,
             tokens,
             gated: GatedProjections::default(),
+            csi: None,
             mounted: Mutex::new(HashMap::new()),
             waiting: Mutex::new(HashMap::new()),
         }
@@ -212,6 +217,22 @@ impl VolumeManager {
     pub fn with_gated_projections(mut self, gated: GatedProjections) -> Self {
         self.gated = gated;
         self
+    }
+
+    /// The same manager, with inline CSI volumes published through `csi` (without: their set-up fails).
+    pub fn with_csi(mut self, csi: Arc<CsiPlugin>) -> Self {
+        self.csi = Some(csi);
+        self
+    }
+
+    fn is_mount_point(&self, path: &Path) -> bool {
+        self.mounter.mounts_under(path).iter().any(|m| m == path)
+    }
+
+    fn csi(&self) -> Result<&CsiPlugin, VolumeError> {
+        self.csi
+            .as_deref()
+            .ok_or_else(|| VolumeError::Csi("kubernetes.io/csi: the CSI volume plugin is not set up".into()))
     }
 
     fn volumes_dir(&self, uid: &str) -> PathBuf {
@@ -277,6 +298,15 @@ impl VolumeManager {
     /// emptyDir whose directory exists, an API-backed volume whose `..data` exists, in both cases on its tmpfs
     /// if it has one (after a reboot the directory is there, the mount is not). hostPath volumes are checked again.
     fn reconstruct(&self, pod: &Pod, v: &Volume) -> Option<MountedVolume> {
+        if let Some(src) = &v.csi {
+            let pod_dir = self.pods_dir.join(pod.metadata.uid.as_deref().unwrap_or_default());
+            if !CsiPlugin::is_set_up(&pod_dir, &v.name, |p| self.is_mount_point(p)) {
+                return None;
+            }
+            let host_path = crate::csi::voldata::mount_dir(&pod_dir, &v.name);
+            info!(pod = %pod_ref(pod), volume = %v.name, path = %host_path.display(), "CSI volume reconstructed from vol_data.json and the mount table");
+            return Some(MountedVolume { host_path, read_only: src.read_only == Some(true) });
+        }
         let (dir, tmpfs) = self.volume_dir(pod, v).ok()??;
         let done = if v.empty_dir.is_some() {
             dir.is_dir()
@@ -306,6 +336,20 @@ impl VolumeManager {
         ns: &str,
         already_set_up: bool,
     ) -> Result<MountedVolume, VolumeError> {
+        if let Some(src) = &v.csi {
+            // Published once; again at each sync only where the driver asks for it (`requiresRepublish`): a failure
+            // then is a refresh failure, reported while the pod goes on.
+            let read_only = src.read_only == Some(true);
+            let pod_dir = self.pods_dir.join(pod.metadata.uid.as_deref().unwrap_or_default());
+            if already_set_up && !self.csi()?.requires_republish(&src.driver) {
+                return Ok(MountedVolume { host_path: crate::csi::voldata::mount_dir(&pod_dir, &v.name), read_only });
+            }
+            let mounted = |p: &Path| self.is_mount_point(p);
+            let csi = self.csi()?;
+            let host_path =
+                csi.set_up(pod, &v.name, src, &pod_dir, self.objects.as_ref(), &self.tokens, mounted).await?;
+            return Ok(MountedVolume { host_path, read_only });
+        }
         let Some((dir, tmpfs)) = self.volume_dir(pod, v)? else {
             if v.image.is_some() {
                 // Nothing to set up: the runtime mounts the image, read-only, when the container is created.
@@ -442,28 +486,18 @@ impl VolumeManager {
         let mode = if fs_user.is_some() || fs_group.is_some() { 0o600 } else { mode as u32 };
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let sa = spec.and_then(|s| s.service_account_name.as_deref()).unwrap_or("default");
-        let request = TokenRequest {
-            spec: TokenRequestSpec {
-                audiences: t.audience.iter().filter(|a| !a.is_empty()).cloned().collect(),
-                expiration_seconds: t.expiration_seconds,
-                bound_object_ref: Some(BoundObjectReference {
-                    api_version: Some("v1".into()),
-                    kind: Some("Pod".into()),
-                    name: pod.metadata.name.clone(),
-                    uid: pod.metadata.uid.clone(),
-                }),
-            },
-            ..Default::default()
-        };
+        let audiences = t.audience.iter().filter(|a| !a.is_empty()).cloned().collect();
+        let request = crate::token::pod_bound_request(pod, audiences, t.expiration_seconds);
         let tr = self.tokens.service_account_token(ns, sa, &request).await?;
         let token = tr.status.map(|s| s.token).unwrap_or_default();
         let file = FileProjection { data: token.into_bytes(), mode, owner: fs_user };
         Ok((t.path.clone(), file))
     }
 
-    /// Tears down every volume of a pod whose containers are gone: unmounts what is mounted below its volumes
-    /// directory and removes the directory.
-    pub fn unmount_pod(&self, uid: &PodUid) -> Result<(), VolumeError> {
+    /// Tears down every volume of a pod whose containers are gone: its CSI volumes are unpublished by their
+    /// drivers, then what is mounted below its volumes directory is unmounted and the directory removed. An error
+    /// keeps what is left, for the next call.
+    pub async fn unmount_pod(&self, uid: &PodUid) -> Result<(), VolumeError> {
         self.tokens.delete_pod_tokens(uid.as_str());
         self.waiting.lock().unwrap().remove(uid);
         // The subPath binds first: they show the volumes' content, so nothing below the pod directory may be
@@ -471,6 +505,11 @@ impl VolumeManager {
         crate::subpath::clean_subpaths(&self.pods_dir.join(uid.as_str()))
             .map_err(|e| VolumeError::Mount { path: uid.as_str().to_string(), message: e.to_string() })?;
         let dir = self.volumes_dir(uid.as_str());
+        if let Ok(rd) = std::fs::read_dir(dir.join(crate::csi::voldata::PLUGIN_DIR)) {
+            for e in rd.flatten() {
+                self.csi()?.tear_down(&e.path(), |p| self.is_mount_point(p)).await?;
+            }
+        }
         if !dir.exists() {
             self.mounted.lock().unwrap().remove(uid);
             return Ok(());
@@ -501,18 +540,9 @@ impl PodVolumes for VolumeManager {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sources::NoDownward;
     use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, HostPathVolumeSource, PodSpec};
     use kubelet_types::objects::NoObjects;
-
-    struct NoDownward;
-    impl DownwardValues for NoDownward {
-        fn field(&self, _: &Pod, _: &str) -> Result<String, String> {
-            Err("none".into())
-        }
-        fn resource(&self, _: &Pod, _: &str, _: &str, _: Option<&str>) -> Result<String, String> {
-            Err("none".into())
-        }
-    }
 
     /// One ConfigMap `cm` whose reads fail while `down`.
     #[derive(Default)]
@@ -624,7 +654,7 @@ mod tests {
         assert_eq!(m.mount_pod(&pod).await.unwrap(), vec![]);
         std::fs::remove_file(&missing).unwrap();
         assert_eq!(m.mount_pod(&pod).await.unwrap(), vec![], "hostPath is checked once, at set-up");
-        m.unmount_pod(&PodUid("u1".into())).unwrap();
+        m.unmount_pod(&PodUid("u1".into())).await.unwrap();
         assert!(!tmp.path().join("pods/u1/volumes").exists());
     }
 
@@ -722,6 +752,6 @@ mod tests {
         assert_eq!(e[2].1, want[2].1, "an invalid source is named as upstream whatever the gate");
         assert!(e[3].1.starts_with("PodCertificate projection is not implemented by rkubelet yet"), "{e:?}");
         assert!(on.volumes(&PodUid("u1".into())).is_empty());
-        on.unmount_pod(&PodUid("u1".into())).unwrap();
+        on.unmount_pod(&PodUid("u1".into())).await.unwrap();
     }
 }

@@ -181,6 +181,20 @@ pub fn gated_source_error(src: &VolumeProjection, gates: GatedProjections) -> Op
     Some(VolumeError::Unavailable(text.into()))
 }
 
+/// No downward API values (for the unit tests of volumes that need none).
+#[cfg(test)]
+pub(crate) struct NoDownward;
+
+#[cfg(test)]
+impl DownwardValues for NoDownward {
+    fn field(&self, _: &Pod, _: &str) -> Result<String, String> {
+        Err("none".into())
+    }
+    fn resource(&self, _: &Pod, _: &str, _: &str, _: Option<&str>) -> Result<String, String> {
+        Err("none".into())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,7 +12,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use async_trait::async_trait;
-use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest};
+use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::Pod;
 use kubelet_types::clock::Clock;
 use tracing::{debug, warn};
 
@@ -193,6 +194,24 @@ impl TokenManager {
     /// Whether no token is cached.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+}
+
+/// A request for a token of the pod's service account bound to the pod (the projected volume's and the CSI
+/// driver's `tokenRequests`): `audiences` (empty: the apiserver's), `expiration_seconds` (None: the default).
+pub fn pod_bound_request(pod: &Pod, audiences: Vec<String>, expiration_seconds: Option<i64>) -> TokenRequest {
+    TokenRequest {
+        spec: TokenRequestSpec {
+            audiences,
+            expiration_seconds,
+            bound_object_ref: Some(BoundObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Pod".into()),
+                name: pod.metadata.name.clone(),
+                uid: pod.metadata.uid.clone(),
+            }),
+        },
+        ..Default::default()
     }
 }
 

@@ -120,7 +120,7 @@ impl PodAdmitHandler for SysctlAllowlist {
     }
 }
 
-/// Refuses pods with a volume type rkubelet cannot set up (PVC, CSI, ephemeral, network file systems, ...): such a
+/// Refuses pods with a volume type rkubelet cannot set up (PVC, ephemeral, network file systems, ...): such a
 /// pod could never start here, so it is Failed with `UnsupportedVolume` and a message naming the volume and its
 /// type, instead of waiting forever in ContainerCreating.
 #[derive(Debug, Default, Clone, Copy)]
@@ -133,7 +133,7 @@ impl PodAdmitHandler for SupportedVolumes {
             reason: "UnsupportedVolume".into(),
             message: format!(
                 "volume {name:?} has type {kind}, which rkubelet does not support (supported: emptyDir, hostPath, \
-                 configMap, secret, downwardAPI, projected, image)"
+                 configMap, secret, downwardAPI, projected, image, csi)"
             ),
         })
     }

@@ -96,6 +96,9 @@ pub struct SyncLoop {
     /// Mirror pods seen in the apiserver, by full name; never run.
     mirrors: HashMap<(String, String), Arc<Pod>>,
     mirror_task: Option<tokio::task::JoinHandle<()>>,
+    /// The removal of orphaned pod directories in flight (their CSI volumes are unpublished first, which can take
+    /// a driver's time).
+    orphans_task: Option<tokio::task::JoinHandle<()>>,
     /// The container garbage collection pass in flight.
     gc_task: Option<tokio::task::JoinHandle<()>>,
     ticks: u32,
@@ -138,6 +141,7 @@ impl SyncLoop {
             pods: PodManager::default(),
             mirrors: HashMap::new(),
             mirror_task: None,
+            orphans_task: None,
             gc_task: None,
             ticks: 0,
             unpublished_since: None,
@@ -483,21 +487,30 @@ impl SyncLoop {
 
         // Leftover pod directories and cgroups of pods that are gone entirely, once the runtime's pods are known
         // (before the PLEG's first relist a pod still running would look gone).
-        let rd = if self.deps.cache.is_primed() { std::fs::read_dir(&self.deps.pods_dir).ok() } else { None };
-        if let Some(rd) = rd {
-            for e in rd.flatten() {
-                let uid = PodUid(e.file_name().to_string_lossy().into_owned());
-                if !active.contains(&uid) {
-                    info!(podUID = %uid, path = %e.path().display(), "removing orphaned pod directory");
-                    if let Err(err) = self.deps.volumes.unmount_pod(&uid) {
-                        warn!(podUID = %uid, error = %err, "unable to tear down volumes of an orphaned pod");
+        // The directories are listed now, against what is active now (a pod added later has a new UID); their
+        // removal runs beside the loop, one pass at a time.
+        let idle = self.orphans_task.as_ref().is_none_or(|t| t.is_finished());
+        let rd = if idle && self.deps.cache.is_primed() { std::fs::read_dir(&self.deps.pods_dir).ok() } else { None };
+        let orphans: Vec<(PodUid, std::path::PathBuf)> = rd
+            .into_iter()
+            .flat_map(|rd| rd.flatten())
+            .map(|e| (PodUid(e.file_name().to_string_lossy().into_owned()), e.path()))
+            .filter(|(uid, _)| !active.contains(uid))
+            .collect();
+        if !orphans.is_empty() {
+            let volumes = self.deps.volumes.clone();
+            self.orphans_task = Some(tokio::spawn(async move {
+                for (uid, path) in orphans {
+                    info!(podUID = %uid, path = %path.display(), "removing orphaned pod directory");
+                    if let Err(err) = volumes.unmount_pod(&uid).await {
+                        warn!(podUID = %uid, error = %err, "unable to tear down volumes of an orphaned pod; will retry");
                         continue;
                     }
-                    if let Err(err) = std::fs::remove_dir_all(e.path()) {
+                    if let Err(err) = std::fs::remove_dir_all(&path) {
                         warn!(podUID = %uid, error = %err, "unable to remove orphaned pod directory");
                     }
                 }
-            }
+            }));
         }
         // The same for user namespace ranges (one a running pod uses must never be handed out) and cgroups.
         if self.deps.cache.is_primed() {

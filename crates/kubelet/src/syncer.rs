@@ -366,7 +366,7 @@ impl PodSyncer for KubeletSyncer {
         // A pod that never ran leaves its image pull times behind otherwise.
         self.runtime.take_pull_window(&key.uid);
         // Volumes go once nothing of the pod runs (`WaitForUnmount`).
-        self.volumes.unmount_pod(&key.uid).map_err(|e| format!("unmount volumes of pod {key}: {e}"))?;
+        self.volumes.unmount_pod(&key.uid).await.map_err(|e| format!("unmount volumes of pod {key}: {e}"))?;
         // A pod whose deletion was requested loses its containers and sandboxes as soon as it stopped, before its
         // object may go from the apiserver: nothing of a deleted pod outlives it in the runtime (upstream leaves
         // them to the garbage collector). An evicted pod too, once its final status is out (upstream's container

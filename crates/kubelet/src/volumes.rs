@@ -15,8 +15,9 @@ pub trait Volumes: Send + Sync + 'static {
     /// Sets up every volume of a running pod (every sync; idempotent). `Err` blocks the pod (volumes never set
     /// up); `Ok` carries refresh failures of volumes already set up, to report while the pod goes on.
     async fn mount_pod(&self, pod: &Pod) -> Result<Vec<MountFailure>, MountFailures>;
-    /// Tears down the volumes of a pod whose containers are gone.
-    fn unmount_pod(&self, uid: &PodUid) -> Result<(), VolumeError>;
+    /// Tears down the volumes of a pod whose containers are gone (CSI drivers unpublish theirs: up to 2 minutes
+    /// each).
+    async fn unmount_pod(&self, uid: &PodUid) -> Result<(), VolumeError>;
 }
 
 #[async_trait]
@@ -24,8 +25,8 @@ impl Volumes for VolumeManager {
     async fn mount_pod(&self, pod: &Pod) -> Result<Vec<MountFailure>, MountFailures> {
         VolumeManager::mount_pod(self, pod).await
     }
-    fn unmount_pod(&self, uid: &PodUid) -> Result<(), VolumeError> {
-        VolumeManager::unmount_pod(self, uid)
+    async fn unmount_pod(&self, uid: &PodUid) -> Result<(), VolumeError> {
+        VolumeManager::unmount_pod(self, uid).await
     }
 }
 

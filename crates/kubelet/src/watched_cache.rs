@@ -1,7 +1,8 @@
 //! Objects of one kind across the cluster, kept current by one list and watch (client-go's SharedInformer and
 //! `tools/cache/reflector.go` ListAndWatch): the Services of every namespace for the service environment variables
 //! of pods (`pkg/kubelet/kubelet.go`: the `serviceLister` and `serviceHasSynced`; read by `kubelet_pods.go`
-//! getServiceEnvVarMap), and the RuntimeClasses (`pkg/kubelet/runtimeclass/runtimeclass_manager.go`).
+//! getServiceEnvVarMap), the RuntimeClasses (`pkg/kubelet/runtimeclass/runtimeclass_manager.go`) and the CSIDrivers
+//! (`pkg/kubelet/volume_host.go`'s `csiDriverLister`).
 //!
 //! Contract: [`WatchedCache::run`] lists every object and replaces the cache with the answer, then watches from the
 //! list's resourceVersion and applies each change as it arrives, so an object the apiserver accepted is in the
@@ -54,6 +55,18 @@ pub struct WatchedCache<K> {
 pub type ServiceCache = WatchedCache<Service>;
 /// The RuntimeClasses.
 pub type RuntimeClassCache = WatchedCache<RuntimeClass>;
+/// The CSIDrivers (`csiDriverLister`, for the CSI volume plugin).
+pub type CsiDriverCache = WatchedCache<k8s_openapi::api::storage::v1::CSIDriver>;
+
+impl kubelet_volume::csi::plugin::CsiDriverLister for CsiDriverCache {
+    fn csi_driver(&self, name: &str) -> Result<Option<k8s_openapi::api::storage::v1::CSIDriver>, String> {
+        if !self.has_synced() {
+            // Upstream's volume host waits for the sync; here the caller's next sync asks again.
+            return Err("failed to wait for cache sync for CSIDriverLister".into());
+        }
+        Ok(self.get("", name))
+    }
+}
 
 impl<K> Default for WatchedCache<K> {
     fn default() -> Self {

@@ -389,6 +389,13 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         cfg.feature_gate("KubeletServiceAccountTokenForCredentialProviders").unwrap_or(true),
         service_accounts.clone(),
     )?;
+    // CSI drivers: the node's information about them and the CSIDriver objects need the apiserver, given once it
+    // is known.
+    let csi_drivers = Arc::new(kubelet_volume::csi::registration::CsiDrivers::default());
+    let csi_node_info: kubelet_volume::csi::registration::NodeInfo = Arc::default();
+    let csi_driver_lister: kubelet_volume::csi::plugin::Lister = Arc::default();
+    let csi_plugin =
+        kubelet_volume::csi::plugin::CsiPlugin::new(csi_drivers.clone(), csi_driver_lister.clone(), &node_name);
     let volumes = Arc::new(
         kubelet_volume::VolumeManager::new(
             pods_dir.clone(),
@@ -397,7 +404,8 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
             Arc::new(kubelet_volume::SystemMounter),
         )
         .with_tokens(tokens.clone())
-        .with_gated_projections(gated_projections(&cfg, kubeconfig.is_some())),
+        .with_gated_projections(gated_projections(&cfg, kubeconfig.is_some()))
+        .with_csi(Arc::new(csi_plugin)),
     );
     tracker.spawn(runtime_state.clone().run(remote.clone() as Arc<dyn RuntimeService>, cancel.clone()));
     {
@@ -419,9 +427,6 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
              reports no allocatedResourcesStatus in the pods' container statuses"
         );
     }
-    // CSI drivers: the node's information about them needs the apiserver, given once it is known.
-    let csi_drivers = Arc::new(kubelet_volume::csi::registration::CsiDrivers::default());
-    let csi_node_info: kubelet_volume::csi::registration::NodeInfo = Arc::default();
     // The plugin manager: device plugins, DRA drivers and CSI drivers that announce themselves by a socket in
     // `<root-dir>/plugins_registry`.
     {
@@ -544,6 +549,9 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         dra.bind(kube.clone());
         let nim = Arc::new(kubelet_volume::csi::nodeinfo::NodeInfoManager::new(&node_name, kube.clone(), kube.clone()));
         let _ = csi_node_info.set(nim.clone());
+        let csi_drivers_cache: Arc<dyn kubelet_volume::csi::plugin::CsiDriverLister> =
+            kubelet::watched_cache::CsiDriverCache::start(kube.clone(), &tracker, &cancel);
+        let _ = csi_driver_lister.set(csi_drivers_cache);
         tracker.spawn(crate::node::initialize_csi_node(nim, cancel.clone()));
         service_accounts.bind(kube.clone());
         tracker.spawn(StatusSync::new(status.clone(), kube.clone()).run(cancel.clone()));

@@ -248,6 +248,19 @@ impl TestEnv {
     pub fn path(&self, name: &str) -> PathBuf {
         self.dir.join(name)
     }
+    /// The events of the test's namespace: (object name, reason, message, count).
+    pub async fn events(&self) -> Vec<(String, String, String, i64)> {
+        let Some(list) = self.get(&["events"]).await else { return vec![] };
+        list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+                (s(&e["involvedObject"]["name"]), s(&e["reason"]), s(&e["message"]), e["count"].as_i64().unwrap_or(1))
+            })
+            .collect()
+    }
 }
 
 impl Drop for TestEnv {

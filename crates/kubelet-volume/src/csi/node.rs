@@ -1,6 +1,6 @@
 //! The kubelet's calls of a CSI driver's Node service (`pkg/volume/csi/csi_client.go`): `NodeGetInfo` at
 //! registration, and publishing and unpublishing a volume for a pod with upstream's request shape and error classes
-//! (groundwork for the CSI volume plugin, issue 29's next part: nothing calls those two yet).
+//! (called by [`super::plugin`]).
 //!
 //! Contract: each call dials the driver's socket anew (as upstream, which closes its connection after each call)
 //! and runs within upstream's 2 minutes, the capability queries included. An error is [`CallError::Final`] when the
@@ -110,8 +110,9 @@ impl NodeClient {
     }
 
     /// Publishes a volume (`NodePublishVolume`), after asking which access mode and fsGroup passing the driver
-    /// takes, all within 2 minutes.
-    pub async fn publish(&self, p: Publish) -> Result<(), CallError> {
+    /// takes, all within 2 minutes. Answers whether the driver has `VOLUME_MOUNT_GROUP`, so applies the fsGroup
+    /// itself (the kubelet then changes no ownership).
+    pub async fn publish(&self, p: Publish) -> Result<bool, CallError> {
         if p.volume_id.is_empty() {
             return Err(CallError::Final("missing volume id".into()));
         }
@@ -151,7 +152,7 @@ impl NodeClient {
                 volume_context: p.volume_context.clone(),
             };
             let mut c = self.client(CSI_TIMEOUT).await?;
-            c.node_publish_volume(req).await.map(|_| ()).map_err(classify)
+            c.node_publish_volume(req).await.map(|_| caps.contains(&Type::VolumeMountGroup)).map_err(classify)
         };
         within_timeout(call).await
     }
@@ -187,78 +188,14 @@ impl NodeClient {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::{Arc, Mutex};
-
+    use super::super::stub::serve;
     use super::*;
 
-    /// A driver's Node service: its capabilities, the requests it got, and an error to answer.
-    #[derive(Default)]
-    struct Driver {
-        caps: Vec<csi::node_service_capability::rpc::Type>,
-        published: Mutex<Vec<csi::NodePublishVolumeRequest>>,
-        unpublished: Mutex<Vec<(String, String)>>,
-        fail: Mutex<Option<tonic::Code>>,
-    }
-
-    #[derive(Clone)]
-    struct Server(Arc<Driver>);
-
-    #[tonic::async_trait]
-    impl csi::node_server::Node for Server {
-        async fn node_get_capabilities(
-            &self,
-            _: tonic::Request<csi::NodeGetCapabilitiesRequest>,
-        ) -> Result<tonic::Response<csi::NodeGetCapabilitiesResponse>, tonic::Status> {
-            let capabilities = self
-                .0
-                .caps
-                .iter()
-                .map(|t| csi::NodeServiceCapability {
-                    r#type: Some(csi::node_service_capability::Type::Rpc(csi::node_service_capability::Rpc {
-                        r#type: *t as i32,
-                    })),
-                })
-                .collect();
-            Ok(tonic::Response::new(csi::NodeGetCapabilitiesResponse { capabilities }))
-        }
-
-        async fn node_publish_volume(
-            &self,
-            req: tonic::Request<csi::NodePublishVolumeRequest>,
-        ) -> Result<tonic::Response<csi::NodePublishVolumeResponse>, tonic::Status> {
-            if let Some(code) = *self.0.fail.lock().unwrap() {
-                return Err(tonic::Status::new(code, "no"));
-            }
-            self.0.published.lock().unwrap().push(req.into_inner());
-            Ok(tonic::Response::new(csi::NodePublishVolumeResponse {}))
-        }
-
-        async fn node_unpublish_volume(
-            &self,
-            req: tonic::Request<csi::NodeUnpublishVolumeRequest>,
-        ) -> Result<tonic::Response<csi::NodeUnpublishVolumeResponse>, tonic::Status> {
-            let r = req.into_inner();
-            self.0.unpublished.lock().unwrap().push((r.volume_id, r.target_path));
-            Ok(tonic::Response::new(csi::NodeUnpublishVolumeResponse {}))
-        }
-    }
-
-    fn serve(dir: &Path, caps: Vec<csi::node_service_capability::rpc::Type>) -> (Arc<Driver>, String) {
-        let path = dir.join("csi.sock");
-        let listener = tokio::net::UnixListener::bind(&path).unwrap();
-        let driver = Arc::new(Driver { caps, ..Default::default() });
-        let svc = csi::node_server::NodeServer::new(Server(driver.clone()));
-        tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
-            let _ = tonic::transport::Server::builder().add_service(svc).serve_with_incoming(incoming).await;
-        });
-        (driver, format!("unix://{}", path.display()))
-    }
-
-    fn publish() -> Publish {
+    /// A request whose target is in `dir`.
+    fn publish(dir: &Path) -> Publish {
         Publish {
             volume_id: "csi-abc".into(),
-            target_path: "/pods/u/volumes/kubernetes.io~csi/data/mount".into(),
+            target_path: dir.join("pods/u/volumes/kubernetes.io~csi/data/mount").display().to_string(),
             fs_type: "ext4".into(),
             fs_group: Some(2000),
             volume_context: HashMap::from([("csi.storage.k8s.io/ephemeral".into(), "true".into())]),
@@ -271,7 +208,7 @@ mod tests {
         use csi::node_service_capability::rpc::Type;
         let dir = tempfile::tempdir().unwrap();
         let (plain, ep) = serve(dir.path(), vec![]);
-        NodeClient::new(&ep).publish(publish()).await.unwrap();
+        assert!(!NodeClient::new(&ep).publish(publish(dir.path())).await.unwrap(), "the kubelet applies the fsGroup");
         let req = plain.published.lock().unwrap()[0].clone();
         let cap = req.volume_capability.unwrap();
         assert_eq!(cap.access_mode.unwrap().mode, csi::volume_capability::access_mode::Mode::SingleNodeWriter as i32);
@@ -282,7 +219,7 @@ mod tests {
 
         let dir2 = tempfile::tempdir().unwrap();
         let (rich, ep2) = serve(dir2.path(), vec![Type::SingleNodeMultiWriter, Type::VolumeMountGroup]);
-        NodeClient::new(&ep2).publish(publish()).await.unwrap();
+        assert!(NodeClient::new(&ep2).publish(publish(dir2.path())).await.unwrap(), "the driver applies the fsGroup");
         let cap = rich.published.lock().unwrap()[0].volume_capability.clone().unwrap();
         assert_eq!(
             cap.access_mode.unwrap().mode,
@@ -302,16 +239,16 @@ mod tests {
         let c = NodeClient::new(&ep);
         *driver.fail.lock().unwrap() = Some(tonic::Code::InvalidArgument);
         assert_eq!(
-            c.publish(publish()).await,
+            c.publish(publish(dir.path())).await,
             Err(CallError::Final("rpc error: code = InvalidArgument desc = no".into()))
         );
         *driver.fail.lock().unwrap() = Some(tonic::Code::DeadlineExceeded);
         assert_eq!(
-            c.publish(publish()).await,
+            c.publish(publish(dir.path())).await,
             Err(CallError::Uncertain("rpc error: code = DeadlineExceeded desc = no".into()))
         );
         assert_eq!(
-            c.publish(Publish { volume_id: String::new(), ..publish() }).await,
+            c.publish(Publish { volume_id: String::new(), ..publish(dir.path()) }).await,
             Err(CallError::Final("missing volume id".into()))
         );
         let gone = NodeClient::new(&dir.path().join("nobody.sock").display().to_string());

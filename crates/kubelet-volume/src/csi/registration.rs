@@ -36,6 +36,11 @@ impl CsiDrivers {
     pub fn endpoint(&self, driver: &str) -> Option<String> {
         self.0.lock().unwrap().get(driver).map(|(e, _)| e.clone())
     }
+
+    /// Records a driver's endpoint and version.
+    pub(crate) fn add(&self, driver: &str, endpoint: &str, version: Version) {
+        self.0.lock().unwrap().insert(driver.into(), (endpoint.into(), version));
+    }
 }
 
 /// A driver's `NodeGetInfo` answer: its id of this node, its volume limit (0: none), its topology.
@@ -122,7 +127,7 @@ impl PluginHandler for RegistrationHandler {
     async fn register(&self, name: &str, endpoint: &str, versions: &[String]) -> Result<(), String> {
         info!(driverName = name, endpoint, "Register new plugin");
         let highest = self.validate_versions("RegisterPlugin", name, versions)?;
-        self.drivers.0.lock().unwrap().insert(name.into(), (endpoint.into(), highest));
+        self.drivers.add(name, endpoint, highest);
         let installed = match self.info.node_get_info(endpoint).await {
             Ok((id, max, topology)) => match self.nodes() {
                 Ok(n) => n.install_driver(name, &id, max, &topology).await,

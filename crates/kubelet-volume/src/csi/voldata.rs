@@ -2,8 +2,7 @@
 //! `csi_util.go`): the publish target `<root>/pods/<uid>/volumes/kubernetes.io~csi/<volume>/mount`, the
 //! `vol_data.json` beside it (compact JSON, sorted keys, a trailing newline, as Go's `json.Encoder` writes a
 //! `map[string]string`), the volume handle of an inline ephemeral volume and the attachment name, and the removal of
-//! the folder once nothing is mounted on it. Groundwork for the CSI volume plugin (issue 29's next part): nothing
-//! calls these yet. Pure, but for the file functions.
+//! the folder once nothing is mounted on it. Used by [`super::plugin`]. Pure, but for the file functions.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
