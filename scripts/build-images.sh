@@ -11,7 +11,8 @@
 #   localhost/dra-test-driver:1                upstream's e2e DRA driver, when
 #                                              $RKUBELET_DRA_TEST_DRIVER names its program
 #   localhost/hostpathplugin:2,                the CSI hostpath driver (with busybox's mount) and node registrar, when
-#   localhost/csi-node-driver-registrar:1      $RKUBELET_HOSTPATHPLUGIN and $RKUBELET_CSI_NODE_DRIVER_REGISTRAR do
+#   localhost/csi-node-driver-registrar:1,     $RKUBELET_HOSTPATHPLUGIN, $RKUBELET_CSI_NODE_DRIVER_REGISTRAR and
+#   localhost/csi-provisioner:1                $RKUBELET_CSI_PROVISIONER do
 #
 # Why this exists: no container registry is reachable from these machines
 # (see /work/shared/notes/runtime-on-this-machine.md), and there is no docker.
@@ -241,12 +242,15 @@ if [[ -n "${RKUBELET_SAMPLE_DEVICE_PLUGIN:-}" ]]; then
     build_program_image sample-device-plugin "$RKUBELET_SAMPLE_DEVICE_PLUGIN" var/lib/kubelet/device-plugins var/run/cdi
     import_image "$OUTDIR/sample-device-plugin.oci.tar"
 fi
-if [[ -n "${RKUBELET_HOSTPATHPLUGIN:-}" && -n "${RKUBELET_CSI_NODE_DRIVER_REGISTRAR:-}" ]]; then
+if [[ -n "${RKUBELET_HOSTPATHPLUGIN:-}" && -n "${RKUBELET_CSI_NODE_DRIVER_REGISTRAR:-}" &&
+    -n "${RKUBELET_CSI_PROVISIONER:-}" ]]; then
     PROGRAM_TAG=2 PROGRAM_APPLETS="sh mount umount fallocate losetup cp dd" build_program_image hostpathplugin \
         "$RKUBELET_HOSTPATHPLUGIN" csi csi-data-dir var/lib/kubelet/pods var/lib/kubelet/plugins
     import_image "$OUTDIR/hostpathplugin.oci.tar"
     build_program_image csi-node-driver-registrar "$RKUBELET_CSI_NODE_DRIVER_REGISTRAR" csi registration
     import_image "$OUTDIR/csi-node-driver-registrar.oci.tar"
+    build_program_image csi-provisioner "$RKUBELET_CSI_PROVISIONER" csi etc/provisioner
+    import_image "$OUTDIR/csi-provisioner.oci.tar"
 fi
 if [[ -n "${RKUBELET_DRA_TEST_DRIVER:-}" ]]; then
     build_program_image dra-test-driver "$RKUBELET_DRA_TEST_DRIVER" var/lib/kubelet/plugins \

@@ -372,13 +372,15 @@ if driver="$(rk_shared_program DRA_TEST_DRIVER k8s/bin/dra-test-driver 2>&1)"; t
 else
     rk_log "no dra-test-driver image: $driver"
 fi
-# The CSI components (hostpath driver and node registrar) likewise (the CSI tests need them).
+# The CSI components (hostpath driver, node registrar and provisioner) likewise (the CSI tests need them).
 if csi="$(rk_shared_program HOSTPATHPLUGIN csi/bin/hostpathplugin 2>&1)" &&
-    registrar="$(rk_shared_program CSI_NODE_DRIVER_REGISTRAR csi/bin/csi-node-driver-registrar 2>&1)"; then
-    export RKUBELET_HOSTPATHPLUGIN="$csi" RKUBELET_CSI_NODE_DRIVER_REGISTRAR="$registrar"
-    refs+=(localhost/hostpathplugin:2 localhost/csi-node-driver-registrar:1)
+    registrar="$(rk_shared_program CSI_NODE_DRIVER_REGISTRAR csi/bin/csi-node-driver-registrar 2>&1)" &&
+    provisioner="$(rk_shared_program CSI_PROVISIONER csi/bin/csi-provisioner 2>&1)"; then
+    export RKUBELET_HOSTPATHPLUGIN="$csi" RKUBELET_CSI_NODE_DRIVER_REGISTRAR="$registrar" \
+        RKUBELET_CSI_PROVISIONER="$provisioner"
+    refs+=(localhost/hostpathplugin:2 localhost/csi-node-driver-registrar:1 localhost/csi-provisioner:1)
 else
-    rk_log "no CSI images: ${registrar:-$csi}"
+    rk_log "no CSI images: ${provisioner:-${registrar:-$csi}}"
 fi
 if [[ "${RKUBELET_REBUILD_IMAGES:-0}" == 1 ]]; then
     need_images=true

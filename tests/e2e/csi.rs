@@ -20,7 +20,8 @@ const DRIVER: &str = "hostpath.csi.k8s.io";
 const TOPOLOGY: &str = "topology.hostpath.csi/node";
 
 /// The driver and its registrar (upstream's `csi-hostpath-plugin.yaml`, node side) for the test's node: the pods'
-/// folder with Bidirectional propagation (the driver's mounts reach the node), its state in the node's folder.
+/// and plugins' folders with Bidirectional propagation (the driver's mounts reach the node), its state in the
+/// node's folder.
 fn plugin_pod(env: &TestEnv, node: &Node) -> String {
     let dir = node.root.join("plugins/csi-hostpath");
     let registry = node.root.join("plugins_registry");
@@ -32,11 +33,13 @@ fn plugin_pod(env: &TestEnv, node: &Node) -> String {
          terminationGracePeriodSeconds: 2\n  volumes:\n  - name: socket-dir\n    hostPath:\n      path: {d}\n      \
          type: DirectoryOrCreate\n  - name: registration-dir\n    hostPath:\n      path: {r}\n      type: Directory\n  \
          - name: mountpoint-dir\n    hostPath:\n      path: {p}\n      type: DirectoryOrCreate\n  \
+         - name: plugins-dir\n    hostPath:\n      path: {g}\n      type: DirectoryOrCreate\n  \
          - name: csi-data-dir\n    hostPath:\n      path: {t}\n      type: DirectoryOrCreate\n  \
          containers:\n  - name: hostpath\n    image: localhost/hostpathplugin:2\n    imagePullPolicy: Never\n    \
          args: [\"--drivername={DRIVER}\", \"--v=5\", \"--endpoint=unix://{s}\", \"--nodeid={n}\", \
          \"--statedir=/csi-data-dir\"]\n    securityContext:\n      privileged: true\n    volumeMounts:\n    \
          - name: socket-dir\n      mountPath: {d}\n    - name: mountpoint-dir\n      mountPath: {p}\n      \
+         mountPropagation: Bidirectional\n    - name: plugins-dir\n      mountPath: {g}\n      \
          mountPropagation: Bidirectional\n    - name: csi-data-dir\n      mountPath: /csi-data-dir\n  \
          - name: node-driver-registrar\n    \
          image: localhost/csi-node-driver-registrar:1\n    imagePullPolicy: Never\n    \
@@ -49,6 +52,29 @@ fn plugin_pod(env: &TestEnv, node: &Node) -> String {
         s = sock.display(),
         p = pods.display(),
         t = state.display(),
+        g = node.root.join("plugins/kubernetes.io/csi").display(),
+    )
+}
+
+/// [`plugin_pod`] with upstream's external provisioner beside the driver, on the node's network (the test's
+/// apiserver listens on the node's loopback), with a kubeconfig from the node's folder.
+fn plugin_pod_with_provisioner(env: &TestEnv, node: &Node) -> String {
+    let dir = node.dir.join("provisioner");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&env.admin, dir.join("kubeconfig")).unwrap();
+    let sock = node.root.join("plugins/csi-hostpath/csi.sock");
+    let socket_dir = sock.parent().unwrap().display().to_string();
+    plugin_pod(env, node).replace("spec:\n", "spec:\n  hostNetwork: true\n").replace(
+        "  containers:\n",
+        &format!(
+            "  - name: provisioner-config\n    hostPath:\n      path: {d}\n  containers:\n  - name: csi-provisioner\n    \
+             image: localhost/csi-provisioner:1\n    imagePullPolicy: Never\n    args: [\"--v=5\", \
+             \"--csi-address={s}\", \"--kubeconfig=/etc/provisioner/kubeconfig\", \"--feature-gates=Topology=true\"]\n    \
+             volumeMounts:\n    - name: socket-dir\n      mountPath: {socket_dir}\n    - name: provisioner-config\n      \
+             mountPath: /etc/provisioner\n",
+            d = dir.display(),
+            s = sock.display(),
+        ),
     )
 }
 
@@ -143,6 +169,17 @@ fn mounted(path: &std::path::Path) -> bool {
     table.lines().any(|l| l.split(' ').nth(4) == Some(path.to_str().unwrap()))
 }
 
+/// Kills and restarts rkubelet, until it has found a CSI volume published by its earlier run.
+async fn restart_until_reconstructed(env: &TestEnv, node: &mut Node) {
+    node.kill9();
+    node.spawn();
+    node.wait_healthy().await;
+    env.wait("the volume reconstructed", Duration::from_secs(60), || async {
+        node.log().contains("CSI volume reconstructed from vol_data.json and the mount table").then_some(())
+    })
+    .await;
+}
+
 /// How often the driver was called for `method` (`NodePublishVolume`, ...), from its log.
 async fn driver_calls(env: &TestEnv, node: &Node, method: &str) -> usize {
     let pod = daemon_pod(env, "csi-hostpath").await.expect("the driver's pod");
@@ -210,13 +247,7 @@ async fn an_inline_csi_volume_is_published_for_its_pod_kept_across_a_restart_and
 
     // rkubelet restarts: the volume is found published and not published again; the container keeps running.
     let before: Vec<String> = containers_of(&rt, "inline").await.into_iter().map(|c| c.id).collect();
-    node.kill9();
-    node.spawn();
-    node.wait_healthy().await;
-    env.wait("the volume reconstructed", Duration::from_secs(60), || async {
-        node.log().contains("CSI volume reconstructed from vol_data.json and the mount table").then_some(())
-    })
-    .await;
+    restart_until_reconstructed(&env, &mut node).await;
     env.wait_pod_running(&mut node, "inline").await;
     assert_eq!(containers_of(&rt, "inline").await.into_iter().map(|c| c.id).collect::<Vec<_>>(), before);
     assert_eq!(driver_calls(&env, &node, "NodePublishVolume").await, 2, "no second publish");
@@ -233,6 +264,153 @@ async fn an_inline_csi_volume_is_published_for_its_pod_kept_across_a_restart_and
     .await;
     assert_eq!(driver_calls(&env, &node, "NodeUnpublishVolume").await, 2);
     assert!(containers_of(&rt, "inline").await.is_empty(), "its container is gone");
+    env.kubectl(&["delete", "csidriver", DRIVER]).await;
+    node.stop_and_clean(&rt).await;
+}
+
+/// A pod bound to the node with the claim volume `data` (`source`: the volume's source as YAML) at `/data`,
+/// running `script`.
+fn claim_pod(env: &TestEnv, name: &str, source: &str, script: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {n}\n  \
+         terminationGracePeriodSeconds: 2\n  volumes:\n  - name: data\n{source}  containers:\n  - name: app\n    \
+         image: localhost/busybox:1\n    command: [\"sh\", \"-c\", {script:?}]\n    volumeMounts:\n    - name: data\n      \
+         mountPath: /data\n",
+        n = env.node
+    )
+}
+
+/// The staging folders of the driver's volumes (`plugins/kubernetes.io/csi/<driver>/<sha256(handle)>`).
+fn staging_dirs(node: &Node) -> Vec<std::path::PathBuf> {
+    let dir = node.root.join("plugins/kubernetes.io/csi").join(DRIVER);
+    std::fs::read_dir(dir).into_iter().flatten().flatten().map(|e| e.path()).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_is_provisioned_staged_published_kept_across_restarts_and_unstaged_after_its_last_pod() {
+    let Some((_g, rt, env, mut node)) =
+        plugin_node("e2e_csi skipped: it runs on containerd 2.3 only (the suite's feature tests)").await
+    else {
+        return;
+    };
+    let class = format!("csi-hostpath-{}", env.ns);
+    env.kubectl(&["delete", "csidriver", DRIVER, "--ignore-not-found"]).await;
+    env.create(CSI_DRIVER).await;
+    env.create(&format!(
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {class}\nprovisioner: {DRIVER}\n\
+         reclaimPolicy: Delete\nvolumeBindingMode: Immediate\n"
+    ))
+    .await;
+    env.create(&daemonset(&env, &plugin_pod_with_provisioner(&env, &node))).await;
+    env.wait("the driver on the CSINode", Duration::from_secs(90), || async {
+        csi_node(&env).await.and_then(|c| driver_entry(&c))
+    })
+    .await;
+
+    // The pod comes before its claim: upstream's event, then it starts once the claim is bound.
+    let claim = "    persistentVolumeClaim:\n      claimName: data\n";
+    env.create(&claim_pod(&env, "writer", claim, "echo kept > /data/note && sleep 3600")).await;
+    let want = format!(
+        "Unable to attach or mount volumes: unmounted volumes=[data], unattached volumes=[], failed to process \
+         volumes=[data]: error processing PVC {ns}/data: failed to fetch PVC from API server: \
+         persistentvolumeclaims \"data\" not found",
+        ns = env.ns
+    );
+    env.wait("FailedMount for the missing claim", Duration::from_secs(60), || async {
+        env.events().await.into_iter().find(|e| e.0 == "writer" && e.1 == "FailedMount" && e.2 == want)
+    })
+    .await;
+    env.create(&format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\nspec:\n  accessModes: [ReadWriteOnce]\n  \
+         storageClassName: {class}\n  resources:\n    requests:\n      storage: 1Mi\n"
+    ))
+    .await;
+    let pvc = env
+        .wait("the claim bound by the provisioner and the PV controller", Duration::from_secs(60), || async {
+            env.get(&["pvc", "data"]).await.filter(|p| p["status"]["phase"] == "Bound")
+        })
+        .await;
+    let pv_name = pvc["spec"]["volumeName"].as_str().unwrap().to_string();
+    let writer = env.wait_pod_running(&mut node, "writer").await;
+    let pv = env.get(&["pv", &pv_name]).await.unwrap();
+    let handle = pv["spec"]["csi"]["volumeHandle"].as_str().unwrap().to_string();
+
+    // Staged once under the plugin's folder, published under the pod's folder named after the PV.
+    let staged = staging_dirs(&node);
+    assert_eq!(staged.len(), 1, "{staged:?}");
+    let data: Value = serde_json::from_str(&std::fs::read_to_string(staged[0].join("vol_data.json")).unwrap()).unwrap();
+    assert_eq!(data, serde_json::json!({"driverName": DRIVER, "volumeHandle": handle}));
+    let uid = writer["metadata"]["uid"].as_str().unwrap();
+    let target = node.root.join("pods").join(uid).join("volumes/kubernetes.io~csi").join(&pv_name).join("mount");
+    assert!(mounted(&target), "{} is a mount point", target.display());
+    assert_eq!(std::fs::read_to_string(target.join("note")).unwrap(), "kept\n");
+    let published: Value =
+        serde_json::from_str(&std::fs::read_to_string(target.parent().unwrap().join("vol_data.json")).unwrap())
+            .unwrap();
+    assert_eq!(published["specVolID"], pv_name.as_str());
+    assert_eq!(published["volumeLifecycleMode"], "Persistent");
+    assert_eq!(driver_calls(&env, &node, "NodeStageVolume").await, 1);
+    assert_eq!(driver_calls(&env, &node, "NodePublishVolume").await, 1);
+    let unique = format!("kubernetes.io/csi/{DRIVER}^{handle}");
+    env.wait("the volume in the Node's volumesInUse", Duration::from_secs(30), || async {
+        let n = env.node_object().await?;
+        n["status"]["volumesInUse"].as_array()?.iter().any(|v| v == unique.as_str()).then_some(())
+    })
+    .await;
+
+    // The pod goes: unpublished and, as its last pod on the node, unstaged; the data stays in the volume.
+    env.kubectl(&["delete", "pod", "writer", "--wait=true", "--timeout=60s"]).await;
+    assert!(!mounted(&target) && !target.parent().unwrap().exists());
+    assert!(staging_dirs(&node).is_empty(), "unstaged: the staging folder and its vol_data.json are gone");
+    assert_eq!(driver_calls(&env, &node, "NodeUnstageVolume").await, 1);
+    env.create(&claim_pod(&env, "reader", claim, "sleep 3600")).await;
+    env.wait_pod_running(&mut node, "reader").await;
+    assert_eq!(
+        env.kubectl(&["exec", "reader", "--", "cat", "/data/note"]).await,
+        "kept\n",
+        "the data outlived its pod"
+    );
+
+    // rkubelet restarts: nothing is staged or published again.
+    restart_until_reconstructed(&env, &mut node).await;
+    env.wait_pod_running(&mut node, "reader").await;
+    assert_eq!(driver_calls(&env, &node, "NodeStageVolume").await, 2);
+    assert_eq!(driver_calls(&env, &node, "NodePublishVolume").await, 2);
+
+    // The pod is deleted while rkubelet is down: at its return the volume is unpublished and unstaged.
+    let reader = env.pod("reader").await.unwrap();
+    let reader_target = node
+        .root
+        .join("pods")
+        .join(reader["metadata"]["uid"].as_str().unwrap())
+        .join("volumes/kubernetes.io~csi")
+        .join(&pv_name)
+        .join("mount");
+    node.kill9();
+    env.kubectl(&["delete", "pod", "reader", "--grace-period=0", "--force"]).await;
+    node.spawn();
+    node.wait_healthy().await;
+    env.wait("the orphaned pod's volume unpublished and unstaged", Duration::from_secs(90), || async {
+        (!mounted(&reader_target) && staging_dirs(&node).is_empty()).then_some(())
+    })
+    .await;
+    assert_eq!(driver_calls(&env, &node, "NodeUnstageVolume").await, 2);
+
+    // A generic ephemeral volume: the controller-manager makes the claim `<pod>-data`, owned by the pod.
+    let template = format!(
+        "    ephemeral:\n      volumeClaimTemplate:\n        spec:\n          accessModes: [ReadWriteOnce]\n          \
+         storageClassName: {class}\n          resources:\n            requests:\n              storage: 1Mi\n"
+    );
+    env.create(&claim_pod(&env, "scratch", &template, "echo ok > /data/ok && sleep 3600")).await;
+    let scratch = env.wait_pod_running(&mut node, "scratch").await;
+    let owner = env.get(&["pvc", "scratch-data"]).await.unwrap();
+    assert_eq!(owner["metadata"]["ownerReferences"][0]["uid"], scratch["metadata"]["uid"]);
+    assert_eq!(env.kubectl(&["exec", "scratch", "--", "cat", "/data/ok"]).await, "ok\n");
+    env.kubectl(&["delete", "pod", "scratch", "--wait=true", "--timeout=60s"]).await;
+    assert!(staging_dirs(&node).is_empty(), "the ephemeral volume unstaged");
+
+    env.kubectl(&["delete", "pvc", "data", "--wait=false"]).await;
+    env.kubectl(&["delete", "storageclass", &class, "--wait=false"]).await;
     env.kubectl(&["delete", "csidriver", DRIVER]).await;
     node.stop_and_clean(&rt).await;
 }

@@ -32,6 +32,9 @@ fn strategic_merge(target: &mut Value, patch: &Value, schema: &'static Schema) -
 struct State {
     nodes: BTreeMap<String, Node>,
     csi_nodes: BTreeMap<String, k8s_openapi::api::storage::v1::CSINode>,
+    pvcs: BTreeMap<(String, String), k8s_openapi::api::core::v1::PersistentVolumeClaim>,
+    pvs: BTreeMap<String, k8s_openapi::api::core::v1::PersistentVolume>,
+    volume_attachments: BTreeMap<String, k8s_openapi::api::storage::v1::VolumeAttachment>,
     leases: BTreeMap<(String, String), Lease>,
     pods: BTreeMap<(String, String), Pod>,
     services: BTreeMap<(String, String), Service>,
@@ -464,6 +467,46 @@ impl EventApi for FakeApi {
         strategic_merge(&mut v, patch, &OBJECT)?;
         *e = from_value(v)?;
         Ok(())
+    }
+}
+
+impl FakeApi {
+    /// Stores (or replaces) a PersistentVolumeClaim, as the PV controller would leave it.
+    pub fn put_pvc(&self, pvc: k8s_openapi::api::core::v1::PersistentVolumeClaim) {
+        let key = (pvc.metadata.namespace.clone().unwrap_or_default(), pvc.metadata.name.clone().unwrap_or_default());
+        self.state.lock().unwrap().pvcs.insert(key, pvc);
+    }
+
+    /// Stores (or replaces) a PersistentVolume.
+    pub fn put_pv(&self, pv: k8s_openapi::api::core::v1::PersistentVolume) {
+        self.state.lock().unwrap().pvs.insert(pv.metadata.name.clone().unwrap_or_default(), pv);
+    }
+
+    /// Stores (or replaces) a VolumeAttachment, as the attach/detach controller and the attacher would leave it.
+    pub fn put_volume_attachment(&self, va: k8s_openapi::api::storage::v1::VolumeAttachment) {
+        self.state.lock().unwrap().volume_attachments.insert(va.metadata.name.clone().unwrap_or_default(), va);
+    }
+}
+
+#[async_trait]
+impl crate::StorageApi for FakeApi {
+    async fn get_pvc(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> ApiResult<Option<k8s_openapi::api::core::v1::PersistentVolumeClaim>> {
+        Ok(self.enter(format!("get_pvc {ns}/{name}"))?.pvcs.get(&(ns.to_string(), name.to_string())).cloned())
+    }
+
+    async fn get_pv(&self, name: &str) -> ApiResult<Option<k8s_openapi::api::core::v1::PersistentVolume>> {
+        Ok(self.enter(format!("get_pv {name}"))?.pvs.get(name).cloned())
+    }
+
+    async fn get_volume_attachment(
+        &self,
+        name: &str,
+    ) -> ApiResult<Option<k8s_openapi::api::storage::v1::VolumeAttachment>> {
+        Ok(self.enter(format!("get_volume_attachment {name}"))?.volume_attachments.get(name).cloned())
     }
 }
 

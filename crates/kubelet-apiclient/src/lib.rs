@@ -237,6 +237,26 @@ pub trait CsiNodeApi: Send + Sync + 'static {
     ) -> ApiResult<k8s_openapi::api::storage::v1::CSINode>;
 }
 
+/// The objects behind a pod's persistent volumes (`pkg/kubelet/volumemanager/populator`, `pkg/volume/csi`): the
+/// Node authorizer lets a node get the PersistentVolumeClaims its pods reference, their PersistentVolumes, and the
+/// VolumeAttachments of those volumes to itself.
+#[async_trait]
+pub trait StorageApi: Send + Sync + 'static {
+    /// The PersistentVolumeClaim `namespace/name`, or None.
+    async fn get_pvc(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> ApiResult<Option<k8s_openapi::api::core::v1::PersistentVolumeClaim>>;
+    /// The PersistentVolume `name`, or None.
+    async fn get_pv(&self, name: &str) -> ApiResult<Option<k8s_openapi::api::core::v1::PersistentVolume>>;
+    /// The VolumeAttachment `name`, or None.
+    async fn get_volume_attachment(
+        &self,
+        name: &str,
+    ) -> ApiResult<Option<k8s_openapi::api::storage::v1::VolumeAttachment>>;
+}
+
 /// What the DRA manager needs (`pkg/kubelet/cm/dra`): the ResourceClaims of the node's pods (the Node authorizer
 /// lets a node get the claims its pods reference) and the deletion of the node's ResourceSlices (its drivers'
 /// published devices; the Node authorizer allows a `deletecollection` selecting `spec.nodeName=<node>`).

@@ -472,6 +472,40 @@ impl kubelet_apiclient::CsiNodeApi for KubeApi {
 }
 
 #[async_trait]
+impl kubelet_apiclient::StorageApi for KubeApi {
+    async fn get_pvc(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> ApiResult<Option<k8s_openapi::api::core::v1::PersistentVolumeClaim>> {
+        self.limiter.acquire().await;
+        Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(self.client.clone(), ns)
+            .get_opt(name)
+            .await
+            .map_err(map_err)
+    }
+
+    async fn get_pv(&self, name: &str) -> ApiResult<Option<k8s_openapi::api::core::v1::PersistentVolume>> {
+        self.limiter.acquire().await;
+        Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .map_err(map_err)
+    }
+
+    async fn get_volume_attachment(
+        &self,
+        name: &str,
+    ) -> ApiResult<Option<k8s_openapi::api::storage::v1::VolumeAttachment>> {
+        self.limiter.acquire().await;
+        Api::<k8s_openapi::api::storage::v1::VolumeAttachment>::all(self.client.clone())
+            .get_opt(name)
+            .await
+            .map_err(map_err)
+    }
+}
+
+#[async_trait]
 impl kubelet_apiclient::DraApi for KubeApi {
     async fn get_resource_claim(
         &self,

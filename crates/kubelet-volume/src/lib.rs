@@ -78,6 +78,21 @@ pub enum VolumeError {
     /// driver's gRPC status).
     #[error("{0}")]
     Csi(String),
+    /// A volume operation on a PersistentVolume failed (`MountVolume.MountDevice`, `MountVolume.SetUp`,
+    /// `UnmountDevice`), in upstream's words; `spec` is the PersistentVolume's name, as upstream's events name it.
+    #[error("{message}")]
+    Operation {
+        /// The operation.
+        operation: &'static str,
+        /// The volume's spec name.
+        spec: String,
+        /// The error.
+        message: String,
+    },
+    /// The volume could not be processed (its claim or PersistentVolume): upstream's populator error, reported as
+    /// `Unable to attach or mount volumes` at once.
+    #[error("{0}")]
+    Process(String),
     /// A volume type rkubelet does not support.
     #[error("volume type {kind} is not supported by rkubelet")]
     Unsupported {
@@ -96,6 +111,21 @@ pub struct MountFailure {
     pub error: VolumeError,
 }
 
+impl MountFailure {
+    /// The text of its `FailedMount` event, as upstream's operation generator words it (`MountVolume.SetUp failed
+    /// for volume "data" : ...`, naming a PersistentVolume by its name); none for a volume that could not be
+    /// processed (reported in [`MountFailures::unable`] instead).
+    pub fn event(&self) -> Option<String> {
+        match &self.error {
+            VolumeError::Process(_) => None,
+            VolumeError::Operation { operation, spec, message } => {
+                Some(format!("{operation} failed for volume {spec:?} : {message}"))
+            }
+            e => Some(format!("MountVolume.SetUp failed for volume {:?} : {e}", self.volume)),
+        }
+    }
+}
+
 /// How long a pod waits for its volumes before upstream's `Unable to attach or mount volumes` (`podAttachAndMountTimeout`).
 pub const MOUNT_WAIT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(123);
 
@@ -105,8 +135,9 @@ pub const MOUNT_WAIT_TIMEOUT: std::time::Duration = std::time::Duration::from_se
 pub struct MountFailures {
     /// Each failed volume (the reconciler's `MountVolume.SetUp failed` events).
     pub failures: Vec<MountFailure>,
-    /// Set each time the pod has waited [`MOUNT_WAIT_TIMEOUT`] for its volumes: upstream's `WaitForAttachAndMount`
-    /// error, `unmounted volumes=[a b], unattached volumes=[], failed to process volumes=[]: context deadline
-    /// exceeded`.
-    pub timed_out: Option<String>,
+    /// Upstream's `WaitForAttachAndMount` error, for its `Unable to attach or mount volumes` event: at once when a
+    /// volume could not be processed (`unmounted volumes=[data], unattached volumes=[], failed to process
+    /// volumes=[data]: error processing PVC ns/data: PVC is not bound`), else each time the pod has waited
+    /// [`MOUNT_WAIT_TIMEOUT`] (`...: context deadline exceeded`).
+    pub unable: Option<String>,
 }

@@ -1,6 +1,6 @@
 //! Setting up and tearing down the volumes of a pod (`volumemanager` reconciler with the plugins' SetUp/TearDown).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -63,6 +63,9 @@ impl Mounter for SystemMounter {
     }
 }
 
+/// A pod's claims backed by CSI volumes: volume name -> (unique volume name, driver).
+type PodClaims = BTreeMap<String, (String, String)>;
+
 /// The volume manager.
 pub struct VolumeManager {
     pods_dir: PathBuf,
@@ -72,6 +75,8 @@ pub struct VolumeManager {
     tokens: Arc<TokenManager>,
     gated: GatedProjections,
     csi: Option<Arc<CsiPlugin>>,
+    /// The CSI PersistentVolumes of each pod's claims, for `volumesInUse`.
+    claims: Mutex<HashMap<PodUid, PodClaims>>,
     mounted: Mutex<HashMap<PodUid, HashMap<String, MountedVolume>>>,
     /// Pods whose volumes are not all set up, since when they wait (or the last timeout).
     waiting: Mutex<HashMap<PodUid, tokio::time::Instant>>,
@@ -95,8 +100,8 @@ fn plugin(v: &Volume) -> Result<Option<(&'static str, bool)>, VolumeError> {
         ("kubernetes.io~downward-api", false)
     } else if v.projected.is_some() {
         ("kubernetes.io~projected", true)
-    } else if v.csi.is_some() {
-        // The driver mounts `<this>/mount` (see `csi::plugin`).
+    } else if v.csi.is_some() || v.persistent_volume_claim.is_some() || v.ephemeral.is_some() {
+        // The driver mounts `<this>/mount` (see `csi::plugin`; a claim's folder is named after its volume).
         (crate::csi::voldata::PLUGIN_DIR, false)
     } else if v.host_path.is_some() || v.image.is_some() {
         // hostPath is the host's folder; an image volume is mounted by the runtime (`pkg/volume/image`: no path).
@@ -200,6 +205,7 @@ impl VolumeManager {
             tokens,
             gated: GatedProjections::default(),
             csi: None,
+            claims: Mutex::default(),
             mounted: Mutex::new(HashMap::new()),
             waiting: Mutex::new(HashMap::new()),
         }
@@ -255,17 +261,33 @@ impl VolumeManager {
         let now = tokio::time::Instant::now();
         let mut waiting = self.waiting.lock().unwrap();
         let since = waiting.entry(uid).or_insert(now);
-        let timed_out = (now.duration_since(*since) >= MOUNT_WAIT_TIMEOUT).then(|| {
-            *since = now;
-            let names: Vec<&str> = failures.iter().map(|f| f.volume.as_str()).collect();
-            format!(
-                "unmounted volumes=[{}], unattached volumes=[], failed to process volumes=[]: context deadline exceeded",
-                names.join(" ")
-            )
-        });
+        let mut names: Vec<&str> = failures.iter().map(|f| f.volume.as_str()).collect();
+        names.sort_unstable();
+        let unprocessed: Vec<&MountFailure> =
+            failures.iter().filter(|f| matches!(f.error, VolumeError::Process(_))).collect();
+        let unable = if !unprocessed.is_empty() {
+            // Upstream's wait ends at once with the populator's errors.
+            let mut failed: Vec<&str> = unprocessed.iter().map(|f| f.volume.as_str()).collect();
+            failed.sort_unstable();
+            let errors: Vec<String> = unprocessed.iter().map(|f| f.error.to_string()).collect();
+            Some(format!(
+                "unmounted volumes=[{}], unattached volumes=[], failed to process volumes=[{}]: {}",
+                names.join(" "),
+                failed.join(" "),
+                errors.join("; ")
+            ))
+        } else {
+            (now.duration_since(*since) >= MOUNT_WAIT_TIMEOUT).then(|| {
+                *since = now;
+                format!(
+                    "unmounted volumes=[{}], unattached volumes=[], failed to process volumes=[]: context deadline exceeded",
+                    names.join(" ")
+                )
+            })
+        };
         let mut failures = failures;
         failures.extend(refresh);
-        Err(MountFailures { failures, timed_out })
+        Err(MountFailures { failures, unable })
     }
 
     /// (failures of volumes never set up, failures of refreshes).
@@ -277,7 +299,12 @@ impl VolumeManager {
         for v in pod.spec.as_ref().and_then(|s| s.volumes.as_ref()).into_iter().flatten() {
             // Set up before, by this process or (after a restart) by the last one.
             let known = before.get(&v.name).cloned().or_else(|| self.reconstruct(pod, v));
-            match self.set_up_volume(pod, v, &ns, known.is_some()).await {
+            let set_up = if crate::csi::persistent::claim_name(pod, v).is_some() {
+                self.set_up_claim(pod, v, known.as_ref()).await
+            } else {
+                self.set_up_volume(pod, v, &ns, known.is_some()).await
+            };
+            match set_up {
                 Ok(m) => {
                     mounted.insert(v.name.clone(), m);
                 }
@@ -298,6 +325,10 @@ impl VolumeManager {
     /// emptyDir whose directory exists, an API-backed volume whose `..data` exists, in both cases on its tmpfs
     /// if it has one (after a reboot the directory is there, the mount is not). hostPath volumes are checked again.
     fn reconstruct(&self, pod: &Pod, v: &Volume) -> Option<MountedVolume> {
+        if v.persistent_volume_claim.is_some() || v.ephemeral.is_some() {
+            // Its folder is its PersistentVolume's: found once the claim is resolved (`set_up_claim`).
+            return None;
+        }
         if let Some(src) = &v.csi {
             let pod_dir = self.pods_dir.join(pod.metadata.uid.as_deref().unwrap_or_default());
             if !CsiPlugin::is_set_up(&pod_dir, &v.name, |p| self.is_mount_point(p)) {
@@ -381,6 +412,66 @@ impl VolumeManager {
                 .map_err(|e| VolumeError::Io { path: dir.display().to_string(), message: e.to_string() })?;
         }
         Ok(MountedVolume { host_path: dir, read_only })
+    }
+
+    /// Sets up a claim's volume (`persistentVolumeClaim` or generic `ephemeral`): its PersistentVolume resolved,
+    /// then a hostPath checked or a CSI volume staged and published, or found published by an earlier kubelet. A
+    /// volume set up before is resolved again only where its driver asks for a republish.
+    async fn set_up_claim(
+        &self,
+        pod: &Pod,
+        v: &Volume,
+        before: Option<&MountedVolume>,
+    ) -> Result<MountedVolume, VolumeError> {
+        use crate::csi::persistent::Backing;
+        let uid = PodUid(pod.metadata.uid.clone().unwrap_or_default());
+        if let Some(m) = before {
+            let driver = self.claims.lock().unwrap().get(&uid).and_then(|c| c.get(&v.name)).map(|(_, d)| d.clone());
+            match driver {
+                Some(d) if self.csi()?.requires_republish(&d) => {}
+                _ => return Ok(m.clone()),
+            }
+        }
+        let spec = pod.spec.as_ref();
+        let containers = spec.into_iter().flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers));
+        let mounted_by_containers = containers.flat_map(|c| c.volume_mounts.iter().flatten()).any(|m| m.name == v.name)
+            || spec
+                .into_iter()
+                .flat_map(|s| s.ephemeral_containers.iter().flatten())
+                .any(|c| c.volume_mounts.iter().flatten().any(|m| m.name == v.name));
+        let csi = self.csi()?;
+        match csi.resolve(pod, v, mounted_by_containers).await? {
+            Backing::HostPath { path, type_ } => {
+                if before.is_none() {
+                    hostpath::check_type(Path::new(&path), &type_).map_err(VolumeError::HostPath)?;
+                }
+                let read_only = v.persistent_volume_claim.as_ref().and_then(|c| c.read_only) == Some(true);
+                Ok(MountedVolume { host_path: PathBuf::from(path), read_only })
+            }
+            Backing::Csi(pv) => {
+                let entry = (pv.unique_name(), pv.source.driver.clone());
+                self.claims.lock().unwrap().entry(uid.clone()).or_default().insert(v.name.clone(), entry);
+                let pod_dir = self.pods_dir.join(uid.as_str());
+                let mounted = |p: &Path| self.is_mount_point(p);
+                if before.is_none() && CsiPlugin::is_set_up(&pod_dir, &pv.pv_name, mounted) {
+                    let host_path = crate::csi::voldata::mount_dir(&pod_dir, &pv.pv_name);
+                    info!(pod = %pod_ref(pod), volume = %v.name, path = %host_path.display(), "CSI volume reconstructed from vol_data.json and the mount table");
+                    return Ok(MountedVolume { host_path, read_only: pv.read_only });
+                }
+                let host_path =
+                    csi.set_up_persistent(pod, &pv, &pod_dir, self.objects.as_ref(), &self.tokens, mounted).await?;
+                Ok(MountedVolume { host_path, read_only: pv.read_only })
+            }
+        }
+    }
+
+    /// The unique names of the CSI PersistentVolumes the node's pods use (`GetVolumesInUse`, for the Node's
+    /// `volumesInUse`), sorted.
+    pub fn volumes_in_use(&self) -> Vec<String> {
+        let claims = self.claims.lock().unwrap();
+        let all: std::collections::BTreeSet<String> =
+            claims.values().flat_map(|c| c.values().map(|(u, _)| u.clone())).collect();
+        all.into_iter().collect()
     }
 
     fn set_up_dir(&self, dir: &Path, tmpfs: bool, v: &Volume, pod: &Pod) -> Result<(), VolumeError> {
@@ -527,6 +618,7 @@ impl VolumeManager {
             Err(e) => return Err(VolumeError::Io { path: dir.display().to_string(), message: e.to_string() }),
         }
         self.mounted.lock().unwrap().remove(uid);
+        self.claims.lock().unwrap().remove(uid);
         Ok(())
     }
 }
@@ -639,17 +731,17 @@ mod tests {
         let e = m.mount_pod(&pod).await.unwrap_err();
         let names: Vec<&str> = e.failures.iter().map(|f| f.volume.as_str()).collect();
         assert_eq!(names, ["a", "b"]);
-        assert_eq!(e.timed_out, None);
+        assert_eq!(e.unable, None);
         assert!(m.volumes(&PodUid("u1".into())).contains_key("scratch"), "the good volume is set up meanwhile");
         tokio::time::advance(MOUNT_WAIT_TIMEOUT).await;
         let e = m.mount_pod(&pod).await.unwrap_err();
         assert_eq!(
-            e.timed_out.as_deref(),
+            e.unable.as_deref(),
             Some(
                 "unmounted volumes=[a b], unattached volumes=[], failed to process volumes=[]: context deadline exceeded"
             )
         );
-        assert_eq!(m.mount_pod(&pod).await.unwrap_err().timed_out, None, "the wait starts again");
+        assert_eq!(m.mount_pod(&pod).await.unwrap_err().unable, None, "the wait starts again");
         std::fs::write(&missing, "").unwrap();
         assert_eq!(m.mount_pod(&pod).await.unwrap(), vec![]);
         std::fs::remove_file(&missing).unwrap();

@@ -120,7 +120,7 @@ impl PodAdmitHandler for SysctlAllowlist {
     }
 }
 
-/// Refuses pods with a volume type rkubelet cannot set up (PVC, ephemeral, network file systems, ...): such a
+/// Refuses pods with a volume type rkubelet cannot set up (network file systems, in-tree cloud disks, ...): such a
 /// pod could never start here, so it is Failed with `UnsupportedVolume` and a message naming the volume and its
 /// type, instead of waiting forever in ContainerCreating.
 #[derive(Debug, Default, Clone, Copy)]
@@ -133,7 +133,8 @@ impl PodAdmitHandler for SupportedVolumes {
             reason: "UnsupportedVolume".into(),
             message: format!(
                 "volume {name:?} has type {kind}, which rkubelet does not support (supported: emptyDir, hostPath, \
-                 configMap, secret, downwardAPI, projected, image, csi)"
+                 configMap, secret, downwardAPI, projected, image, csi, persistentVolumeClaim and ephemeral of CSI \
+                 and hostPath volumes)"
             ),
         })
     }
@@ -299,7 +300,7 @@ mod tests {
 
     #[test]
     fn pods_with_unsupported_volume_types_are_refused_naming_the_type() {
-        use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, PersistentVolumeClaimVolumeSource, Volume};
+        use k8s_openapi::api::core::v1::{EmptyDirVolumeSource, NFSVolumeSource, Volume};
         let with = |vols: Vec<Volume>| Pod {
             spec: Some(PodSpec { volumes: Some(vols), ..Default::default() }),
             ..Default::default()
@@ -307,19 +308,14 @@ mod tests {
         let scratch =
             Volume { name: "scratch".into(), empty_dir: Some(EmptyDirVolumeSource::default()), ..Default::default() };
         assert_eq!(SupportedVolumes.admit(&with(vec![scratch.clone()]), &[]), None);
-        let pvc = Volume {
+        let nfs = Volume {
             name: "data".into(),
-            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                claim_name: "d".into(),
-                read_only: None,
-            }),
+            nfs: Some(NFSVolumeSource { server: "s".into(), path: "/".into(), read_only: None }),
             ..Default::default()
         };
-        let r = SupportedVolumes.admit(&with(vec![scratch, pvc]), &[]).unwrap();
+        let r = SupportedVolumes.admit(&with(vec![scratch, nfs]), &[]).unwrap();
         assert_eq!(r.reason, "UnsupportedVolume");
-        assert!(
-            r.message.starts_with("volume \"data\" has type persistentVolumeClaim, which rkubelet does not support")
-        );
+        assert!(r.message.starts_with("volume \"data\" has type nfs, which rkubelet does not support"));
     }
 
     fn pod(names: &[&str], host_net: bool) -> Pod {

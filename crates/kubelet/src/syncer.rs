@@ -283,15 +283,16 @@ impl PodSyncer for KubeletSyncer {
             }
         }
         let failed_mount = |f: &kubelet_volume::MountFailure| {
-            let message = format!("MountVolume.SetUp failed for volume {:?} : {}", f.volume, f.error);
             warn!(pod = %key, podUID = %key.uid, volume = %f.volume, error = %f.error, "unable to mount volume; will retry");
-            self.runtime.recorder().event(&reference, kubelet_types::events::WARNING, "FailedMount", message);
+            if let Some(message) = f.event() {
+                self.runtime.recorder().event(&reference, kubelet_types::events::WARNING, "FailedMount", message);
+            }
         };
         match self.volumes.mount_pod(pod).await {
             Ok(refresh) => refresh.iter().for_each(failed_mount),
             Err(fs) => {
                 fs.failures.iter().for_each(failed_mount);
-                if let Some(t) = fs.timed_out {
+                if let Some(t) = fs.unable {
                     let message = format!("Unable to attach or mount volumes: {t}");
                     self.runtime.recorder().event(&reference, kubelet_types::events::WARNING, "FailedMount", message);
                 }

@@ -394,8 +394,14 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     let csi_drivers = Arc::new(kubelet_volume::csi::registration::CsiDrivers::default());
     let csi_node_info: kubelet_volume::csi::registration::NodeInfo = Arc::default();
     let csi_driver_lister: kubelet_volume::csi::plugin::Lister = Arc::default();
-    let csi_plugin =
-        kubelet_volume::csi::plugin::CsiPlugin::new(csi_drivers.clone(), csi_driver_lister.clone(), &node_name);
+    let csi_storage: kubelet_volume::csi::plugin::Storage = Arc::default();
+    let csi_plugin = kubelet_volume::csi::plugin::CsiPlugin::new(
+        csi_drivers.clone(),
+        csi_driver_lister.clone(),
+        csi_storage.clone(),
+        &node_name,
+        &root_dir,
+    );
     let volumes = Arc::new(
         kubelet_volume::VolumeManager::new(
             pods_dir.clone(),
@@ -530,6 +536,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
             pleg: pleg_health.clone(),
             images: remote.clone(),
             devices: device_manager.clone(),
+            volumes: volumes.clone(),
             clock: clock.clone(),
             sources: src_tx.clone(),
             node_labels: cli.node_labels.clone(),
@@ -552,6 +559,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         let csi_drivers_cache: Arc<dyn kubelet_volume::csi::plugin::CsiDriverLister> =
             kubelet::watched_cache::CsiDriverCache::start(kube.clone(), &tracker, &cancel);
         let _ = csi_driver_lister.set(csi_drivers_cache);
+        let _ = csi_storage.set(kube.clone());
         tracker.spawn(crate::node::initialize_csi_node(nim, cancel.clone()));
         service_accounts.bind(kube.clone());
         tracker.spawn(StatusSync::new(status.clone(), kube.clone()).run(cancel.clone()));

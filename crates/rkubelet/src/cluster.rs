@@ -32,6 +32,7 @@ struct Signals {
     images: Arc<dyn ImageService>,
     pressure: Arc<kubelet_eviction::PressureState>,
     devices: Arc<kubelet_cm::devicemanager::DeviceManager>,
+    volumes: Arc<kubelet_volume::VolumeManager>,
 }
 
 #[async_trait]
@@ -56,6 +57,10 @@ impl NodeSignals for Signals {
 
     fn devices(&self) -> kubelet_cm::devicemanager::Capacity {
         self.devices.capacity()
+    }
+
+    fn volumes_in_use(&self) -> Vec<String> {
+        self.volumes.volumes_in_use()
     }
 
     async fn images(&self) -> Vec<NodeImage> {
@@ -95,6 +100,8 @@ pub struct ClusterDeps<'a> {
     pub images: Arc<dyn ImageService>,
     /// The device manager (its resources in the node status, which updates as soon as they change).
     pub devices: Arc<kubelet_cm::devicemanager::DeviceManager>,
+    /// The volume manager (the CSI PersistentVolumes in use, for `volumesInUse`).
+    pub volumes: Arc<kubelet_volume::VolumeManager>,
     /// Wall clock.
     pub clock: Arc<dyn Clock>,
     /// Where the apiserver source sends its pods.
@@ -133,6 +140,7 @@ pub async fn start(
         images: d.images,
         pressure: d.pressure,
         devices: d.devices,
+        volumes: d.volumes,
     });
     if cfg.register_node.unwrap_or(true) {
         let ns_cfg = NodeStatusConfig {

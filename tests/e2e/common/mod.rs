@@ -534,7 +534,9 @@ pub fn import(tar: &Path) {
 /// Imports again the optional images node-setup built (`<workdir>/images`) that a test's image GC may have
 /// collected: the device plugin's, the DRA driver's and the CSI components'.
 pub fn restore_node_images() {
-    for name in ["sample-device-plugin", "dra-test-driver", "hostpathplugin", "csi-node-driver-registrar"] {
+    for name in
+        ["sample-device-plugin", "dra-test-driver", "hostpathplugin", "csi-node-driver-registrar", "csi-provisioner"]
+    {
         let tar = workdir().join(format!("images/{name}.oci.tar"));
         if tar.exists() {
             import(&tar);

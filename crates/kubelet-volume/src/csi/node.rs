@@ -68,6 +68,66 @@ pub struct Publish {
     pub mount_flags: Vec<String>,
     /// The pod's fsGroup, passed where the driver applies it itself (`VOLUME_MOUNT_GROUP`).
     pub fs_group: Option<i64>,
+    /// The PersistentVolume's first access mode (None: `ReadWriteOnce`, as for an inline volume).
+    pub access_mode: Option<String>,
+}
+
+/// The CSI access mode of a Kubernetes one (`asCSIAccessModeV1`, or `asSingleNodeMultiWriterCapableCSIAccessModeV1`
+/// where the driver has `SINGLE_NODE_MULTI_WRITER`).
+fn access_mode(mode: Option<&str>, multi_writer: bool) -> csi::volume_capability::access_mode::Mode {
+    use csi::volume_capability::access_mode::Mode;
+    match (mode.unwrap_or("ReadWriteOnce"), multi_writer) {
+        ("ReadWriteOnce", false) | ("ReadWriteOncePod", false) => Mode::SingleNodeWriter,
+        ("ReadWriteOnce", true) => Mode::SingleNodeMultiWriter,
+        ("ReadWriteOncePod", true) => Mode::SingleNodeSingleWriter,
+        ("ReadOnlyMany", _) => Mode::MultiNodeReaderOnly,
+        ("ReadWriteMany", _) => Mode::MultiNodeMultiWriter,
+        _ => Mode::Unknown,
+    }
+}
+
+/// A `NodeStageVolume` request, as the kubelet fills it.
+#[derive(Clone, Debug, Default)]
+pub struct Stage {
+    /// The volume's handle.
+    pub volume_id: String,
+    /// The global mount path (`plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount`).
+    pub staging_target_path: String,
+    /// What the controller's publish answered.
+    pub publish_context: HashMap<String, String>,
+    /// The PersistentVolume's attributes.
+    pub volume_context: HashMap<String, String>,
+    /// The node stage secret's data.
+    pub secrets: HashMap<String, String>,
+    /// The filesystem type.
+    pub fs_type: String,
+    /// The PersistentVolume's mount options.
+    pub mount_flags: Vec<String>,
+    /// The pod's fsGroup, passed where the driver has `VOLUME_MOUNT_GROUP`.
+    pub fs_group: Option<i64>,
+    /// The PersistentVolume's first access mode.
+    pub access_mode: Option<String>,
+}
+
+fn mount_capability(
+    fs_type: &str,
+    mount_flags: &[String],
+    group: Option<i64>,
+    mode: csi::volume_capability::access_mode::Mode,
+) -> csi::VolumeCapability {
+    let access_type = if fs_type == "block" {
+        csi::volume_capability::AccessType::Block(csi::volume_capability::BlockVolume {})
+    } else {
+        csi::volume_capability::AccessType::Mount(csi::volume_capability::MountVolume {
+            fs_type: fs_type.to_string(),
+            mount_flags: mount_flags.to_vec(),
+            volume_mount_group: group.map(|g| g.to_string()).unwrap_or_default(),
+        })
+    };
+    csi::VolumeCapability {
+        access_mode: Some(csi::volume_capability::AccessMode { mode: mode as i32 }),
+        access_type: Some(access_type),
+    }
 }
 
 /// A client of one driver's Node service.
@@ -122,37 +182,67 @@ impl NodeClient {
         let call = async {
             use csi::node_service_capability::rpc::Type;
             let caps = self.capabilities().await?;
-            // ReadWriteOnce, as upstream's mapper gives it for a node-local publish.
-            let mode = if caps.contains(&Type::SingleNodeMultiWriter) {
-                csi::volume_capability::access_mode::Mode::SingleNodeMultiWriter
-            } else {
-                csi::volume_capability::access_mode::Mode::SingleNodeWriter
-            };
+            let mode = access_mode(p.access_mode.as_deref(), caps.contains(&Type::SingleNodeMultiWriter));
             let group = p.fs_group.filter(|_| caps.contains(&Type::VolumeMountGroup));
-            let access_type = if p.fs_type == "block" {
-                csi::volume_capability::AccessType::Block(csi::volume_capability::BlockVolume {})
-            } else {
-                csi::volume_capability::AccessType::Mount(csi::volume_capability::MountVolume {
-                    fs_type: p.fs_type.clone(),
-                    mount_flags: p.mount_flags.clone(),
-                    volume_mount_group: group.map(|g| g.to_string()).unwrap_or_default(),
-                })
-            };
             let req = csi::NodePublishVolumeRequest {
                 volume_id: p.volume_id.clone(),
                 publish_context: p.publish_context.clone(),
                 staging_target_path: p.staging_target_path.clone(),
                 target_path: p.target_path.clone(),
-                volume_capability: Some(csi::VolumeCapability {
-                    access_mode: Some(csi::volume_capability::AccessMode { mode: mode as i32 }),
-                    access_type: Some(access_type),
-                }),
+                volume_capability: Some(mount_capability(&p.fs_type, &p.mount_flags, group, mode)),
                 readonly: p.readonly,
                 secrets: p.secrets.clone(),
                 volume_context: p.volume_context.clone(),
             };
             let mut c = self.client(CSI_TIMEOUT).await?;
             c.node_publish_volume(req).await.map(|_| caps.contains(&Type::VolumeMountGroup)).map_err(classify)
+        };
+        within_timeout(call).await
+    }
+
+    /// Stages a volume (`NodeStageVolume`) after asking which access mode and fsGroup passing the driver takes, all
+    /// within 2 minutes. The caller asked [`NodeClient::capabilities`] for `STAGE_UNSTAGE_VOLUME` first.
+    pub async fn stage(&self, p: Stage) -> Result<(), CallError> {
+        if p.volume_id.is_empty() {
+            return Err(CallError::Final("missing volume id".into()));
+        }
+        if p.staging_target_path.is_empty() {
+            return Err(CallError::Final("missing staging target path".into()));
+        }
+        let call = async {
+            use csi::node_service_capability::rpc::Type;
+            let caps = self.capabilities().await?;
+            let mode = access_mode(p.access_mode.as_deref(), caps.contains(&Type::SingleNodeMultiWriter));
+            let group = p.fs_group.filter(|_| caps.contains(&Type::VolumeMountGroup));
+            let req = csi::NodeStageVolumeRequest {
+                volume_id: p.volume_id.clone(),
+                publish_context: p.publish_context.clone(),
+                staging_target_path: p.staging_target_path.clone(),
+                volume_capability: Some(mount_capability(&p.fs_type, &p.mount_flags, group, mode)),
+                secrets: p.secrets.clone(),
+                volume_context: p.volume_context.clone(),
+            };
+            let mut c = self.client(CSI_TIMEOUT).await?;
+            c.node_stage_volume(req).await.map(|_| ()).map_err(classify)
+        };
+        within_timeout(call).await
+    }
+
+    /// Unstages a volume (`NodeUnstageVolume`).
+    pub async fn unstage(&self, volume_id: &str, staging_target_path: &str) -> Result<(), CallError> {
+        if volume_id.is_empty() {
+            return Err(CallError::Final("missing volume id".into()));
+        }
+        if staging_target_path.is_empty() {
+            return Err(CallError::Final("missing staging target path".into()));
+        }
+        let call = async {
+            let mut c = self.client(CSI_TIMEOUT).await?;
+            let req = csi::NodeUnstageVolumeRequest {
+                volume_id: volume_id.into(),
+                staging_target_path: staging_target_path.into(),
+            };
+            c.node_unstage_volume(req).await.map(|_| ()).map_err(classify)
         };
         within_timeout(call).await
     }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use k8s_openapi::ByteString;
@@ -18,12 +18,12 @@ use kubelet_types::objects::{ObjectSource, PodVolumes};
 
 use super::plugin::{CsiDriverLister, CsiPlugin, Lister};
 use super::registration::CsiDrivers;
-use super::stub::{Driver, serve};
+use super::stub::{Driver, DriverMounts, serve};
 use super::versions::highest_supported;
 use super::voldata;
 use crate::sources::NoDownward;
 use crate::token::{NoTokens, TokenManager};
-use crate::{Mounter, VolumeError, VolumeManager};
+use crate::{VolumeError, VolumeManager};
 
 const DRIVER: &str = "hostpath.csi.k8s.io";
 
@@ -116,7 +116,7 @@ fn setup() -> Setup {
 
 impl Setup {
     fn plugin(&self) -> CsiPlugin {
-        CsiPlugin::new(self.drivers.clone(), self.lister.clone(), "node-a")
+        CsiPlugin::new(self.drivers.clone(), self.lister.clone(), Arc::default(), "node-a", &self.root)
     }
 
     fn register(&self) {
@@ -242,7 +242,7 @@ async fn a_failed_publish_leaves_nothing_an_uncertain_one_is_unpublished_and_a_g
     *s.driver.fail.lock().unwrap() = None;
 
     // The driver is gone: the teardown fails and keeps everything, then succeeds once it is back.
-    let gone = CsiPlugin::new(Arc::default(), s.lister.clone(), "node-a");
+    let gone = CsiPlugin::new(Arc::default(), s.lister.clone(), Arc::default(), "node-a", &s.root);
     let e = gone.tear_down(&dir, |_| false).await.unwrap_err().to_string();
     assert_eq!(
         e,
@@ -253,34 +253,6 @@ async fn a_failed_publish_leaves_nothing_an_uncertain_one_is_unpublished_and_a_g
     s.plugin().tear_down(&dir, |_| false).await.unwrap();
     assert_eq!(s.driver.unpublished.lock().unwrap().len(), 1);
     assert!(!dir.exists());
-}
-
-/// Mounts the driver made, as the mount table would show them: every `mount` folder at or below a path.
-struct DriverMounts;
-
-fn targets(path: &Path, out: &mut Vec<PathBuf>) {
-    if path.file_name().is_some_and(|n| n == "mount") && path.is_dir() {
-        out.push(path.to_path_buf());
-    }
-    for e in std::fs::read_dir(path).into_iter().flatten().flatten() {
-        if e.path().is_dir() {
-            targets(&e.path(), out);
-        }
-    }
-}
-
-impl Mounter for DriverMounts {
-    fn mount_tmpfs(&self, _: &Path, _: Option<u64>) -> Result<(), String> {
-        Err("no tmpfs here".into())
-    }
-    fn unmount(&self, _: &Path) -> Result<(), String> {
-        Err("the kubelet must not unmount a CSI target itself".into())
-    }
-    fn mounts_under(&self, path: &Path) -> Vec<PathBuf> {
-        let mut out = vec![];
-        targets(path, &mut out);
-        out
-    }
 }
 
 #[tokio::test]

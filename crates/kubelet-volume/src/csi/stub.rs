@@ -1,8 +1,8 @@
 //! A CSI driver's Node service for the unit tests, over a unix socket: it answers its capabilities, makes the
-//! target of a publish and removes it at the unpublish as a driver does (without mounting), records the requests,
-//! and fails with a chosen code.
+//! target of a publish and removes it at the unpublish as a driver does (without mounting), records the requests
+//! (stage and unstage too), and fails a publish with a chosen code.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use kubelet_proto::csi::v1 as csi;
@@ -13,6 +13,8 @@ pub(crate) struct Driver {
     pub(crate) caps: Vec<csi::node_service_capability::rpc::Type>,
     pub(crate) published: Mutex<Vec<csi::NodePublishVolumeRequest>>,
     pub(crate) unpublished: Mutex<Vec<(String, String)>>,
+    pub(crate) staged: Mutex<Vec<csi::NodeStageVolumeRequest>>,
+    pub(crate) unstaged: Mutex<Vec<(String, String)>>,
     pub(crate) fail: Mutex<Option<tonic::Code>>,
 }
 
@@ -36,6 +38,23 @@ impl csi::node_server::Node for Server {
             })
             .collect();
         Ok(tonic::Response::new(csi::NodeGetCapabilitiesResponse { capabilities }))
+    }
+
+    async fn node_stage_volume(
+        &self,
+        req: tonic::Request<csi::NodeStageVolumeRequest>,
+    ) -> Result<tonic::Response<csi::NodeStageVolumeResponse>, tonic::Status> {
+        self.0.staged.lock().unwrap().push(req.into_inner());
+        Ok(tonic::Response::new(csi::NodeStageVolumeResponse {}))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        req: tonic::Request<csi::NodeUnstageVolumeRequest>,
+    ) -> Result<tonic::Response<csi::NodeUnstageVolumeResponse>, tonic::Status> {
+        let r = req.into_inner();
+        self.0.unstaged.lock().unwrap().push((r.volume_id, r.staging_target_path));
+        Ok(tonic::Response::new(csi::NodeUnstageVolumeResponse {}))
     }
 
     async fn node_publish_volume(
@@ -74,4 +93,32 @@ pub(crate) fn serve(dir: &Path, caps: Vec<csi::node_service_capability::rpc::Typ
         let _ = tonic::transport::Server::builder().add_service(svc).serve_with_incoming(incoming).await;
     });
     (driver, format!("unix://{}", path.display()))
+}
+
+/// Mounts the driver made, as the mount table would show them: every `mount` folder at or below a path.
+pub(crate) struct DriverMounts;
+
+fn targets(path: &Path, out: &mut Vec<PathBuf>) {
+    if path.file_name().is_some_and(|n| n == "mount") && path.is_dir() {
+        out.push(path.to_path_buf());
+    }
+    for e in std::fs::read_dir(path).into_iter().flatten().flatten() {
+        if e.path().is_dir() {
+            targets(&e.path(), out);
+        }
+    }
+}
+
+impl crate::Mounter for DriverMounts {
+    fn mount_tmpfs(&self, _: &Path, _: Option<u64>) -> Result<(), String> {
+        Err("no tmpfs here".into())
+    }
+    fn unmount(&self, _: &Path) -> Result<(), String> {
+        Err("the kubelet must not unmount a CSI target itself".into())
+    }
+    fn mounts_under(&self, path: &Path) -> Vec<PathBuf> {
+        let mut out = vec![];
+        targets(path, &mut out);
+        out
+    }
 }

@@ -48,17 +48,28 @@ pub fn mount_dir(pod_dir: &Path, volume: &str) -> PathBuf {
 /// kubelet wrote.
 pub type VolumeData = BTreeMap<String, String>;
 
-/// The data of an inline ephemeral volume.
-pub fn ephemeral_volume_data(pod_uid: &str, volume: &str, driver: &str, node: &str) -> VolumeData {
-    let handle = ephemeral_volume_handle(pod_uid, volume);
+/// The data of a published volume (`specVolID`: the volume's or PersistentVolume's name; `mode`: `Ephemeral` or
+/// `Persistent`).
+pub fn volume_data(spec_name: &str, handle: &str, driver: &str, node: &str, mode: &str) -> VolumeData {
     BTreeMap::from([
-        ("attachmentID".to_string(), attachment_name(&handle, driver, node)),
+        ("attachmentID".to_string(), attachment_name(handle, driver, node)),
         ("driverName".to_string(), driver.to_string()),
         ("nodeName".to_string(), node.to_string()),
-        ("specVolID".to_string(), volume.to_string()),
-        ("volumeHandle".to_string(), handle),
-        ("volumeLifecycleMode".to_string(), "Ephemeral".to_string()),
+        ("specVolID".to_string(), spec_name.to_string()),
+        ("volumeHandle".to_string(), handle.to_string()),
+        ("volumeLifecycleMode".to_string(), mode.to_string()),
     ])
+}
+
+/// The data of an inline ephemeral volume.
+pub fn ephemeral_volume_data(pod_uid: &str, volume: &str, driver: &str, node: &str) -> VolumeData {
+    volume_data(volume, &ephemeral_volume_handle(pod_uid, volume), driver, node, "Ephemeral")
+}
+
+/// The staging path of a persistent volume (`makeDeviceMountPath`):
+/// `<root>/plugins/kubernetes.io/csi/<driver>/<sha256(handle)>/globalmount`.
+pub fn staging_path(root: &Path, driver: &str, handle: &str) -> PathBuf {
+    root.join("plugins/kubernetes.io/csi").join(driver).join(sha256_hex(handle)).join("globalmount")
 }
 
 /// The file's text, as Go's encoder writes it.

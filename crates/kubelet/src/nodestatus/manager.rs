@@ -41,6 +41,11 @@ pub trait NodeSignals: Send + Sync + 'static {
     fn devices(&self) -> kubelet_cm::devicemanager::Capacity {
         Default::default()
     }
+    /// The unique names of the attachable and device-mountable volumes the node's pods use (`GetVolumesInUse`);
+    /// none by default.
+    fn volumes_in_use(&self) -> Vec<String> {
+        vec![]
+    }
 }
 
 /// Settings of the node status loop.
@@ -206,6 +211,8 @@ impl NodeStatusManager {
         let devices = self.signals.devices();
         let mut status = node_status(&self.inputs, &health, &images, &now, old);
         super::setters::set_device_resources(&mut status, &devices);
+        let in_use = self.signals.volumes_in_use();
+        status.volumes_in_use = (!in_use.is_empty()).then_some(in_use);
         let desired = with_kubelet_status(&current, &status);
         let changed = old.map(without_heartbeats) != desired.status.as_ref().map(without_heartbeats);
         let due = last_report.is_none_or(|at| at.elapsed() >= self.cfg.report_frequency);
@@ -315,6 +322,7 @@ pub fn with_kubelet_status(current: &Node, ours: &NodeStatus) -> Node {
     st.daemon_endpoints = ours.daemon_endpoints.clone();
     st.node_info = ours.node_info.clone();
     st.images = ours.images.clone();
+    st.volumes_in_use = ours.volumes_in_use.clone();
     // The RuntimeHandlers setter always sets the list (none: removed, as a runtime that stopped reporting them
     // supports none); NodeFeatures only when the runtime reports features.
     st.runtime_handlers = ours.runtime_handlers.clone();
