@@ -11,7 +11,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::cluster::{TestEnv, daemon_pod, daemonset, plugin_node};
+use common::cluster::{TestEnv, daemon_pod, daemonset, plugin_node, plugin_node_with};
 use common::*;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -288,9 +288,9 @@ fn staging_dirs(node: &Node) -> Vec<std::path::PathBuf> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_is_provisioned_staged_published_kept_across_restarts_and_unstaged_after_its_last_pod() {
-    let Some((_g, rt, env, mut node)) =
-        plugin_node("e2e_csi skipped: it runs on containerd 2.3 only (the suite's feature tests)").await
-    else {
+    let why = "e2e_csi skipped: it runs on containerd 2.3 only (the suite's feature tests)";
+    // Volume usage every 2 s rather than every minute, for the stats' assertions.
+    let Some((_g, rt, env, mut node)) = plugin_node_with(why, "volumeStatsAggPeriod: 2s\n").await else {
         return;
     };
     let class = format!("csi-hostpath-{}", env.ns);
@@ -357,6 +357,24 @@ async fn a_claim_is_provisioned_staged_published_kept_across_restarts_and_unstag
         n["status"]["volumesInUse"].as_array()?.iter().any(|v| v == unique.as_str()).then_some(())
     })
     .await;
+
+    // Its usage, from the driver's NodeGetVolumeStats: in the Summary API under the pod's volume name with the
+    // claim, and as the claim's kubelet_volume_stats_* metrics.
+    let summary = env
+        .wait("the volume's usage in /stats/summary", Duration::from_secs(30), || async {
+            let (_, raw) = http_get(read_only_port(), "/stats/summary").await?;
+            let s: Value = serde_json::from_str(&raw).ok()?;
+            let pod = s["pods"].as_array()?.iter().find(|p| p["podRef"]["name"] == "writer")?.clone();
+            pod["volume"].as_array()?.iter().find(|v| v["name"] == "data").cloned()
+        })
+        .await;
+    assert_eq!(summary["pvcRef"], serde_json::json!({"name": "data", "namespace": env.ns}), "{summary}");
+    assert!(summary["capacityBytes"].as_u64().unwrap() > 0 && summary["inodes"].as_u64().unwrap() > 0, "{summary}");
+    let (_, metrics) = http_get(read_only_port(), "/metrics").await.unwrap();
+    let series =
+        format!("kubelet_volume_stats_capacity_bytes{{namespace=\"{}\",persistentvolumeclaim=\"data\"}} ", env.ns);
+    assert!(metrics.contains(&series), "{series} in /metrics");
+    assert!(driver_calls(&env, &node, "NodeGetVolumeStats").await >= 1);
 
     // The pod goes: unpublished and, as its last pod on the node, unstaged; the data stays in the volume.
     env.kubectl(&["delete", "pod", "writer", "--wait=true", "--timeout=60s"]).await;

@@ -473,6 +473,42 @@ metric!(
     ))
 );
 
+metric!(
+    /// `kubelet_volume_stats_capacity_bytes{namespace, persistentvolumeclaim}`: a claim's volume as its driver last reported it.
+    VOLUME_STATS_CAPACITY_BYTES: GaugeVec =
+        GaugeVec::new(Opts::alpha("kubelet_volume_stats_capacity_bytes", "Capacity in bytes of the volume", &["namespace", "persistentvolumeclaim"]))
+);
+metric!(
+    /// `kubelet_volume_stats_available_bytes{namespace, persistentvolumeclaim}`: a claim's volume as its driver last reported it.
+    VOLUME_STATS_AVAILABLE_BYTES: GaugeVec =
+        GaugeVec::new(Opts::alpha("kubelet_volume_stats_available_bytes", "Number of available bytes in the volume", &["namespace", "persistentvolumeclaim"]))
+);
+metric!(
+    /// `kubelet_volume_stats_used_bytes{namespace, persistentvolumeclaim}`: a claim's volume as its driver last reported it.
+    VOLUME_STATS_USED_BYTES: GaugeVec =
+        GaugeVec::new(Opts::alpha("kubelet_volume_stats_used_bytes", "Number of used bytes in the volume", &["namespace", "persistentvolumeclaim"]))
+);
+metric!(
+    /// `kubelet_volume_stats_inodes{namespace, persistentvolumeclaim}`: a claim's volume as its driver last reported it.
+    VOLUME_STATS_INODES: GaugeVec =
+        GaugeVec::new(Opts::alpha("kubelet_volume_stats_inodes", "Maximum number of inodes in the volume", &["namespace", "persistentvolumeclaim"]))
+);
+metric!(
+    /// `kubelet_volume_stats_inodes_free{namespace, persistentvolumeclaim}`: a claim's volume as its driver last reported it.
+    VOLUME_STATS_INODES_FREE: GaugeVec =
+        GaugeVec::new(Opts::alpha("kubelet_volume_stats_inodes_free", "Number of free inodes in the volume", &["namespace", "persistentvolumeclaim"]))
+);
+metric!(
+    /// `kubelet_volume_stats_inodes_used{namespace, persistentvolumeclaim}`: a claim's volume as its driver last reported it.
+    VOLUME_STATS_INODES_USED: GaugeVec =
+        GaugeVec::new(Opts::alpha("kubelet_volume_stats_inodes_used", "Number of used inodes in the volume", &["namespace", "persistentvolumeclaim"]))
+);
+metric!(
+    /// `kubelet_volume_stats_health_status_abnormal{namespace, persistentvolumeclaim}`: a claim's volume as its driver last reported it.
+    VOLUME_STATS_HEALTH_ABNORMAL: GaugeVec =
+        GaugeVec::new(Opts::alpha("kubelet_volume_stats_health_status_abnormal", "Abnormal volume health status. The count is either 1 or 0. 1 indicates the volume is unhealthy, 0 indicates volume is healthy", &["namespace", "persistentvolumeclaim"]))
+);
+
 /// Registers every kubelet metric and the process collector in [`crate::global`] (idempotent).
 pub fn register_all() {
     static DONE: std::sync::Once = std::sync::Once::new();
@@ -481,6 +517,13 @@ pub fn register_all() {
         LazyLock::force(&DRA_OPERATIONS_DURATION);
         LazyLock::force(&DRA_GRPC_OPERATIONS_DURATION);
         LazyLock::force(&DRA_RESOURCE_CLAIMS_IN_USE);
+        LazyLock::force(&VOLUME_STATS_CAPACITY_BYTES);
+        LazyLock::force(&VOLUME_STATS_AVAILABLE_BYTES);
+        LazyLock::force(&VOLUME_STATS_USED_BYTES);
+        LazyLock::force(&VOLUME_STATS_INODES);
+        LazyLock::force(&VOLUME_STATS_INODES_FREE);
+        LazyLock::force(&VOLUME_STATS_INODES_USED);
+        LazyLock::force(&VOLUME_STATS_HEALTH_ABNORMAL);
         LazyLock::force(&POD_START_SLI_DURATION);
         LazyLock::force(&POD_START_TOTAL_DURATION);
         LazyLock::force(&POD_WORKER_DURATION);

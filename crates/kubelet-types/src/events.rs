@@ -105,3 +105,34 @@ impl Recorder for LogRecorder {
         tracing::info!(object = %obj, fieldPath = object.field_path.as_deref().unwrap_or(""), r#type = kind, reason, message = %message, "event");
     }
 }
+
+/// An event a [`RecordingRecorder`] kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordedEvent {
+    /// The object.
+    pub object: ObjectReference,
+    /// `Normal` or `Warning`.
+    pub kind: String,
+    /// The reason.
+    pub reason: String,
+    /// The message.
+    pub message: String,
+}
+
+/// A recorder that keeps the events in memory, in order (for tests).
+#[derive(Debug, Default)]
+pub struct RecordingRecorder(std::sync::Mutex<Vec<RecordedEvent>>);
+
+impl RecordingRecorder {
+    /// The events so far.
+    pub fn events(&self) -> Vec<RecordedEvent> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl Recorder for RecordingRecorder {
+    fn event(&self, object: &ObjectReference, kind: &str, reason: &str, message: String) {
+        let e = RecordedEvent { object: object.clone(), kind: kind.into(), reason: reason.into(), message };
+        self.0.lock().unwrap().push(e);
+    }
+}

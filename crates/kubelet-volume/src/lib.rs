@@ -19,7 +19,7 @@ pub mod sources;
 pub mod subpath;
 pub mod token;
 
-pub use manager::{Mounter, SystemMounter, VolumeManager, unsupported_volume, volume_kind};
+pub use manager::{CsiVolumeStat, Mounter, SystemMounter, VolumeManager, unsupported_volume, volume_kind};
 pub use sources::{DownwardValues, GatedProjections};
 pub use token::{NoTokens, TokenFetcher, TokenManager};
 

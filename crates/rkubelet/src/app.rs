@@ -202,6 +202,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         runtime: remote.clone(),
         cache: cache.clone(),
     });
+    let csi_stats: Arc<std::sync::OnceLock<Arc<kubelet::stats::csi::CsiVolumes>>> = Arc::default();
     let stats = Arc::new(kubelet::stats::SummaryProvider::new(kubelet::stats::SummaryDeps {
         node_name: node_name.clone(),
         runtime: remote.clone(),
@@ -211,6 +212,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         pod_logs_dir: pod_logs_dir.clone(),
         pods_cgroup: crate::node::pods_cgroup(&cfg),
         volume_stats_period: cfg.volume_stats_agg_period.0,
+        csi: csi_stats.clone(),
         clock: clock.clone(),
     }));
     tracker.spawn(stats.clone().run(cancel.clone()));
@@ -413,6 +415,11 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         .with_gated_projections(gated_projections(&cfg, kubeconfig.is_some()))
         .with_csi(Arc::new(csi_plugin)),
     );
+    let _ = csi_stats.set(Arc::new(kubelet::stats::csi::CsiVolumes::new(
+        volumes.clone(),
+        recorder.clone(),
+        cfg.feature_gate("CSIVolumeHealth") == Some(true),
+    )));
     tracker.spawn(runtime_state.clone().run(remote.clone() as Arc<dyn RuntimeService>, cancel.clone()));
     {
         let (m, cancel) = (device_manager.clone(), cancel.clone());

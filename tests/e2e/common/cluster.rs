@@ -125,7 +125,12 @@ impl TestEnv {
     /// authentication and authorization), as kubeadm configures it, so the apiserver's `pods/log`, `exec`,
     /// `attach` and `portforward` reach it with its kubelet-client certificate; started, its secure port open.
     pub async fn start_kubeadm_node(&self) -> Node {
-        let mut node = self.start_node_with(&[], |n| self.kubeadm_config(n), vec![]);
+        self.start_kubeadm_node_with("").await
+    }
+
+    /// As [`TestEnv::start_kubeadm_node`], with `extra` appended to the configuration.
+    pub async fn start_kubeadm_node_with(&self, extra: &str) -> Node {
+        let mut node = self.start_node_with(&[], |n| self.kubeadm_config(n) + extra, vec![]);
         node.wait_for("the secure port", Duration::from_secs(30), || async {
             std::net::TcpStream::connect(("127.0.0.1", super::secure_port())).is_ok().then_some(())
         })
@@ -329,6 +334,14 @@ pub async fn daemon_pod(env: &TestEnv, name: &str) -> Option<Value> {
 /// A fresh runtime and a kubeadm-style node, Ready, with the node plugins' images imported again, for the tests of
 /// node plugins on containerd 2 (DRA and CSI drivers); None, with `why` printed, where the suite runs on 1.6.
 pub async fn plugin_node(why: &str) -> Option<(super::Serial, kubelet_cri::RemoteRuntime, TestEnv, Node)> {
+    plugin_node_with(why, "").await
+}
+
+/// As [`plugin_node`], with `extra` appended to the node's configuration.
+pub async fn plugin_node_with(
+    why: &str,
+    extra: &str,
+) -> Option<(super::Serial, kubelet_cri::RemoteRuntime, TestEnv, Node)> {
     if super::containerd_version() == "1.6" {
         println!("{why}");
         return None;
@@ -336,7 +349,7 @@ pub async fn plugin_node(why: &str) -> Option<(super::Serial, kubelet_cri::Remot
     let (guard, rt) = super::fresh_runtime().await;
     super::restore_node_images();
     let env = TestEnv::new().await;
-    let mut node = env.start_kubeadm_node().await;
+    let mut node = env.start_kubeadm_node_with(extra).await;
     env.wait_node_ready(&mut node).await;
     Some((guard, rt, env, node))
 }

@@ -291,6 +291,28 @@ pub struct VolumeStats {
     /// The volume's name in the pod.
     #[serde(skip_serializing_if = "String::is_empty")]
     pub name: String,
+    /// The claim behind it, for a `persistentVolumeClaim` or generic `ephemeral` volume.
+    #[serde(rename = "pvcRef", skip_serializing_if = "Option::is_none")]
+    pub pvc_ref: Option<PvcReference>,
+    /// The driver's volume condition (`CSIVolumeHealth`).
+    #[serde(rename = "volumeHealthStats", skip_serializing_if = "Option::is_none")]
+    pub volume_health_stats: Option<VolumeHealthStats>,
+}
+
+/// A claim (`PVCReference`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct PvcReference {
+    /// Its name.
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+}
+
+/// A volume's health (`VolumeHealthStats`).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct VolumeHealthStats {
+    /// Whether the driver reports it abnormal.
+    pub abnormal: bool,
 }
 
 /// Fills the summary.

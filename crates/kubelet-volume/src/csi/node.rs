@@ -263,6 +263,24 @@ impl NodeClient {
         within_timeout(call).await
     }
 
+    /// A published volume's usage (`NodeGetVolumeStats` of the target `path`), within 2 minutes.
+    pub async fn volume_stats(
+        &self,
+        volume_id: &str,
+        path: &str,
+    ) -> Result<csi::NodeGetVolumeStatsResponse, CallError> {
+        let call = async {
+            let mut c = self.client(CSI_TIMEOUT).await?;
+            let req = csi::NodeGetVolumeStatsRequest {
+                volume_id: volume_id.into(),
+                volume_path: path.into(),
+                staging_target_path: String::new(),
+            };
+            c.node_get_volume_stats(req).await.map(|r| r.into_inner()).map_err(classify)
+        };
+        within_timeout(call).await
+    }
+
     /// Who this node is to the driver (`NodeGetInfo`): its id of the node, its volume limit (0: none) and its
     /// topology.
     pub async fn node_get_info(&self) -> Result<super::registration::NodeGetInfo, CallError> {

@@ -134,6 +134,11 @@ impl CsiPlugin {
         m.lock_owned().await
     }
 
+    /// The socket of a registered driver.
+    pub fn driver_endpoint(&self, driver: &str) -> Option<String> {
+        self.drivers.endpoint(driver)
+    }
+
     pub(super) fn endpoint(&self, driver: &str) -> Result<String, String> {
         if driver.is_empty() {
             return Err("driver name is empty".into());

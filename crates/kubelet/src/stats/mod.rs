@@ -21,6 +21,7 @@
 //! Called by the HTTP handlers at any time; a runtime error fails the pods part of the request (500), a missing
 //! host file only leaves its field out.
 
+pub mod csi;
 pub mod host;
 
 use std::collections::HashMap;
@@ -40,6 +41,9 @@ use kubelet_types::Clock;
 use tokio_util::sync::CancellationToken;
 
 use host::HostPaths;
+
+/// The CSI plugin's folder under a pod's `volumes`.
+const CSI_PLUGIN_DIR: &str = "kubernetes.io~csi";
 
 /// How often CPU is sampled for `usageNanoCores`.
 pub const CPU_SAMPLE_PERIOD: Duration = Duration::from_secs(10);
@@ -63,6 +67,9 @@ pub struct SummaryDeps {
     pub pods_cgroup: Option<String>,
     /// `volumeStatsAggPeriod` (zero turns volume figures off).
     pub volume_stats_period: Duration,
+    /// The CSI volumes' usage, from their drivers, once the volume manager exists (until then, and without one,
+    /// CSI volumes have no figures).
+    pub csi: Arc<std::sync::OnceLock<Arc<csi::CsiVolumes>>>,
     /// Wall clock.
     pub clock: Arc<dyn Clock>,
 }
@@ -209,6 +216,10 @@ impl SummaryProvider {
                 _ = cancel.cancelled() => return,
                 _ = cpu.tick() => self.sample_cpu().await,
                 _ = du.tick(), if !self.d.volume_stats_period.is_zero() => {
+                    if let Some(csi) = self.d.csi.get().cloned() {
+                        let now = self.now();
+                        tokio::spawn(async move { csi.refresh(now).await });
+                    }
                     // Off the sampling loop: a long walk must not stall the CPU samples; one walk at a time.
                     if !self.measuring.swap(true, std::sync::atomic::Ordering::AcqRel) {
                         let me = self.clone();
@@ -292,7 +303,8 @@ impl SummaryProvider {
     fn measure_disks(&self) {
         let mut dirs = vec![];
         for pod in read_dir(&self.d.root_dir.join("pods")) {
-            for plugin in read_dir(&pod.join("volumes")) {
+            // CSI volumes report their usage through their drivers, never walked (`csi::CsiVolumes`).
+            for plugin in read_dir(&pod.join("volumes")).into_iter().filter(|p| !p.ends_with(CSI_PLUGIN_DIR)) {
                 dirs.extend(read_dir(&plugin));
             }
         }
@@ -509,6 +521,9 @@ impl SummaryProvider {
             return (out, eph);
         }
         for plugin in read_dir(&self.d.root_dir.join("pods").join(uid).join("volumes")) {
+            if plugin.ends_with(CSI_PLUGIN_DIR) {
+                continue;
+            }
             let kind = plugin.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             for vol in read_dir(&plugin) {
                 let Some((bytes, inodes, at)) = self.du(&vol) else { continue };
@@ -523,9 +538,10 @@ impl SummaryProvider {
                     eph.1 += inodes;
                 }
                 let name = vol.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                out.push(VolumeStats { fs, name });
+                out.push(VolumeStats { fs, name, ..Default::default() });
             }
         }
+        out.extend(self.d.csi.get().iter().flat_map(|c| c.of_pod(uid)));
         out.sort_by(|a, b| a.name.cmp(&b.name));
         (out, eph)
     }

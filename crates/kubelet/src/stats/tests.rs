@@ -58,6 +58,7 @@ fn provider_with(
         pod_logs_dir: root.join("logs"),
         pods_cgroup: pods_cgroup.map(str::to_string),
         volume_stats_period: Duration::from_secs(60),
+        csi: Default::default(),
         clock,
     })
 }
