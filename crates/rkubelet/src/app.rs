@@ -530,6 +530,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     let mut api = None;
     if let Some(kc) = &kubeconfig {
         expected.push(PodSource::Api);
+        let storage_state = Arc::new(crate::node::StorageState::new());
         let deps = crate::cluster::ClusterDeps {
             cfg: &cfg,
             pressure: pressure.clone(),
@@ -544,6 +545,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
             images: remote.clone(),
             devices: device_manager.clone(),
             volumes: volumes.clone(),
+            storage: storage_state.clone(),
             clock: clock.clone(),
             sources: src_tx.clone(),
             node_labels: cli.node_labels.clone(),
@@ -567,7 +569,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
             kubelet::watched_cache::CsiDriverCache::start(kube.clone(), &tracker, &cancel);
         let _ = csi_driver_lister.set(csi_drivers_cache);
         let _ = csi_storage.set(kube.clone());
-        tracker.spawn(crate::node::initialize_csi_node(nim, cancel.clone()));
+        tracker.spawn(crate::node::initialize_csi_node(nim, storage_state, cancel.clone()));
         service_accounts.bind(kube.clone());
         tracker.spawn(StatusSync::new(status.clone(), kube.clone()).run(cancel.clone()));
         let reviews: Arc<dyn kubelet_apiclient::ReviewApi> = kube.clone();

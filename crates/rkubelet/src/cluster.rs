@@ -33,6 +33,7 @@ struct Signals {
     pressure: Arc<kubelet_eviction::PressureState>,
     devices: Arc<kubelet_cm::devicemanager::DeviceManager>,
     volumes: Arc<kubelet_volume::VolumeManager>,
+    storage: Arc<crate::node::StorageState>,
 }
 
 #[async_trait]
@@ -45,6 +46,7 @@ impl NodeSignals for Signals {
         if let Err(e) = self.pleg.healthy() {
             not_ready.push(format!("PLEG is not healthy: {e}"));
         }
+        not_ready.extend(self.storage.error());
         use kubelet_eviction::NodeCondition;
         NodeHealth {
             not_ready,
@@ -102,6 +104,8 @@ pub struct ClusterDeps<'a> {
     pub devices: Arc<kubelet_cm::devicemanager::DeviceManager>,
     /// The volume manager (the CSI PersistentVolumes in use, for `volumesInUse`).
     pub volumes: Arc<kubelet_volume::VolumeManager>,
+    /// The storage error of the Ready condition (the CSINode's initialization).
+    pub storage: Arc<crate::node::StorageState>,
     /// Wall clock.
     pub clock: Arc<dyn Clock>,
     /// Where the apiserver source sends its pods.
@@ -134,6 +138,7 @@ pub async fn start(
         Arc::new(api.with_rate_limit(f64::from(cfg.kube_api_qps.unwrap_or(50)), cfg.kube_api_burst.max(1) as u32));
     let inputs = d.inputs;
     let wake = d.devices.changes();
+    let storage_wake = d.storage.changes();
     let signals = Arc::new(Signals {
         runtime: d.runtime_state,
         pleg: d.pleg,
@@ -141,6 +146,7 @@ pub async fn start(
         pressure: d.pressure,
         devices: d.devices,
         volumes: d.volumes,
+        storage: d.storage,
     });
     if cfg.register_node.unwrap_or(true) {
         let ns_cfg = NodeStatusConfig {
@@ -153,7 +159,8 @@ pub async fn start(
         let m = NodeStatusManager::new(api.clone(), signals, inputs, ns_cfg, d.clock.clone())
             .with_recorder(Arc::new(d.events.0.clone()))
             .with_node_watch(d.node_watch)
-            .with_wake(wake);
+            .with_wake(wake)
+            .with_wake(storage_wake);
         tracker.spawn(m.run(cancel.clone()));
     }
     let (sink, rx) = d.events;

@@ -182,6 +182,7 @@ pub fn enforce_node_allocatable(
 /// only delays it (the CSINode is needed once a CSI driver registers, which writes it too).
 pub async fn initialize_csi_node(
     nim: std::sync::Arc<kubelet_volume::csi::nodeinfo::NodeInfoManager>,
+    state: std::sync::Arc<StorageState>,
     cancel: tokio_util::sync::CancellationToken,
 ) {
     let mut delay = std::time::Duration::from_secs(1);
@@ -189,15 +190,50 @@ pub async fn initialize_csi_node(
         match nim.initialize().await {
             Ok(()) => {
                 tracing::info!("CSINode initialized");
+                state.set(None);
                 return;
             }
-            Err(e) => tracing::warn!(error = %e, retryIn = ?delay, "Failed to initialize CSINode"),
+            Err(e) => {
+                tracing::warn!(error = %e, retryIn = ?delay, "Failed to initialize CSINode");
+                state.set(Some(format!("failed to initialize CSINode: {e}")));
+            }
         }
         tokio::select! {
             _ = cancel.cancelled() => return,
             _ = tokio::time::sleep(delay) => {}
         }
         delay = (delay * 2).min(std::time::Duration::from_secs(60));
+    }
+}
+
+/// The kubelet's storage error for the Node's Ready condition (`runtimeState.storageErrors`): "CSINode is not yet
+/// initialized" from the start of a node with an apiserver until its CSINode is made, as upstream's CSI plugin
+/// sets it. Each change wakes the node status, so the node turns Ready as soon as the CSINode exists.
+pub struct StorageState {
+    error: std::sync::Mutex<Option<String>>,
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl StorageState {
+    /// The state of a node with an apiserver at start.
+    pub fn new() -> Self {
+        let error = Some("CSINode is not yet initialized".to_string());
+        Self { error: std::sync::Mutex::new(error), changes: tokio::sync::watch::channel(0).0 }
+    }
+
+    /// The error, if any.
+    pub fn error(&self) -> Option<String> {
+        self.error.lock().unwrap().clone()
+    }
+
+    fn set(&self, error: Option<String>) {
+        *self.error.lock().unwrap() = error;
+        self.changes.send_modify(|n| *n += 1);
+    }
+
+    /// Its changes, for the node status.
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
     }
 }
 

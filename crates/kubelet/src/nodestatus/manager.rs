@@ -73,7 +73,21 @@ pub struct NodeStatusManager {
     registered: tokio::sync::watch::Sender<Option<Node>>,
     recorder: Arc<dyn Recorder>,
     /// Changes that update the status at once (see [`NodeStatusManager::with_wake`]).
-    wake: Option<tokio::sync::watch::Receiver<u64>>,
+    wake: Vec<tokio::sync::watch::Receiver<u64>>,
+}
+
+/// Waits until one of `wakes` changes (those whose sender went are dropped; none left: forever).
+async fn any_change(wakes: &mut Vec<tokio::sync::watch::Receiver<u64>>) {
+    loop {
+        if wakes.is_empty() {
+            return std::future::pending().await;
+        }
+        let (changed, i, _) = futures::future::select_all(wakes.iter_mut().map(|w| Box::pin(w.changed()))).await;
+        if changed.is_ok() {
+            return;
+        }
+        wakes.remove(i);
+    }
 }
 
 /// A reference to the node for its events (upstream uses the node name as UID).
@@ -112,14 +126,14 @@ impl NodeStatusManager {
             clock,
             registered: tokio::sync::watch::channel(None).0,
             recorder: Arc::new(kubelet_types::events::LogRecorder),
-            wake: None,
+            wake: vec![],
         }
     }
 
-    /// Updates the status at once when `wake` changes (a device plugin's devices), not only every
-    /// `nodeStatusUpdateFrequency`.
+    /// Updates the status at once when `wake` changes (a device plugin's devices, the CSINode's initialization),
+    /// not only every `nodeStatusUpdateFrequency`; may be given several.
     pub fn with_wake(mut self, wake: tokio::sync::watch::Receiver<u64>) -> Self {
-        self.wake = Some(wake);
+        self.wake.push(wake);
         self
     }
 
@@ -282,7 +296,7 @@ impl NodeStatusManager {
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tick.tick() => {}
-                Ok(()) = async { match wake.as_mut() { Some(w) => w.changed().await, None => std::future::pending().await } } => {}
+                _ = any_change(&mut wake) => {}
             }
             if let Err(e) = self.sync_status(&mut last_report).await {
                 warn!(node = %self.inputs.node_name, error = %e, "error updating node status, will retry");
@@ -436,6 +450,43 @@ mod tests {
         assert_eq!(ready(&api).unwrap().status, "Unknown");
         tokio::time::sleep(Duration::from_secs(10)).await;
         assert_eq!(ready(&api).unwrap().status, "True", "set right at the next update, not at the next report");
+        cancel.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn any_wake_updates_the_status_at_once_and_a_closed_one_is_dropped() {
+        let api = Arc::new(FakeApi::new());
+        let health = NodeHealth { not_ready: vec!["CSINode is not yet initialized".into()], ..Default::default() };
+        let signals = Arc::new(Signals(Mutex::new(health)));
+        let cfg = NodeStatusConfig {
+            update_frequency: Duration::from_secs(10),
+            report_frequency: Duration::from_secs(300),
+            node_labels: Default::default(),
+            register_with_taints: vec![],
+            register_schedulable: true,
+        };
+        let (devices, devices_rx) = tokio::sync::watch::channel(0u64);
+        let (storage, storage_rx) = tokio::sync::watch::channel(0u64);
+        let m = NodeStatusManager::new(api.clone(), signals.clone(), inputs(), cfg, Arc::new(TestClock::fixed()))
+            .with_wake(devices_rx)
+            .with_wake(storage_rx);
+        let mut reg = m.registered();
+        let cancel = CancellationToken::new();
+        let task = tokio::spawn(m.run(cancel.clone()));
+        reg.wait_for(|n| n.is_some()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let ready = || {
+            let st = api.node("n1").and_then(|n| n.status).unwrap();
+            let c = st.conditions.unwrap().into_iter().find(|c| c.type_ == "Ready").unwrap();
+            (c.status, c.message.unwrap_or_default())
+        };
+        assert_eq!(ready(), ("False".into(), "CSINode is not yet initialized".into()));
+        drop(devices);
+        signals.0.lock().unwrap().not_ready.clear();
+        storage.send_replace(1);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(ready().0, "True", "updated at the wake, not 10 s later");
         cancel.cancel();
         task.await.unwrap();
     }
