@@ -10,7 +10,8 @@
 #                                              $RKUBELET_SAMPLE_DEVICE_PLUGIN names its program
 #   localhost/dra-test-driver:1                upstream's e2e DRA driver, when
 #                                              $RKUBELET_DRA_TEST_DRIVER names its program
-#   localhost/hostpathplugin:2,                the CSI hostpath driver (with busybox's mount) and node registrar, when
+#   localhost/hostpathplugin:3,                the CSI hostpath driver (with busybox's mount, util-linux's losetup)
+#                                              and node registrar, when
 #   localhost/csi-node-driver-registrar:1,     $RKUBELET_HOSTPATHPLUGIN, $RKUBELET_CSI_NODE_DRIVER_REGISTRAR and
 #   localhost/csi-provisioner:1                $RKUBELET_CSI_PROVISIONER do
 #
@@ -210,7 +211,7 @@ GROUP
 # Upstream's e2e device plugin ($RKUBELET_SAMPLE_DEVICE_PLUGIN), DRA driver ($RKUBELET_DRA_TEST_DRIVER) and the CSI
 # hostpath driver and node registrar, static Go programs from ../shared: the program alone as the entrypoint, with /tmp and the host folders they write into.
 # PROGRAM_TAG: the tag (1 unless set). With PROGRAM_APPLETS set, busybox-static and those applets in /bin too (the CSI driver runs `mount`, `umount`,
-# `fallocate`, `losetup`, `cp` and `dd`, as its upstream image's distribution gives it).
+# `fallocate`, `cp` and `dd`, as its upstream image's distribution gives it).
 # build_program_image NAME PROGRAM DIR...
 build_program_image() {
     local name="$1" program="$2"
@@ -229,6 +230,18 @@ build_program_image() {
         local applet
         for applet in $PROGRAM_APPLETS; do ln -sf busybox "$rootfs/bin/$applet"; done
     fi
+    # PROGRAM_HOST_TOOLS: programs of this machine's Debian packages copied in with the libraries they load
+    # (`ldd`), for what busybox lacks (util-linux's `losetup -j`, which the CSI driver's block volumes use).
+    local tool lib
+    for tool in ${PROGRAM_HOST_TOOLS:-}; do
+        tool="$(command -v "$tool")" || die "$tool missing: install Debian package util-linux"
+        mkdir -p "$rootfs/$(dirname "$tool")"
+        cp -L "$tool" "$rootfs/$tool"
+        for lib in $(ldd "$tool" | grep -o '/[^ ]*'); do
+            mkdir -p "$rootfs/$(dirname "$lib")"
+            cp -L "$lib" "$rootfs/$lib"
+        done
+    done
     build_image "$name" "$rootfs" \
         "\"Env\":$(json_array PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin),\"Entrypoint\":$(json_array "/$name"),\"WorkingDir\":\"/\"" \
         "localhost/$name:${PROGRAM_TAG:-1}"
@@ -244,7 +257,8 @@ if [[ -n "${RKUBELET_SAMPLE_DEVICE_PLUGIN:-}" ]]; then
 fi
 if [[ -n "${RKUBELET_HOSTPATHPLUGIN:-}" && -n "${RKUBELET_CSI_NODE_DRIVER_REGISTRAR:-}" &&
     -n "${RKUBELET_CSI_PROVISIONER:-}" ]]; then
-    PROGRAM_TAG=2 PROGRAM_APPLETS="sh mount umount fallocate losetup cp dd" build_program_image hostpathplugin \
+    PROGRAM_TAG=3 PROGRAM_APPLETS="sh mount umount fallocate cp dd" PROGRAM_HOST_TOOLS="losetup" \
+        build_program_image hostpathplugin \
         "$RKUBELET_HOSTPATHPLUGIN" csi csi-data-dir var/lib/kubelet/pods var/lib/kubelet/plugins
     import_image "$OUTDIR/hostpathplugin.oci.tar"
     build_program_image csi-node-driver-registrar "$RKUBELET_CSI_NODE_DRIVER_REGISTRAR" csi registration

@@ -378,7 +378,7 @@ if csi="$(rk_shared_program HOSTPATHPLUGIN csi/bin/hostpathplugin 2>&1)" &&
     provisioner="$(rk_shared_program CSI_PROVISIONER csi/bin/csi-provisioner 2>&1)"; then
     export RKUBELET_HOSTPATHPLUGIN="$csi" RKUBELET_CSI_NODE_DRIVER_REGISTRAR="$registrar" \
         RKUBELET_CSI_PROVISIONER="$provisioner"
-    refs+=(localhost/hostpathplugin:2 localhost/csi-node-driver-registrar:1 localhost/csi-provisioner:1)
+    refs+=(localhost/hostpathplugin:3 localhost/csi-node-driver-registrar:1 localhost/csi-provisioner:1)
 else
     rk_log "no CSI images: ${provisioner:-${registrar:-$csi}}"
 fi

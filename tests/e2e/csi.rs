@@ -1,5 +1,5 @@
 //! End to end: CSI drivers registering with rkubelet (issue 29's first part) with the real CSI components from
-//! `../shared/csi` (`localhost/hostpathplugin:2` and `localhost/csi-node-driver-registrar:1`, built by
+//! `../shared/csi` (`localhost/hostpathplugin:3` and `localhost/csi-node-driver-registrar:1`, built by
 //! `scripts/build-images.sh`), deployed as an operator deploys a CSI node plugin: the driver and its registrar side
 //! by side in a DaemonSet's pod, the driver's socket in `<root-dir>/plugins/csi-hostpath`, the registrar's in
 //! `<root-dir>/plugins_registry`. Through the real apiserver: the node's CSINode made at start (owned by the Node,
@@ -21,7 +21,7 @@ const TOPOLOGY: &str = "topology.hostpath.csi/node";
 
 /// The driver and its registrar (upstream's `csi-hostpath-plugin.yaml`, node side) for the test's node: the pods'
 /// and plugins' folders with Bidirectional propagation (the driver's mounts reach the node), its state in the
-/// node's folder.
+/// node's folder, the node's `/dev` (its block volumes are loop devices).
 fn plugin_pod(env: &TestEnv, node: &Node) -> String {
     let dir = node.root.join("plugins/csi-hostpath");
     let registry = node.root.join("plugins_registry");
@@ -35,12 +35,14 @@ fn plugin_pod(env: &TestEnv, node: &Node) -> String {
          - name: mountpoint-dir\n    hostPath:\n      path: {p}\n      type: DirectoryOrCreate\n  \
          - name: plugins-dir\n    hostPath:\n      path: {g}\n      type: DirectoryOrCreate\n  \
          - name: csi-data-dir\n    hostPath:\n      path: {t}\n      type: DirectoryOrCreate\n  \
-         containers:\n  - name: hostpath\n    image: localhost/hostpathplugin:2\n    imagePullPolicy: Never\n    \
+         - name: dev-dir\n    hostPath:\n      path: /dev\n      type: Directory\n  \
+         containers:\n  - name: hostpath\n    image: localhost/hostpathplugin:3\n    imagePullPolicy: Never\n    \
          args: [\"--drivername={DRIVER}\", \"--v=5\", \"--endpoint=unix://{s}\", \"--nodeid={n}\", \
          \"--statedir=/csi-data-dir\"]\n    securityContext:\n      privileged: true\n    volumeMounts:\n    \
          - name: socket-dir\n      mountPath: {d}\n    - name: mountpoint-dir\n      mountPath: {p}\n      \
          mountPropagation: Bidirectional\n    - name: plugins-dir\n      mountPath: {g}\n      \
-         mountPropagation: Bidirectional\n    - name: csi-data-dir\n      mountPath: /csi-data-dir\n  \
+         mountPropagation: Bidirectional\n    - name: csi-data-dir\n      mountPath: /csi-data-dir\n    \
+         - name: dev-dir\n      mountPath: /dev\n  \
          - name: node-driver-registrar\n    \
          image: localhost/csi-node-driver-registrar:1\n    imagePullPolicy: Never\n    \
          args: [\"--v=5\", \"--csi-address={s}\", \"--kubelet-registration-path={s}\", \
@@ -169,6 +171,23 @@ fn mounted(path: &std::path::Path) -> bool {
     table.lines().any(|l| l.split(' ').nth(4) == Some(path.to_str().unwrap()))
 }
 
+/// The driver with its provisioner, its CSIDriver object and the StorageClass `class`, as an operator deploys them;
+/// once the driver registered.
+async fn provisioning(env: &TestEnv, node: &Node, class: &str) {
+    env.kubectl(&["delete", "csidriver", DRIVER, "--ignore-not-found"]).await;
+    env.create(CSI_DRIVER).await;
+    env.create(&format!(
+        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {class}\nprovisioner: {DRIVER}\n\
+         reclaimPolicy: Delete\nvolumeBindingMode: Immediate\n"
+    ))
+    .await;
+    env.create(&daemonset(env, &plugin_pod_with_provisioner(env, node))).await;
+    env.wait("the driver on the CSINode", Duration::from_secs(90), || async {
+        csi_node(env).await.and_then(|c| driver_entry(&c))
+    })
+    .await;
+}
+
 /// Kills and restarts rkubelet, until it has found a CSI volume published by its earlier run.
 async fn restart_until_reconstructed(env: &TestEnv, node: &mut Node) {
     node.kill9();
@@ -294,18 +313,7 @@ async fn a_claim_is_provisioned_staged_published_kept_across_restarts_and_unstag
         return;
     };
     let class = format!("csi-hostpath-{}", env.ns);
-    env.kubectl(&["delete", "csidriver", DRIVER, "--ignore-not-found"]).await;
-    env.create(CSI_DRIVER).await;
-    env.create(&format!(
-        "apiVersion: storage.k8s.io/v1\nkind: StorageClass\nmetadata:\n  name: {class}\nprovisioner: {DRIVER}\n\
-         reclaimPolicy: Delete\nvolumeBindingMode: Immediate\n"
-    ))
-    .await;
-    env.create(&daemonset(&env, &plugin_pod_with_provisioner(&env, &node))).await;
-    env.wait("the driver on the CSINode", Duration::from_secs(90), || async {
-        csi_node(&env).await.and_then(|c| driver_entry(&c))
-    })
-    .await;
+    provisioning(&env, &node, &class).await;
 
     // The pod comes before its claim: upstream's event, then it starts once the claim is bound.
     let claim = "    persistentVolumeClaim:\n      claimName: data\n";
@@ -381,22 +389,34 @@ async fn a_claim_is_provisioned_staged_published_kept_across_restarts_and_unstag
     assert!(!mounted(&target) && !target.parent().unwrap().exists());
     assert!(staging_dirs(&node).is_empty(), "unstaged: the staging folder and its vol_data.json are gone");
     assert_eq!(driver_calls(&env, &node, "NodeUnstageVolume").await, 1);
+    // The next pod of the claim, against a pod with an emptyDir: the start latency a claim adds.
+    let started = Instant::now();
     env.create(&claim_pod(&env, "reader", claim, "sleep 3600")).await;
     env.wait_pod_running(&mut node, "reader").await;
+    let with_claim = started.elapsed();
+    let scratch = "    emptyDir: {}\n";
+    let started = Instant::now();
+    env.create(&claim_pod(&env, "plain", scratch, "sleep 3600")).await;
+    env.wait_pod_running(&mut node, "plain").await;
+    println!(
+        "FIGURE pod start, create → Running: with the bound claim (stage, publish) {:.2} s, with an emptyDir {:.2} s",
+        with_claim.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
     assert_eq!(
         env.kubectl(&["exec", "reader", "--", "cat", "/data/note"]).await,
         "kept\n",
         "the data outlived its pod"
     );
 
-    // rkubelet restarts: nothing is staged or published again.
+    // rkubelet restarts: nothing is staged or published again, the volume is mounted once, the container runs on.
+    let before: Vec<String> = containers_of(&rt, "reader").await.into_iter().map(|c| c.id).collect();
     restart_until_reconstructed(&env, &mut node).await;
-    env.wait_pod_running(&mut node, "reader").await;
+    let reader = env.wait_pod_running(&mut node, "reader").await;
     assert_eq!(driver_calls(&env, &node, "NodeStageVolume").await, 2);
     assert_eq!(driver_calls(&env, &node, "NodePublishVolume").await, 2);
-
-    // The pod is deleted while rkubelet is down: at its return the volume is unpublished and unstaged.
-    let reader = env.pod("reader").await.unwrap();
+    assert_eq!(containers_of(&rt, "reader").await.into_iter().map(|c| c.id).collect::<Vec<_>>(), before);
+    assert_eq!(reader["status"]["containerStatuses"][0]["restartCount"], 0);
     let reader_target = node
         .root
         .join("pods")
@@ -404,6 +424,9 @@ async fn a_claim_is_provisioned_staged_published_kept_across_restarts_and_unstag
         .join("volumes/kubernetes.io~csi")
         .join(&pv_name)
         .join("mount");
+    assert_eq!(mounts_at(&reader_target), 1, "mounted once");
+
+    // The pod is deleted while rkubelet is down: at its return the volume is unpublished and unstaged.
     node.kill9();
     env.kubectl(&["delete", "pod", "reader", "--grace-period=0", "--force"]).await;
     node.spawn();
@@ -427,7 +450,131 @@ async fn a_claim_is_provisioned_staged_published_kept_across_restarts_and_unstag
     env.kubectl(&["delete", "pod", "scratch", "--wait=true", "--timeout=60s"]).await;
     assert!(staging_dirs(&node).is_empty(), "the ephemeral volume unstaged");
 
+    // A StatefulSet's pod writes to its claim, is deleted, and its successor reads the data back.
+    env.create(&format!(
+        "apiVersion: apps/v1\nkind: StatefulSet\nmetadata:\n  name: web\nspec:\n  serviceName: web\n  replicas: 1\n  \
+         selector:\n    matchLabels:\n      app: web\n  template:\n    metadata:\n      labels:\n        app: web\n    \
+         spec:\n      nodeSelector:\n        kubernetes.io/hostname: {n}\n      terminationGracePeriodSeconds: 2\n      \
+         containers:\n      - name: app\n        image: localhost/busybox:1\n        command: [\"sh\", \"-c\", \
+         \"[ -f /data/first ] || hostname > /data/first; sleep 3600\"]\n        volumeMounts:\n        - name: data\n          \
+         mountPath: /data\n  volumeClaimTemplates:\n  - metadata:\n      name: data\n    spec:\n      \
+         accessModes: [ReadWriteOnce]\n      storageClassName: {class}\n      resources:\n        requests:\n          \
+         storage: 1Mi\n",
+        n = env.node
+    ))
+    .await;
+    let first = env.wait_pod_running(&mut node, "web-0").await;
+    env.kubectl(&["delete", "pod", "web-0", "--wait=true", "--timeout=60s"]).await;
+    let second = env
+        .wait("web-0 made again", Duration::from_secs(60), || async {
+            env.pod("web-0").await.filter(|p| p["metadata"]["uid"] != first["metadata"]["uid"] && all_running(p))
+        })
+        .await;
+    assert_ne!(second["metadata"]["uid"], first["metadata"]["uid"]);
+    assert_eq!(env.kubectl(&["exec", "web-0", "--", "cat", "/data/first"]).await, "web-0\n", "written by the first");
+    env.kubectl(&["delete", "statefulset", "web", "--wait=false"]).await;
+    env.kubectl(&["delete", "pod", "web-0", "--wait=true", "--timeout=60s"]).await;
+    env.wait("web-0's volume unstaged", Duration::from_secs(60), || async {
+        staging_dirs(&node).is_empty().then_some(())
+    })
+    .await;
+
+    // Nothing of the volumes is left mounted on the node.
+    let left = mounts_under(&node.root);
+    println!("FIGURE CSI mounts left on the node (findmnt) after every pod went: {}", left.len());
+    assert!(left.is_empty(), "{left:?}");
+
     env.kubectl(&["delete", "pvc", "data", "--wait=false"]).await;
+    env.kubectl(&["delete", "storageclass", &class, "--wait=false"]).await;
+    env.kubectl(&["delete", "csidriver", DRIVER]).await;
+    node.stop_and_clean(&rt).await;
+}
+
+/// How many mounts are at `path` (`findmnt`'s view: the mount table).
+fn mounts_at(path: &std::path::Path) -> usize {
+    let table = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    table.lines().filter(|l| l.split(' ').nth(4) == Some(path.to_str().unwrap())).count()
+}
+
+/// The CSI volumes' mount points under the node's `root` (pods' CSI volumes and devices, staging and block maps),
+/// as `findmnt -rn -o TARGET` lists them.
+fn mounts_under(root: &std::path::Path) -> Vec<String> {
+    let out = std::process::Command::new("findmnt").args(["-rn", "-o", "TARGET"]).output().unwrap();
+    let plugin = root.join("plugins/kubernetes.io/csi").display().to_string();
+    let root = root.display().to_string();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| l.starts_with(&plugin) || (l.starts_with(&root) && l.contains("/kubernetes.io~csi/")))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Whether a loop device is backed by `path` (`losetup -j`).
+fn loop_over(path: &std::path::Path) -> bool {
+    let out = std::process::Command::new("losetup").arg("-j").arg(path).output().unwrap();
+    !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_block_claim_is_staged_published_mapped_into_the_container_and_unmapped_after_its_last_pod() {
+    let Some((_g, rt, env, mut node)) =
+        plugin_node("e2e_csi skipped: it runs on containerd 2.3 only (the suite's feature tests)").await
+    else {
+        return;
+    };
+    let class = format!("csi-hostpath-block-{}", env.ns);
+    provisioning(&env, &node, &class).await;
+    env.create(&format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: disk\nspec:\n  accessModes: [ReadWriteOnce]\n  \
+         volumeMode: Block\n  storageClassName: {class}\n  resources:\n    requests:\n      storage: 1Mi\n"
+    ))
+    .await;
+    let pvc = env
+        .wait("the Block claim bound", Duration::from_secs(60), || async {
+            env.get(&["pvc", "disk"]).await.filter(|p| p["status"]["phase"] == "Bound")
+        })
+        .await;
+    let pv = pvc["spec"]["volumeName"].as_str().unwrap().to_string();
+    env.create(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: blk\nspec:\n  nodeName: {n}\n  terminationGracePeriodSeconds: 2\n  \
+         volumes:\n  - name: disk\n    persistentVolumeClaim:\n      claimName: disk\n  containers:\n  - name: app\n    \
+         image: localhost/busybox:1\n    command: [\"sh\", \"-c\", \"printf block-data | dd of=/dev/xvda conv=fsync && \
+         sleep 3600\"]\n    volumeDevices:\n    - name: disk\n      devicePath: /dev/xvda\n",
+        n = env.node
+    ))
+    .await;
+    let blk = env.wait_pod_running(&mut node, "blk").await;
+    let uid = blk["metadata"]["uid"].as_str().unwrap().to_string();
+
+    // The container sees the device at its devicePath and what it wrote is on the volume.
+    let read = env.kubectl(&["exec", "blk", "--", "sh", "-c", "dd if=/dev/xvda bs=10 count=1 2>/dev/null"]).await;
+    assert_eq!(read, "block-data");
+    // Upstream's paths: staged, published for the pod, bind-mounted in the global map folder with a loop device's
+    // lock, and the pod's link.
+    let devices = node.root.join("plugins/kubernetes.io/csi/volumeDevices");
+    let publish = devices.join("publish").join(&pv).join(&uid);
+    let bound = devices.join(&pv).join("dev").join(&uid);
+    let link = node.root.join("pods").join(&uid).join("volumeDevices/kubernetes.io~csi").join(&pv);
+    assert!(devices.join("staging").join(&pv).is_dir(), "staged");
+    assert_eq!(std::fs::read_link(&link).unwrap(), publish, "the pod's link is the published device");
+    assert!(mounted(&bound), "{} bind-mounted", bound.display());
+    assert!(loop_over(&bound), "a loop device keeps the device open");
+    let data: Value =
+        serde_json::from_str(&std::fs::read_to_string(devices.join(&pv).join("data/vol_data.json")).unwrap()).unwrap();
+    assert_eq!(data["specVolID"], pv.as_str());
+    assert_eq!(driver_calls(&env, &node, "NodeStageVolume").await, 1);
+    assert_eq!(driver_calls(&env, &node, "NodePublishVolume").await, 1);
+
+    // The pod goes: everything is undone, the volume unstaged as its last pod.
+    env.kubectl(&["delete", "pod", "blk", "--wait=true", "--timeout=60s"]).await;
+    assert!(std::fs::symlink_metadata(&link).is_err(), "the link is gone");
+    assert!(!mounted(&bound) && !loop_over(&bound), "unbound and unlocked");
+    assert!(!devices.join("staging").join(&pv).exists() && !devices.join(&pv).exists(), "the volume's folders gone");
+    assert_eq!(driver_calls(&env, &node, "NodeUnpublishVolume").await, 1);
+    assert_eq!(driver_calls(&env, &node, "NodeUnstageVolume").await, 1);
+    assert_eq!(mounts_under(&node.root), Vec::<String>::new(), "nothing left mounted");
+
+    env.kubectl(&["delete", "pvc", "disk", "--wait=false"]).await;
     env.kubectl(&["delete", "storageclass", &class, "--wait=false"]).await;
     env.kubectl(&["delete", "csidriver", DRIVER]).await;
     node.stop_and_clean(&rt).await;

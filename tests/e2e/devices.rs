@@ -288,8 +288,8 @@ async fn a_device_plugin_in_plugins_registry_is_registered_deregistered_when_it_
         env.node_object().await.filter(|n| allocatable(n).as_deref() == Some("2"))
     })
     .await;
-    let again = plugin_socket(&registry).expect("the new socket");
-    assert_ne!(again, socket, "the plugin names its socket by its start time");
+    // The new instance's socket (named by its start second: the same name when it restarts within that second).
+    assert!(plugin_socket(&registry).is_some_and(|s| s.exists()), "the new socket");
     let p = env.wait_pod_running(&mut node, "gpu").await;
     assert_eq!(container_status(&p, "app").unwrap()["restartCount"], 0);
     node.stop_and_clean(&rt).await;

@@ -524,6 +524,10 @@ impl RuntimeManager {
         )
         .map_err(|m| err("CreateContainerConfigError", m))?;
         crate::devices::apply(&mut config, devices);
+        let uid = kubelet_types::PodUid(pod.metadata.uid.clone().unwrap_or_default());
+        let blocks = crate::devices::block_volumes(c, &self.volumes.volumes(&uid))
+            .map_err(|m| err("CreateContainerConfigError", m))?;
+        config.devices.extend(blocks);
         let userns = self.user_namespace(pod).map_err(|m| err("CreateContainerConfigError", m))?;
         config_gen::set_container_user_namespace(&mut config, userns);
         kubelet_metrics::kubelet::STARTED_CONTAINERS.inc(&[kind]);

@@ -63,6 +63,31 @@ pub fn apply(config: &mut api::ContainerConfig, d: DeviceRunOptions) {
     }
 }
 
+/// The raw block volumes of container `c` as CRI devices (`makeBlockVolumes`): each `volumeDevices` entry the pod's
+/// link to its mapped device (the runtime resolves the link), `mrw`, or `r` for a read-only claim. Appended after
+/// the device managers' devices, as upstream.
+pub fn block_volumes(
+    c: &Container,
+    volumes: &std::collections::HashMap<String, kubelet_types::objects::MountedVolume>,
+) -> Result<Vec<api::Device>, String> {
+    let mut out = vec![];
+    for d in c.volume_devices.iter().flatten() {
+        if !d.device_path.starts_with('/') {
+            return Err(format!("error DevicePath `{}` must be an absolute path", d.device_path));
+        }
+        let v = volumes
+            .get(&d.name)
+            .filter(|v| v.block)
+            .ok_or_else(|| format!("cannot find volume {:?} to pass into container {:?}", d.name, c.name))?;
+        out.push(api::Device {
+            container_path: d.device_path.clone(),
+            host_path: v.host_path.display().to_string(),
+            permissions: if v.read_only { "r" } else { "mrw" }.into(),
+        });
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -97,5 +122,42 @@ mod tests {
         assert_eq!(paths, ["/dev/shm-dev", "/data"], "device mounts first");
         assert_eq!(config.annotations["io.kubernetes.container.hash"], "abc");
         assert_eq!(config.annotations["vendor.com/device"], "0");
+    }
+
+    #[test]
+    fn a_containers_block_volumes_are_its_links_with_upstreams_permissions_or_an_error() {
+        use k8s_openapi::api::core::v1::VolumeDevice;
+        use kubelet_types::objects::MountedVolume;
+        let c = |devices: &[(&str, &str)]| Container {
+            name: "app".into(),
+            volume_devices: Some(
+                devices.iter().map(|(n, p)| VolumeDevice { name: n.to_string(), device_path: p.to_string() }).collect(),
+            ),
+            ..Default::default()
+        };
+        let link = |p: &str, read_only, block| MountedVolume { host_path: p.into(), read_only, block };
+        let volumes = std::collections::HashMap::from([
+            ("disk".to_string(), link("/pods/u/volumeDevices/kubernetes.io~csi/pv-1", false, true)),
+            ("ro".to_string(), link("/pods/u/volumeDevices/kubernetes.io~csi/pv-2", true, true)),
+            ("files".to_string(), link("/pods/u/volumes/kubernetes.io~csi/pv-3/mount", false, false)),
+        ]);
+        let got = block_volumes(&c(&[("disk", "/dev/xvda"), ("ro", "/dev/xvdb")]), &volumes).unwrap();
+        let got: Vec<(&str, &str, &str)> =
+            got.iter().map(|d| (d.container_path.as_str(), d.host_path.as_str(), d.permissions.as_str())).collect();
+        assert_eq!(
+            got,
+            [
+                ("/dev/xvda", "/pods/u/volumeDevices/kubernetes.io~csi/pv-1", "mrw"),
+                ("/dev/xvdb", "/pods/u/volumeDevices/kubernetes.io~csi/pv-2", "r"),
+            ]
+        );
+        assert_eq!(
+            block_volumes(&c(&[("files", "/dev/xvdc")]), &volumes).unwrap_err(),
+            "cannot find volume \"files\" to pass into container \"app\""
+        );
+        assert_eq!(
+            block_volumes(&c(&[("disk", "dev/xvda")]), &volumes).unwrap_err(),
+            "error DevicePath `dev/xvda` must be an absolute path"
+        );
     }
 }

@@ -191,7 +191,7 @@ impl kubelet_types::objects::PodVolumes for OneVolume {
         &self,
         _: &kubelet_types::PodUid,
     ) -> std::collections::HashMap<String, kubelet_types::objects::MountedVolume> {
-        let v = kubelet_types::objects::MountedVolume { host_path: self.0.clone(), read_only: false };
+        let v = kubelet_types::objects::MountedVolume { host_path: self.0.clone(), read_only: false, block: false };
         [("data".to_string(), v)].into()
     }
 }

@@ -56,6 +56,8 @@ pub struct MountedVolume {
     pub host_path: std::path::PathBuf,
     /// Mounted read-only whatever the volumeMount says (configMap, secret, downwardAPI, projected).
     pub read_only: bool,
+    /// A raw block volume: `host_path` is the pod's link to its device, for the containers' `volumeDevices`.
+    pub block: bool,
 }
 
 /// The mounted volumes of pods (`volumeManager.GetMountedVolumesForPod`), as the runtime manager reads them when

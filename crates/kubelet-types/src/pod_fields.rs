@@ -120,10 +120,6 @@ fn file_key_ref(c: &Container, _: ContainerKind) -> Option<String> {
     Some(format!("env[{i}].valueFrom.fileKeyRef"))
 }
 
-fn volume_devices(c: &Container, _: ContainerKind) -> Option<String> {
-    some_if(non_empty(&c.volume_devices), "volumeDevices")
-}
-
 /// Every field rkubelet refuses (mirrored by `docs/pod-fields.md`).
 pub static UNSUPPORTED_FIELDS: &[UnsupportedField] = &[
     UnsupportedField {
@@ -157,13 +153,6 @@ pub static UNSUPPORTED_FIELDS: &[UnsupportedField] = &[
         field: "env[*].valueFrom.fileKeyRef",
         lacks: "rkubelet does not read environment variables from files (upstream's EnvFiles feature, alpha)",
         check: Check::Container(file_key_ref),
-    },
-    UnsupportedField {
-        object: Object::Container,
-        field: "volumeDevices",
-        lacks: "rkubelet maps no raw block devices (they come from persistentVolumeClaim volumes, which it does not \
-                support either)",
-        check: Check::Container(volume_devices),
     },
     UnsupportedField {
         object: Object::PodStatus,

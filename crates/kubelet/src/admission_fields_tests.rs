@@ -74,7 +74,6 @@ fn container_fragment(field: &str) -> Option<Value> {
         }
         "env[*].valueFrom.fileKeyRef" => json!({"env": [{"name": "A", "valueFrom": {"fileKeyRef":
             {"volumeName": "env", "path": "vars.env", "key": "A"}}}]}),
-        "volumeDevices" => json!({"volumeDevices": [{"name": "disk", "devicePath": "/dev/xvda"}]}),
         _ => return None,
     })
 }

@@ -191,9 +191,6 @@ const UNSUPPORTED: &[SetField] = &[
         let from = v1::EnvVarSource { file_key_ref: Some(file), ..Default::default() };
         app(p).env = Some(vec![v1::EnvVar { name: "A".into(), value: None, value_from: Some(from) }]);
     }),
-    (Object::Container, "volumeDevices", |p| {
-        app(p).volume_devices = Some(vec![v1::VolumeDevice { name: "d".into(), device_path: "/dev/xvdb".into() }])
-    }),
     (Object::PodStatus, "extendedResourceClaimStatus", |p| {
         let status = v1::PodExtendedResourceClaimStatus { resource_claim_name: "c".into(), request_mappings: vec![] };
         p.status.get_or_insert_with(Default::default).extended_resource_claim_status = Some(status);

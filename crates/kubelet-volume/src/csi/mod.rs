@@ -5,6 +5,7 @@
 //! [`persistent`] (a pod's claim resolved to its PersistentVolume), [`node`] (the calls of the driver's Node service with
 //! upstream's error classes) and [`voldata`] (paths, handles, `vol_data.json`).
 
+pub mod block;
 pub mod node;
 pub mod nodeinfo;
 pub mod persistent;

@@ -42,6 +42,8 @@ pub struct CsiPv {
     pub read_write_once: bool,
     /// Its mount options.
     pub mount_options: Vec<String>,
+    /// A raw block volume (`volumeMode: Block`).
+    pub block: bool,
 }
 
 impl CsiPv {
@@ -60,14 +62,34 @@ pub fn claim_name(pod: &Pod, v: &Volume) -> Option<(String, bool)> {
     v.ephemeral.as_ref().map(|_| (format!("{}-{}", pod.metadata.name.as_deref().unwrap_or_default(), v.name), true))
 }
 
-/// The volume `v` of the pod resolved to its PersistentVolume; `mounted_by_containers` says whether a container
-/// mounts it (a Block volume may only be a device).
-pub async fn resolve(
-    api: &dyn StorageApi,
-    pod: &Pod,
-    v: &Volume,
-    mounted_by_containers: bool,
-) -> Result<Backing, String> {
+/// How the pod's containers use a volume: in their `volumeMounts`, in their `volumeDevices`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Mounted (a Filesystem volume).
+    pub mounted: bool,
+    /// A device (a Block volume).
+    pub device: bool,
+}
+
+/// How the pod's containers (init, app and ephemeral) use the volume `name`.
+pub fn usage(pod: &Pod, name: &str) -> Usage {
+    let spec = pod.spec.as_ref();
+    let mut u = Usage::default();
+    let plain = spec.into_iter().flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers));
+    for c in plain {
+        u.mounted |= c.volume_mounts.iter().flatten().any(|m| m.name == name);
+        u.device |= c.volume_devices.iter().flatten().any(|d| d.name == name);
+    }
+    for c in spec.into_iter().flat_map(|s| s.ephemeral_containers.iter().flatten()) {
+        u.mounted |= c.volume_mounts.iter().flatten().any(|m| m.name == name);
+        u.device |= c.volume_devices.iter().flatten().any(|d| d.name == name);
+    }
+    u
+}
+
+/// The volume `v` of the pod resolved to its PersistentVolume; `usage` says how the containers use it (a Block
+/// volume may only be a device, a Filesystem one only a mount).
+pub async fn resolve(api: &dyn StorageApi, pod: &Pod, v: &Volume, usage: Usage) -> Result<Backing, String> {
     let (claim, ephemeral) = claim_name(pod, v).ok_or("not a claim")?;
     let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
     let processing = |e: String| format!("error processing PVC {ns}/{claim}: {e}");
@@ -124,8 +146,11 @@ pub async fn resolve(
         )));
     }
     let mode = spec.volume_mode.as_deref().unwrap_or("Filesystem");
-    if mounted_by_containers && mode != "Filesystem" {
+    if usage.mounted && mode != "Filesystem" {
         return Err(format!("volume {} has volumeMode {mode}, but is specified in volumeMounts", v.name));
+    }
+    if usage.device && mode != "Block" {
+        return Err(format!("volume {} has volumeMode {mode}, but is specified in volumeDevices", v.name));
     }
     let claim_read_only = v.persistent_volume_claim.as_ref().and_then(|c| c.read_only) == Some(true);
     backing(&pv, &pv_name, claim_read_only)
@@ -169,5 +194,6 @@ fn backing(pv: &PersistentVolume, pv_name: &str, claim_read_only: bool) -> Resul
         access_mode: modes.first().cloned(),
         read_write_once: modes.iter().any(|m| m == "ReadWriteOnce"),
         mount_options: spec.mount_options.clone().unwrap_or_default(),
+        block: spec.volume_mode.as_deref() == Some("Block"),
     })))
 }

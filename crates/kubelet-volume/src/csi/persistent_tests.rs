@@ -24,8 +24,8 @@ use super::registration::CsiDrivers;
 use super::stub::{DriverMounts, serve};
 use super::versions::highest_supported;
 use super::voldata;
-use crate::VolumeManager;
 use crate::sources::NoDownward;
+use crate::{Mounter, VolumeManager};
 
 const DRIVER: &str = "hostpath.csi.k8s.io";
 
@@ -83,7 +83,7 @@ fn claim(name: &str) -> Volume {
 
 async fn refused(api: &FakeApi, p: &Pod) -> String {
     let v = &p.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
-    resolve(api, p, v, true).await.unwrap_err()
+    resolve(api, p, v, super::persistent::usage(p, &v.name)).await.unwrap_err()
 }
 
 #[tokio::test(start_paused = true)]
@@ -139,11 +139,13 @@ async fn a_claim_resolves_to_its_bound_volume_or_is_refused_with_upstreams_texts
     api.put_pv(host);
     let v = &p.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0];
     assert_eq!(
-        resolve(&api, &p, v, true).await,
+        resolve(&api, &p, v, super::persistent::usage(&p, &v.name)).await,
         Ok(Backing::HostPath { path: "/srv/data".into(), type_: "Directory".into() })
     );
     api.put_pv(csi_pv("pv-1", "data-uid", &["ReadWriteOnce"]));
-    let Backing::Csi(pv) = resolve(&api, &p, v, true).await.unwrap() else { panic!("a CSI volume") };
+    let Backing::Csi(pv) = resolve(&api, &p, v, super::persistent::usage(&p, &v.name)).await.unwrap() else {
+        panic!("a CSI volume")
+    };
     assert_eq!(pv.unique_name(), "kubernetes.io/csi/hostpath.csi.k8s.io^vol-1");
     assert_eq!((pv.pv_name.as_str(), pv.read_only, pv.read_write_once), ("pv-1", false, true));
 
@@ -165,7 +167,13 @@ async fn a_claim_resolves_to_its_bound_volume_or_is_refused_with_upstreams_texts
     api.put_pvc(made);
     api.put_pv(csi_pv("pv-1", "web-scratch-uid", &["ReadWriteOnce"]));
     assert!(matches!(
-        resolve(&api, &p2, &p2.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0], true).await,
+        resolve(
+            &api,
+            &p2,
+            &p2.spec.as_ref().unwrap().volumes.as_ref().unwrap()[0],
+            super::persistent::usage(&p2, "scratch")
+        )
+        .await,
         Ok(Backing::Csi(_))
     ));
 }
@@ -286,4 +294,109 @@ async fn a_claim_that_cannot_be_processed_is_reported_at_once_as_upstream() {
              ns/data: PVC is not bound"
         )
     );
+}
+
+/// Bind mounts and loop locks recorded, not made.
+#[derive(Default)]
+struct BlockMounts {
+    binds: std::sync::Mutex<Vec<(std::path::PathBuf, std::path::PathBuf)>>,
+    locked: std::sync::Mutex<Vec<std::path::PathBuf>>,
+}
+
+impl Mounter for BlockMounts {
+    fn mount_tmpfs(&self, _: &std::path::Path, _: Option<u64>) -> Result<(), String> {
+        Err("no tmpfs here".into())
+    }
+    fn unmount(&self, path: &std::path::Path) -> Result<(), String> {
+        self.binds.lock().unwrap().retain(|(_, t)| t != path);
+        Ok(())
+    }
+    fn mounts_under(&self, path: &std::path::Path) -> Vec<std::path::PathBuf> {
+        self.binds.lock().unwrap().iter().filter(|(_, t)| t.starts_with(path)).map(|(_, t)| t.clone()).collect()
+    }
+    fn bind_mount(&self, source: &std::path::Path, target: &std::path::Path) -> Result<(), String> {
+        self.binds.lock().unwrap().push((source.to_path_buf(), target.to_path_buf()));
+        Ok(())
+    }
+    fn lock_device(&self, path: &std::path::Path) -> Result<(), String> {
+        self.locked.lock().unwrap().push(path.to_path_buf());
+        Ok(())
+    }
+    fn unlock_device(&self, path: &std::path::Path) -> Result<(), String> {
+        self.locked.lock().unwrap().retain(|p| p != path);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn a_block_volume_is_staged_published_bound_locked_and_linked_then_undone_after_its_last_pod() {
+    use kubelet_proto::csi::v1::node_service_capability::rpc::Type;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let (driver, endpoint) = serve(&root, vec![Type::StageUnstageVolume]);
+    let drivers = Arc::new(CsiDrivers::default());
+    drivers.add(DRIVER, &endpoint, highest_supported(&["1.0.0".into()]).unwrap());
+    let mut object = CSIDriver { metadata: meta(None, DRIVER, "d"), spec: CSIDriverSpec::default() };
+    object.spec.attach_required = Some(false);
+    let lister: super::plugin::Lister = Arc::new(OnceLock::new());
+    let _ = lister.set(Arc::new(Objects(object)));
+    let api = Arc::new(FakeApi::new());
+    let storage: super::plugin::Storage = Arc::new(OnceLock::new());
+    let _ = storage.set(api.clone());
+    let mounts = Arc::new(BlockMounts::default());
+    let m = VolumeManager::new(root.join("pods"), Arc::new(NoObjects), Arc::new(NoDownward), mounts.clone())
+        .with_csi(Arc::new(CsiPlugin::new(drivers, lister, storage, "node-a", &root)));
+    api.put_pvc(pvc("disk", "Bound", "pv-b"));
+    let mut pv = csi_pv("pv-b", "disk-uid", &["ReadWriteOnce"]);
+    pv.spec.as_mut().unwrap().volume_mode = Some("Block".into());
+    api.put_pv(pv);
+    let device_pod = |name: &str, uid: &str| {
+        let mut p = pod(name, uid, claim("disk"));
+        let c = &mut p.spec.as_mut().unwrap().containers[0];
+        c.volume_mounts = None;
+        c.volume_devices = Some(vec![k8s_openapi::api::core::v1::VolumeDevice {
+            name: "data".into(),
+            device_path: "/dev/xvda".into(),
+        }]);
+        p
+    };
+    assert_eq!(m.mount_pod(&device_pod("a", "uid-a")).await.unwrap(), vec![]);
+    assert_eq!(m.mount_pod(&device_pod("b", "uid-b")).await.unwrap(), vec![]);
+    let devices = root.join("plugins/kubernetes.io/csi/volumeDevices");
+    let staged = driver.staged.lock().unwrap().clone();
+    assert_eq!(staged.len(), 1, "staged once");
+    assert_eq!(staged[0].staging_target_path, devices.join("staging/pv-b").display().to_string());
+    let published = driver.published.lock().unwrap().clone();
+    assert_eq!(published[0].target_path, devices.join("publish/pv-b/uid-a").display().to_string());
+    assert!(matches!(
+        published[0].volume_capability.clone().unwrap().access_type,
+        Some(kubelet_proto::csi::v1::volume_capability::AccessType::Block(_))
+    ));
+    let a = m.volumes(&PodUid("uid-a".into()))["data"].clone();
+    assert!(a.block);
+    assert_eq!(a.host_path, root.join("pods/uid-a/volumeDevices/kubernetes.io~csi/pv-b"));
+    assert_eq!(std::fs::read_link(&a.host_path).unwrap(), devices.join("publish/pv-b/uid-a"));
+    let bound = devices.join("pv-b/dev/uid-a");
+    assert!(mounts.binds.lock().unwrap().contains(&(devices.join("publish/pv-b/uid-a"), bound.clone())));
+    assert!(mounts.locked.lock().unwrap().contains(&bound));
+    assert_eq!(voldata::load(&devices.join("pv-b/data")).unwrap()["volumeHandle"], "vol-1");
+
+    // A Filesystem claim used as a device is refused with upstream's text.
+    let mut fs_pv = csi_pv("pv-f", "files-uid", &["ReadWriteOnce"]);
+    fs_pv.spec.as_mut().unwrap().csi.as_mut().unwrap().volume_handle = "vol-f".into();
+    api.put_pvc(pvc("files", "Bound", "pv-f"));
+    api.put_pv(fs_pv);
+    let mut wrong = device_pod("c", "uid-c");
+    wrong.spec.as_mut().unwrap().volumes.as_mut().unwrap()[0] = claim("files");
+    let e = m.mount_pod(&wrong).await.unwrap_err();
+    assert!(e.unable.unwrap().ends_with("volume data has volumeMode Filesystem, but is specified in volumeDevices"));
+
+    m.unmount_pod(&PodUid("uid-a".into())).await.unwrap();
+    assert!(driver.unstaged.lock().unwrap().is_empty(), "b still maps it");
+    assert!(!mounts.locked.lock().unwrap().contains(&bound) && mounts.mounts_under(&bound).is_empty());
+    m.unmount_pod(&PodUid("uid-b".into())).await.unwrap();
+    assert_eq!(driver.unstaged.lock().unwrap().len(), 1);
+    assert_eq!(driver.unpublished.lock().unwrap().len(), 2);
+    assert!(!devices.join("staging/pv-b").exists() && !devices.join("pv-b").exists(), "folders gone");
+    assert!(!root.join("pods/uid-b/volumeDevices").exists());
 }

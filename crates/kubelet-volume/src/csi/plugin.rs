@@ -46,7 +46,7 @@ fn log(text: String) -> VolumeError {
 }
 
 /// The pod's information for drivers that ask for it (`getPodInfoAttrs`).
-fn pod_info(pod: &Pod, ephemeral: bool) -> HashMap<String, String> {
+pub(super) fn pod_info(pod: &Pod, ephemeral: bool) -> HashMap<String, String> {
     let sa = pod.spec.as_ref().and_then(|s| s.service_account_name.clone()).unwrap_or_default();
     HashMap::from([
         ("csi.storage.k8s.io/pod.name".into(), pod.metadata.name.clone().unwrap_or_default()),

@@ -45,18 +45,23 @@ fn make_dir(path: &Path) -> std::io::Result<()> {
 
 impl CsiPlugin {
     /// The PersistentVolume behind the pod's claim volume `v` (see [`super::persistent::resolve`]).
-    pub async fn resolve(&self, pod: &Pod, v: &Volume, mounted_by_containers: bool) -> Result<Backing, VolumeError> {
+    pub async fn resolve(
+        &self,
+        pod: &Pod,
+        v: &Volume,
+        usage: super::persistent::Usage,
+    ) -> Result<Backing, VolumeError> {
         let api = self.storage.get().ok_or_else(|| {
             VolumeError::Process(
                 "failed to fetch PVC from API server: rkubelet runs without an apiserver (no --kubeconfig)".into(),
             )
         })?;
-        super::persistent::resolve(api.as_ref(), pod, v, mounted_by_containers).await.map_err(VolumeError::Process)
+        super::persistent::resolve(api.as_ref(), pod, v, usage).await.map_err(VolumeError::Process)
     }
 
     /// The publish context (`getPublishContext`): none where the CSIDriver says `attachRequired: false`, else the
     /// attached VolumeAttachment's metadata.
-    async fn publish_context(&self, driver: &str, handle: &str) -> Result<HashMap<String, String>, String> {
+    pub(super) async fn publish_context(&self, driver: &str, handle: &str) -> Result<HashMap<String, String>, String> {
         let object = self.csi_driver(driver)?;
         if object.is_some_and(|d| d.spec.attach_required == Some(false)) {
             return Ok(HashMap::new());

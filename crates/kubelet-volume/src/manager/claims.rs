@@ -34,36 +34,39 @@ impl VolumeManager {
                 _ => return Ok(m.clone()),
             }
         }
-        let spec = pod.spec.as_ref();
-        let containers = spec.into_iter().flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers));
-        let mounted_by_containers = containers.flat_map(|c| c.volume_mounts.iter().flatten()).any(|m| m.name == v.name)
-            || spec
-                .into_iter()
-                .flat_map(|s| s.ephemeral_containers.iter().flatten())
-                .any(|c| c.volume_mounts.iter().flatten().any(|m| m.name == v.name));
         let csi = self.csi()?;
-        match csi.resolve(pod, v, mounted_by_containers).await? {
+        match csi.resolve(pod, v, crate::csi::persistent::usage(pod, &v.name)).await? {
             Backing::HostPath { path, type_ } => {
                 if before.is_none() {
                     hostpath::check_type(Path::new(&path), &type_).map_err(VolumeError::HostPath)?;
                 }
                 let read_only = v.persistent_volume_claim.as_ref().and_then(|c| c.read_only) == Some(true);
-                Ok(MountedVolume { host_path: PathBuf::from(path), read_only })
+                Ok(MountedVolume { host_path: PathBuf::from(path), read_only, block: false })
             }
             Backing::Csi(pv) => {
                 let claim = crate::csi::persistent::claim_name(pod, v).map(|(c, _)| c).unwrap_or_default();
                 let entry = Claimed { unique: pv.unique_name(), driver: pv.source.driver.clone(), claim };
                 self.csi_pods.lock().unwrap().entry(uid.clone()).or_default().claims.insert(v.name.clone(), entry);
                 let pod_dir = self.pods_dir.join(uid.as_str());
+                if pv.block {
+                    let mounter = self.mounter.as_ref();
+                    let link = crate::csi::block::pod_links_dir(&pod_dir).join(&pv.pv_name);
+                    if before.is_none() && csi.is_mapped(&pod_dir, &pv.pv_name, uid.as_str(), mounter) {
+                        info!(pod = %pod_ref(pod), volume = %v.name, path = %link.display(), "CSI block volume reconstructed from its link and bind mount");
+                    } else {
+                        csi.map_block(pod, &pv, &pod_dir, self.objects.as_ref(), mounter).await?;
+                    }
+                    return Ok(MountedVolume { host_path: link, read_only: pv.read_only, block: true });
+                }
                 let mounted = |p: &Path| self.is_mount_point(p);
                 if before.is_none() && CsiPlugin::is_set_up(&pod_dir, &pv.pv_name, mounted) {
                     let host_path = crate::csi::voldata::mount_dir(&pod_dir, &pv.pv_name);
                     info!(pod = %pod_ref(pod), volume = %v.name, path = %host_path.display(), "CSI volume reconstructed from vol_data.json and the mount table");
-                    return Ok(MountedVolume { host_path, read_only: pv.read_only });
+                    return Ok(MountedVolume { host_path, read_only: pv.read_only, block: false });
                 }
                 let host_path =
                     csi.set_up_persistent(pod, &pv, &pod_dir, self.objects.as_ref(), &self.tokens, mounted).await?;
-                Ok(MountedVolume { host_path, read_only: pv.read_only })
+                Ok(MountedVolume { host_path, read_only: pv.read_only, block: false })
             }
         }
     }

@@ -31,6 +31,33 @@ pub trait Mounter: Send + Sync + 'static {
     fn unmount(&self, path: &Path) -> Result<(), String>;
     /// Mount points at or below `path`.
     fn mounts_under(&self, path: &Path) -> Vec<PathBuf>;
+    /// Bind-mounts `source` (a device file) onto the file `target` (`mount --bind`).
+    fn bind_mount(&self, source: &Path, target: &Path) -> Result<(), String> {
+        Err(format!("cannot bind {} to {}: not supported by this mounter", source.display(), target.display()))
+    }
+    /// Keeps the block device at `path` open with a loop device over it, unless one is there
+    /// (`volumepathhandler.AttachFileDevice`: `losetup -f --show`).
+    fn lock_device(&self, path: &Path) -> Result<(), String> {
+        Err(format!("cannot lock {}: not supported by this mounter", path.display()))
+    }
+    /// Releases the loop device over `path`, if any (`DetachFileDevice`: `losetup -d`).
+    fn unlock_device(&self, path: &Path) -> Result<(), String> {
+        Err(format!("cannot unlock {}: not supported by this mounter", path.display()))
+    }
+}
+
+/// The loop device backed by `path` (`GetLoopDevice`: `losetup -j`), if any.
+fn loop_device(path: &Path) -> Result<Option<String>, String> {
+    let out = std::process::Command::new("losetup")
+        .arg("-j")
+        .arg(path)
+        .output()
+        .map_err(|e| format!("losetup -j {} failed: {e}", path.display()))?;
+    if !out.status.success() {
+        return Err(format!("losetup -j {} failed: {}", path.display(), String::from_utf8_lossy(&out.stderr).trim()));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text.lines().next().and_then(|l| l.split(':').next()).map(str::to_string).filter(|d| !d.is_empty()))
 }
 
 /// The real mounts, through mount(2) and /proc/self/mountinfo.
@@ -51,6 +78,39 @@ impl Mounter for SystemMounter {
 
     fn unmount(&self, path: &Path) -> Result<(), String> {
         nix::mount::umount2(path, nix::mount::MntFlags::MNT_DETACH).map_err(|e| e.to_string())
+    }
+
+    fn bind_mount(&self, source: &Path, target: &Path) -> Result<(), String> {
+        use nix::mount::{MsFlags, mount};
+        mount(Some(source), target, None::<&str>, MsFlags::MS_BIND, None::<&str>).map_err(|e| e.to_string())
+    }
+
+    fn lock_device(&self, path: &Path) -> Result<(), String> {
+        if loop_device(path)?.is_some() {
+            return Ok(());
+        }
+        let out = std::process::Command::new("losetup")
+            .args(["-f", "--show"])
+            .arg(path)
+            .output()
+            .map_err(|e| format!("losetup -f --show {} failed: {e}", path.display()))?;
+        if !out.status.success() {
+            let e = String::from_utf8_lossy(&out.stderr);
+            return Err(format!("losetup -f --show {} failed: {}", path.display(), e.trim()));
+        }
+        Ok(())
+    }
+
+    fn unlock_device(&self, path: &Path) -> Result<(), String> {
+        let Some(dev) = loop_device(path)? else { return Ok(()) };
+        let out = std::process::Command::new("losetup")
+            .args(["-d", &dev])
+            .output()
+            .map_err(|e| format!("losetup -d {dev} failed: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("losetup -d {dev} failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        Ok(())
     }
 
     fn mounts_under(&self, path: &Path) -> Vec<PathBuf> {
@@ -358,7 +418,7 @@ impl VolumeManager {
             }
             let host_path = crate::csi::voldata::mount_dir(&pod_dir, &v.name);
             info!(pod = %pod_ref(pod), volume = %v.name, path = %host_path.display(), "CSI volume reconstructed from vol_data.json and the mount table");
-            return Some(MountedVolume { host_path, read_only: src.read_only == Some(true) });
+            return Some(MountedVolume { host_path, read_only: src.read_only == Some(true), block: false });
         }
         let (dir, tmpfs) = self.volume_dir(pod, v).ok()??;
         let done = if v.empty_dir.is_some() {
@@ -372,7 +432,7 @@ impl VolumeManager {
             return None;
         }
         info!(pod = %pod_ref(pod), volume = %v.name, path = %dir.display(), "volume reconstructed from the pod directory");
-        Some(MountedVolume { host_path: dir, read_only: v.empty_dir.is_none() })
+        Some(MountedVolume { host_path: dir, read_only: v.empty_dir.is_none(), block: false })
     }
 
     /// Where a volume with a plugin directory lives and whether it is on tmpfs (`None` for hostPath).
@@ -395,18 +455,22 @@ impl VolumeManager {
             let read_only = src.read_only == Some(true);
             let pod_dir = self.pods_dir.join(pod.metadata.uid.as_deref().unwrap_or_default());
             if already_set_up && !self.csi()?.requires_republish(&src.driver) {
-                return Ok(MountedVolume { host_path: crate::csi::voldata::mount_dir(&pod_dir, &v.name), read_only });
+                return Ok(MountedVolume {
+                    host_path: crate::csi::voldata::mount_dir(&pod_dir, &v.name),
+                    read_only,
+                    block: false,
+                });
             }
             let mounted = |p: &Path| self.is_mount_point(p);
             let csi = self.csi()?;
             let host_path =
                 csi.set_up(pod, &v.name, src, &pod_dir, self.objects.as_ref(), &self.tokens, mounted).await?;
-            return Ok(MountedVolume { host_path, read_only });
+            return Ok(MountedVolume { host_path, read_only, block: false });
         }
         let Some((dir, tmpfs)) = self.volume_dir(pod, v)? else {
             if v.image.is_some() {
                 // Nothing to set up: the runtime mounts the image, read-only, when the container is created.
-                return Ok(MountedVolume { host_path: PathBuf::new(), read_only: true });
+                return Ok(MountedVolume { host_path: PathBuf::new(), read_only: true, block: false });
             }
             let h = v.host_path.as_ref().expect("only hostPath and image volumes have no plugin directory");
             // hostPath needs no remount: checked once, as upstream's SetUp.
@@ -414,7 +478,7 @@ impl VolumeManager {
                 hostpath::check_type(Path::new(&h.path), h.type_.as_deref().unwrap_or(""))
                     .map_err(VolumeError::HostPath)?;
             }
-            return Ok(MountedVolume { host_path: PathBuf::from(&h.path), read_only: false });
+            return Ok(MountedVolume { host_path: PathBuf::from(&h.path), read_only: false, block: false });
         };
         // Set up once: later syncs only refresh the contents (no mount table read per sync).
         if !already_set_up {
@@ -433,7 +497,7 @@ impl VolumeManager {
             crate::ownership::set_volume_ownership(&dir, o.gid, o.read_only, on_mismatch)
                 .map_err(|e| VolumeError::Io { path: dir.display().to_string(), message: e.to_string() })?;
         }
-        Ok(MountedVolume { host_path: dir, read_only })
+        Ok(MountedVolume { host_path: dir, read_only, block: false })
     }
 
     fn set_up_dir(&self, dir: &Path, tmpfs: bool, v: &Volume, pod: &Pod) -> Result<(), VolumeError> {
@@ -557,6 +621,17 @@ impl VolumeManager {
         // removed while one is mounted.
         crate::subpath::clean_subpaths(&self.pods_dir.join(uid.as_str()))
             .map_err(|e| VolumeError::Mount { path: uid.as_str().to_string(), message: e.to_string() })?;
+        // Raw block volumes first: unmapped (their loop locks released, their bind mounts gone), unpublished, and
+        // unstaged after their last pod.
+        let pod_dir = self.pods_dir.join(uid.as_str());
+        let links = crate::csi::block::pod_links_dir(&pod_dir);
+        if let Ok(rd) = std::fs::read_dir(&links) {
+            for e in rd.flatten() {
+                let spec = e.file_name().to_string_lossy().into_owned();
+                self.csi()?.unmap_block(&pod_dir, uid.as_str(), &spec, self.mounter.as_ref()).await?;
+            }
+            let _ = std::fs::remove_dir_all(pod_dir.join("volumeDevices"));
+        }
         let dir = self.volumes_dir(uid.as_str());
         if let Ok(rd) = std::fs::read_dir(dir.join(crate::csi::voldata::PLUGIN_DIR)) {
             for e in rd.flatten() {
