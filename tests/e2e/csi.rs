@@ -579,3 +579,76 @@ async fn a_block_claim_is_staged_published_mapped_into_the_container_and_unmappe
     env.kubectl(&["delete", "csidriver", DRIVER]).await;
     node.stop_and_clean(&rt).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claims_volume_staged_by_the_go_kubelet_is_kept_by_rkubelet_after_an_upgrade_and_cleaned_up_by_it() {
+    let Some((_g, rt, env, mut node)) =
+        plugin_node("e2e_csi skipped: it runs on containerd 2.3 only (the suite's feature tests)").await
+    else {
+        return;
+    };
+    let go = match test_cluster::unpacked_binary("KUBELET", "k8s/bin/kubelet") {
+        Ok(p) => p,
+        Err(e) => {
+            println!("e2e_csi upgrade test skipped: no upstream kubelet ({e})");
+            node.stop_and_clean(&rt).await;
+            return;
+        }
+    };
+    let class = format!("csi-hostpath-upgrade-{}", env.ns);
+    provisioning(&env, &node, &class).await;
+    env.create(&format!(
+        "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata:\n  name: data\nspec:\n  accessModes: [ReadWriteOnce]\n  \
+         storageClassName: {class}\n  resources:\n    requests:\n      storage: 1Mi\n"
+    ))
+    .await;
+    env.wait("the claim bound", Duration::from_secs(60), || async {
+        env.get(&["pvc", "data"]).await.filter(|p| p["status"]["phase"] == "Bound")
+    })
+    .await;
+
+    // The Go kubelet v1.35 takes over the node (same root folder, config and runtime) and runs the claim's pod.
+    node.sigterm();
+    node.binary = Some(go);
+    node.spawn();
+    let claim = "    persistentVolumeClaim:\n      claimName: data\n";
+    env.create(&claim_pod(&env, "app", claim, "echo from-go > /data/note && sleep 3600")).await;
+    let app = env.wait_pod_running(&mut node, "app").await;
+    assert!(node.log().contains("\"Kubelet version\" kubeletVersion=\"v1.35"), "the Go kubelet runs the node");
+    assert_eq!(driver_calls(&env, &node, "NodeStageVolume").await, 1, "staged by the Go kubelet");
+    assert_eq!(driver_calls(&env, &node, "NodePublishVolume").await, 1, "published by the Go kubelet");
+    let pv = env.get(&["pvc", "data"]).await.unwrap()["spec"]["volumeName"].as_str().unwrap().to_string();
+    let uid = app["metadata"]["uid"].as_str().unwrap().to_string();
+    let target = node.root.join("pods").join(&uid).join("volumes/kubernetes.io~csi").join(&pv).join("mount");
+    assert!(mounted(&target));
+
+    // rkubelet again (the upgrade): the volume is found from the Go kubelet's files, nothing is staged or published
+    // again, the container runs on.
+    let before: Vec<String> = containers_of(&rt, "app").await.into_iter().map(|c| c.id).collect();
+    node.sigterm();
+    node.binary = None;
+    node.spawn();
+    node.wait_healthy().await;
+    env.wait("the volume reconstructed", Duration::from_secs(60), || async {
+        node.log().contains("CSI volume reconstructed from vol_data.json and the mount table").then_some(())
+    })
+    .await;
+    let app = env.wait_pod_running(&mut node, "app").await;
+    assert_eq!(containers_of(&rt, "app").await.into_iter().map(|c| c.id).collect::<Vec<_>>(), before);
+    assert_eq!(app["status"]["containerStatuses"][0]["restartCount"], 0);
+    assert_eq!(driver_calls(&env, &node, "NodeStageVolume").await, 1);
+    assert_eq!(driver_calls(&env, &node, "NodePublishVolume").await, 1);
+    assert_eq!(mounts_at(&target), 1);
+    assert_eq!(env.kubectl(&["exec", "app", "--", "cat", "/data/note"]).await, "from-go\n");
+
+    // The pod goes: rkubelet unpublishes and unstages what the Go kubelet set up; nothing is left mounted.
+    env.kubectl(&["delete", "pod", "app", "--wait=true", "--timeout=60s"]).await;
+    assert_eq!(driver_calls(&env, &node, "NodeUnpublishVolume").await, 1);
+    assert_eq!(driver_calls(&env, &node, "NodeUnstageVolume").await, 1);
+    assert!(staging_dirs(&node).is_empty());
+    assert_eq!(mounts_under(&node.root), Vec::<String>::new());
+    env.kubectl(&["delete", "pvc", "data", "--wait=false"]).await;
+    env.kubectl(&["delete", "storageclass", &class, "--wait=false"]).await;
+    env.kubectl(&["delete", "csidriver", DRIVER]).await;
+    node.stop_and_clean(&rt).await;
+}
