@@ -93,6 +93,10 @@ pub enum VolumeError {
     /// `Unable to attach or mount volumes` at once.
     #[error("{0}")]
     Process(String),
+    /// The volume is not attached to the node yet (upstream's `VerifyControllerAttachedVolume`, which records no
+    /// event: the pod's wait names it among the `unattached volumes`).
+    #[error("{0}")]
+    Unattached(String),
     /// A volume type rkubelet does not support.
     #[error("volume type {kind} is not supported by rkubelet")]
     Unsupported {
@@ -117,7 +121,7 @@ impl MountFailure {
     /// processed (reported in [`MountFailures::unable`] instead).
     pub fn event(&self) -> Option<String> {
         match &self.error {
-            VolumeError::Process(_) => None,
+            VolumeError::Process(_) | VolumeError::Unattached(_) => None,
             VolumeError::Operation { operation, spec, message } => {
                 Some(format!("{operation} failed for volume {spec:?} : {message}"))
             }

@@ -413,7 +413,8 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         )
         .with_tokens(tokens.clone())
         .with_gated_projections(gated_projections(&cfg, kubeconfig.is_some()))
-        .with_csi(Arc::new(csi_plugin)),
+        .with_csi(Arc::new(csi_plugin))
+        .with_node(node_rx.clone()),
     );
     let _ = csi_stats.set(Arc::new(kubelet::stats::csi::CsiVolumes::new(
         volumes.clone(),

@@ -139,6 +139,7 @@ pub async fn start(
     let inputs = d.inputs;
     let wake = d.devices.changes();
     let storage_wake = d.storage.changes();
+    let volumes_wake = d.volumes.in_use_changes();
     let signals = Arc::new(Signals {
         runtime: d.runtime_state,
         pleg: d.pleg,
@@ -160,7 +161,8 @@ pub async fn start(
             .with_recorder(Arc::new(d.events.0.clone()))
             .with_node_watch(d.node_watch)
             .with_wake(wake)
-            .with_wake(storage_wake);
+            .with_wake(storage_wake)
+            .with_wake(volumes_wake);
         tracker.spawn(m.run(cancel.clone()));
     }
     let (sink, rx) = d.events;

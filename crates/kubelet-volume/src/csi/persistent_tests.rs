@@ -209,13 +209,41 @@ async fn a_volume_is_attached_staged_once_published_per_pod_and_unstaged_after_i
     let storage: super::plugin::Storage = Arc::new(OnceLock::new());
     let _ = storage.set(api.clone());
     let plugin = CsiPlugin::new(drivers, lister, storage, "node-a", &root);
+    let (node, node_rx) = tokio::sync::watch::channel(Some(k8s_openapi::api::core::v1::Node::default()));
     let m = VolumeManager::new(root.join("pods"), Arc::new(NoObjects), Arc::new(NoDownward), Arc::new(DriverMounts))
-        .with_csi(Arc::new(plugin));
+        .with_csi(Arc::new(plugin))
+        .with_node(node_rx);
+    let in_use = m.in_use_changes();
     api.put_pvc(pvc("data", "Bound", "pv-1"));
     api.put_pv(csi_pv("pv-1", "data-uid", &["ReadWriteMany"]));
     let (a, b) = (pod("a", "uid-a", claim("data")), pod("b", "uid-b", claim("data")));
 
-    // Attach required (the CSIDriver does not say otherwise): not before its VolumeAttachment is attached.
+    // Attach required (the CSIDriver does not say otherwise): not before the Node reports the volume in use and
+    // the controller lists it attached (no event, as upstream's), then its VolumeAttachment gives the context.
+    let unique = "kubernetes.io/csi/hostpath.csi.k8s.io^vol-1";
+    let e = m.mount_pod(&a).await.unwrap_err();
+    assert_eq!(e.failures[0].event(), None);
+    assert!(e.failures[0].error.to_string().starts_with("Volume has not been added to the list of VolumesInUse"));
+    assert!(in_use.has_changed().unwrap(), "the node status is woken to report it");
+    assert_eq!(m.volumes_in_use(), [unique]);
+    let mut status =
+        k8s_openapi::api::core::v1::NodeStatus { volumes_in_use: Some(vec![unique.to_string()]), ..Default::default() };
+    node.send_replace(Some(k8s_openapi::api::core::v1::Node { status: Some(status.clone()), ..Default::default() }));
+    let e = m.mount_pod(&a).await.unwrap_err();
+    assert!(e.failures[0].error.to_string().starts_with("Volume not attached according to node status"));
+    tokio::time::pause();
+    tokio::time::advance(crate::MOUNT_WAIT_TIMEOUT).await;
+    let e = m.mount_pod(&a).await.unwrap_err();
+    tokio::time::resume();
+    assert_eq!(
+        e.unable.as_deref(),
+        Some(
+            "unmounted volumes=[data], unattached volumes=[data], failed to process volumes=[]: context deadline exceeded"
+        )
+    );
+    status.volumes_attached =
+        Some(vec![k8s_openapi::api::core::v1::AttachedVolume { name: unique.into(), device_path: String::new() }]);
+    node.send_replace(Some(k8s_openapi::api::core::v1::Node { status: Some(status), ..Default::default() }));
     let e = m.mount_pod(&a).await.unwrap_err();
     let attachment = voldata::attachment_name("vol-1", DRIVER, "node-a");
     assert_eq!(

@@ -59,6 +59,12 @@ impl CsiPlugin {
         super::persistent::resolve(api.as_ref(), pod, v, usage).await.map_err(VolumeError::Process)
     }
 
+    /// Whether the driver's volumes are attached by the attach/detach controller (`skipAttach` false: no CSIDriver
+    /// object, or one that does not say `attachRequired: false`; unknown while the objects were never listed).
+    pub fn attach_required(&self, driver: &str) -> bool {
+        !matches!(self.csi_driver(driver), Ok(Some(d)) if d.spec.attach_required == Some(false))
+    }
+
     /// The publish context (`getPublishContext`): none where the CSIDriver says `attachRequired: false`, else the
     /// attached VolumeAttachment's metadata.
     pub(super) async fn publish_context(&self, driver: &str, handle: &str) -> Result<HashMap<String, String>, String> {

@@ -46,8 +46,20 @@ impl VolumeManager {
             Backing::Csi(pv) => {
                 let claim = crate::csi::persistent::claim_name(pod, v).map(|(c, _)| c).unwrap_or_default();
                 let entry = Claimed { unique: pv.unique_name(), driver: pv.source.driver.clone(), claim };
-                self.csi_pods.lock().unwrap().entry(uid.clone()).or_default().claims.insert(v.name.clone(), entry);
+                let new = {
+                    let mut pods = self.csi_pods.lock().unwrap();
+                    let claims = &mut pods.entry(uid.clone()).or_default().claims;
+                    let new = claims.get(&v.name).is_none_or(|c| c.unique != entry.unique);
+                    claims.insert(v.name.clone(), entry);
+                    new
+                };
+                if new {
+                    self.in_use_changes.send_modify(|n| *n += 1);
+                }
                 let pod_dir = self.pods_dir.join(uid.as_str());
+                if before.is_none() && csi.attach_required(&pv.source.driver) {
+                    self.verify_attached(&pv)?;
+                }
                 if pv.block {
                     let mounter = self.mounter.as_ref();
                     let link = crate::csi::block::pod_links_dir(&pod_dir).join(&pv.pv_name);
@@ -69,6 +81,26 @@ impl VolumeManager {
                 Ok(MountedVolume { host_path, read_only: pv.read_only, block: false })
             }
         }
+    }
+
+    /// `VerifyControllerAttachedVolume`: an attach-required volume mounts only once the Node reports it in use (so
+    /// the attach/detach controller will not detach it under the pod) and the controller lists it as attached.
+    fn verify_attached(&self, pv: &crate::csi::persistent::CsiPv) -> Result<(), VolumeError> {
+        let unique = pv.unique_name();
+        let node = self.node.as_ref().and_then(|n| n.borrow().clone());
+        let status = node.and_then(|n| n.status).unwrap_or_default();
+        if !status.volumes_in_use.iter().flatten().any(|u| *u == unique) {
+            return Err(VolumeError::Unattached(format!(
+                "Volume has not been added to the list of VolumesInUse in the node's volume status for volume \
+                 {unique:?} (UniqueName: {unique:?})"
+            )));
+        }
+        if !status.volumes_attached.iter().flatten().any(|a| a.name == unique) {
+            return Err(VolumeError::Unattached(format!(
+                "Volume not attached according to node status for volume {unique:?} (UniqueName: {unique:?})"
+            )));
+        }
+        Ok(())
     }
 
     /// The unique names of the CSI PersistentVolumes the node's pods use (`GetVolumesInUse`, for the Node's

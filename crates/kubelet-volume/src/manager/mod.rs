@@ -153,6 +153,10 @@ pub struct VolumeManager {
     csi: Option<Arc<CsiPlugin>>,
     /// The pods' CSI claims (for `volumesInUse`) and names (for the volume usage).
     csi_pods: Mutex<HashMap<PodUid, CsiPod>>,
+    /// The Node as the node status last wrote it (its `volumesInUse` and the controller's `volumesAttached`).
+    node: Option<tokio::sync::watch::Receiver<Option<k8s_openapi::api::core::v1::Node>>>,
+    /// Bumped when the volumes in use change, so the node status reports them at once.
+    in_use_changes: tokio::sync::watch::Sender<u64>,
     mounted: Mutex<HashMap<PodUid, HashMap<String, MountedVolume>>>,
     /// Pods whose volumes are not all set up, since when they wait (or the last timeout).
     waiting: Mutex<HashMap<PodUid, tokio::time::Instant>>,
@@ -282,6 +286,8 @@ impl VolumeManager {
             gated: GatedProjections::default(),
             csi: None,
             csi_pods: Mutex::default(),
+            node: None,
+            in_use_changes: tokio::sync::watch::channel(0).0,
             mounted: Mutex::new(HashMap::new()),
             waiting: Mutex::new(HashMap::new()),
         }
@@ -305,6 +311,18 @@ impl VolumeManager {
     pub fn with_csi(mut self, csi: Arc<CsiPlugin>) -> Self {
         self.csi = Some(csi);
         self
+    }
+
+    /// The same manager, reading the Node from `node` to wait for attachments (without: attach-required volumes
+    /// never mount).
+    pub fn with_node(mut self, node: tokio::sync::watch::Receiver<Option<k8s_openapi::api::core::v1::Node>>) -> Self {
+        self.node = Some(node);
+        self
+    }
+
+    /// Changes of the volumes in use, for the node status to report them at once.
+    pub fn in_use_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.in_use_changes.subscribe()
     }
 
     fn is_mount_point(&self, path: &Path) -> bool {
@@ -339,6 +357,12 @@ impl VolumeManager {
         let since = waiting.entry(uid).or_insert(now);
         let mut names: Vec<&str> = failures.iter().map(|f| f.volume.as_str()).collect();
         names.sort_unstable();
+        let mut unattached: Vec<&str> = failures
+            .iter()
+            .filter(|f| matches!(f.error, VolumeError::Unattached(_)))
+            .map(|f| f.volume.as_str())
+            .collect();
+        unattached.sort_unstable();
         let unprocessed: Vec<&MountFailure> =
             failures.iter().filter(|f| matches!(f.error, VolumeError::Process(_))).collect();
         let unable = if !unprocessed.is_empty() {
@@ -347,8 +371,9 @@ impl VolumeManager {
             failed.sort_unstable();
             let errors: Vec<String> = unprocessed.iter().map(|f| f.error.to_string()).collect();
             Some(format!(
-                "unmounted volumes=[{}], unattached volumes=[], failed to process volumes=[{}]: {}",
+                "unmounted volumes=[{}], unattached volumes=[{}], failed to process volumes=[{}]: {}",
                 names.join(" "),
+                unattached.join(" "),
                 failed.join(" "),
                 errors.join("; ")
             ))
@@ -356,8 +381,10 @@ impl VolumeManager {
             (now.duration_since(*since) >= MOUNT_WAIT_TIMEOUT).then(|| {
                 *since = now;
                 format!(
-                    "unmounted volumes=[{}], unattached volumes=[], failed to process volumes=[]: context deadline exceeded",
-                    names.join(" ")
+                    "unmounted volumes=[{}], unattached volumes=[{}], failed to process volumes=[]: context deadline \
+                     exceeded",
+                    names.join(" "),
+                    unattached.join(" ")
                 )
             })
         };
@@ -655,7 +682,9 @@ impl VolumeManager {
             Err(e) => return Err(VolumeError::Io { path: dir.display().to_string(), message: e.to_string() }),
         }
         self.mounted.lock().unwrap().remove(uid);
-        self.csi_pods.lock().unwrap().remove(uid);
+        if self.csi_pods.lock().unwrap().remove(uid).is_some_and(|p| !p.claims.is_empty()) {
+            self.in_use_changes.send_modify(|n| *n += 1);
+        }
         Ok(())
     }
 }
