@@ -2,7 +2,7 @@
 //! `kubectl` use: core/v1 pods (with `status` and `eviction`), nodes, namespaces, events,
 //! configmaps, secrets, serviceaccounts (with `token`) and services; coordination.k8s.io/v1 leases;
 //! certificates.k8s.io/v1 CSRs (with `approval` and `status`); events.k8s.io/v1 events;
-//! storage.k8s.io/v1 csidrivers; TokenReviews and SubjectAccessReviews ([`review`]). It mirrors kube-apiserver's REST handlers, generic registry,
+//! storage.k8s.io/v1 csidrivers and csinodes; TokenReviews and SubjectAccessReviews ([`review`]). It mirrors kube-apiserver's REST handlers, generic registry,
 //! watch cache and printers closely enough that the real kubelet-side clients and kubectl work
 //! against it; `DIFFERENCES.md` lists where it does not. With [`Options::tls`] it serves HTTPS with a
 //! generated test CA, authenticates client certificates and signs approved CSRs, which is what a

@@ -109,6 +109,7 @@ pub static RESOURCES: &[ResourceDef] = &[
         &[]
     ),
     res!("storage.k8s.io", "v1", "csidrivers", "csidriver", "CSIDriver", false, &[], LIST_ONLY, &[], &[]),
+    res!("storage.k8s.io", "v1", "csinodes", "csinode", "CSINode", false, &[], ALL_VERBS, &[], &[]),
 ];
 
 /// The verbs of a subresource in discovery.
