@@ -15,6 +15,7 @@ mod pull_credentials;
 mod residency;
 mod runtime_config;
 mod server;
+mod unimplemented;
 
 use std::process::ExitCode;
 
@@ -52,6 +53,7 @@ fn load_config(cli: &Cli) -> anyhow::Result<KubeletConfiguration> {
             cfg.container_runtime_endpoint
         );
     }
+    unimplemented::refuse(&cfg).map_err(anyhow::Error::msg)?;
     Ok(cfg)
 }
 

@@ -1,0 +1,74 @@
+//! Settings of the v1.35 `KubeletConfiguration` that rkubelet does not carry out yet (issue 30: the CPU, memory and
+//! topology managers, swap for Burstable pods, graceful node shutdown). Upstream's kubelet acts on each; running as
+//! if they were absent would silently drop what the operator asked for (pods without exclusive CPUs, a shutdown
+//! that kills pods without their grace period), so start-up stops with an error naming the field and what to set
+//! instead. Called once by `main` after the configuration is loaded and validated.
+
+use kubelet_config::kubelet_config::KubeletConfiguration;
+
+/// The first setting rkubelet cannot honour, as the start-up error's text.
+pub fn refuse(cfg: &KubeletConfiguration) -> Result<(), String> {
+    let not_yet = |field: &str, value: &str, what: &str, instead: &str| {
+        Err(format!(
+            "invalid configuration: {field}: {value:?} is not implemented by rkubelet yet ({what}); set {instead} or \
+             run the upstream kubelet on this node"
+        ))
+    };
+    if cfg.cpu_manager_policy != "none" {
+        let what = "Guaranteed pods would not get exclusive CPUs";
+        return not_yet("cpuManagerPolicy", &cfg.cpu_manager_policy, what, "cpuManagerPolicy: none");
+    }
+    if !cfg.memory_manager_policy.eq_ignore_ascii_case("none") {
+        let what = "Guaranteed pods would not get memory from their NUMA nodes";
+        return not_yet("memoryManagerPolicy", &cfg.memory_manager_policy, what, "memoryManagerPolicy: None");
+    }
+    if cfg.topology_manager_policy != "none" {
+        let what = "resources would not be aligned nor pods refused as TopologyAffinityError";
+        return not_yet("topologyManagerPolicy", &cfg.topology_manager_policy, what, "topologyManagerPolicy: none");
+    }
+    if cfg.memory_swap.swap_behavior == kubelet_config::kubelet_config::LIMITED_SWAP {
+        let what = "Burstable pods would get no swap limits";
+        return not_yet("memorySwap.swapBehavior", &cfg.memory_swap.swap_behavior, what, "swapBehavior: NoSwap");
+    }
+    if !cfg.shutdown_grace_period.0.is_zero() || !cfg.shutdown_grace_period_by_pod_priority.is_empty() {
+        let field = if cfg.shutdown_grace_period_by_pod_priority.is_empty() {
+            "shutdownGracePeriod"
+        } else {
+            "shutdownGracePeriodByPodPriority"
+        };
+        let what = "a node shutdown would not stop the pods within their grace periods";
+        return not_yet(field, "set", what, "shutdownGracePeriod: 0s");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_start_and_each_manager_rkubelet_lacks_stops_the_start_naming_its_field() {
+        let mut cfg = KubeletConfiguration::default();
+        cfg.set_defaults();
+        assert_eq!(refuse(&cfg), Ok(()));
+        let mut c = cfg.clone();
+        c.cpu_manager_policy = "static".into();
+        assert_eq!(
+            refuse(&c).unwrap_err(),
+            "invalid configuration: cpuManagerPolicy: \"static\" is not implemented by rkubelet yet (Guaranteed pods \
+             would not get exclusive CPUs); set cpuManagerPolicy: none or run the upstream kubelet on this node"
+        );
+        let mut c = cfg.clone();
+        c.memory_manager_policy = "Static".into();
+        assert!(refuse(&c).unwrap_err().starts_with("invalid configuration: memoryManagerPolicy: \"Static\""));
+        let mut c = cfg.clone();
+        c.topology_manager_policy = "single-numa-node".into();
+        assert!(refuse(&c).unwrap_err().starts_with("invalid configuration: topologyManagerPolicy:"));
+        let mut c = cfg.clone();
+        c.memory_swap.swap_behavior = "LimitedSwap".into();
+        assert!(refuse(&c).unwrap_err().starts_with("invalid configuration: memorySwap.swapBehavior:"));
+        let mut c = cfg;
+        c.shutdown_grace_period = std::time::Duration::from_secs(30).into();
+        assert!(refuse(&c).unwrap_err().starts_with("invalid configuration: shutdownGracePeriod:"));
+    }
+}
