@@ -3,6 +3,8 @@
 //! given (`podresources`, upstream's `pkg/kubelet/apis/podresources`). The core asks them through traits it owns;
 //! they never import each other.
 
+pub mod checksum;
+pub mod cpumanager;
 pub mod devicemanager;
 pub mod dra;
 pub mod podresources;

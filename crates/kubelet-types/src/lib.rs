@@ -7,6 +7,7 @@
 
 pub mod cgroup_name;
 pub mod clock;
+pub mod cpuset;
 pub mod events;
 pub mod go_json;
 pub mod labels;

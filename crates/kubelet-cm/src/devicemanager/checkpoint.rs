@@ -86,10 +86,7 @@ pub enum CheckpointError {
     },
 }
 
-/// FNV-32a, as Go's `hash/fnv.New32a`.
-pub fn fnv32a(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(*b)).wrapping_mul(0x0100_0193))
-}
+pub use crate::checksum::fnv32a;
 
 /// go-spew's `%#v` of the data (`ConfigState{SortKeys, DisableMethods, SpewKeys, DisablePointerAddresses,
 /// DisableCapacities}`): every struct field's value after its `(type)`, elements and map entries without types,

@@ -35,19 +35,7 @@ pub(crate) fn check_taint(taint: &Taint) -> Result<(), String> {
 
 /// `cpuset.Parse`: a comma-separated list of CPU numbers and inclusive ranges (`0-3,8`).
 pub fn parse_cpu_set(s: &str) -> Result<Vec<(u64, u64)>, String> {
-    if s.is_empty() {
-        return Ok(Vec::new());
-    }
-    let atoi = |v: &str| v.parse::<u64>().map_err(|_| format!("strconv.Atoi: parsing {v:?}: invalid syntax"));
-    s.split(',')
-        .map(|range| match range.split_once('-') {
-            None => atoi(range).map(|cpu| (cpu, cpu)),
-            Some((start, end)) => {
-                let (start, end) = (atoi(start)?, atoi(end)?);
-                if start > end { Err(format!("invalid range {range:?} ({start} > {end})")) } else { Ok((start, end)) }
-            }
-        })
-        .collect()
+    kubelet_types::cpuset::parse_ranges(s)
 }
 
 /// Go's `filepath.Clean` for Unix paths: the shortest lexically equivalent path.

@@ -1,0 +1,384 @@
+//! The static policy's allocator (`pkg/kubelet/cm/cpumanager/policy_static.go`, `cpu_assignment.go`
+//! takeByTopologyNUMAPacked): the reserved CPUs (given, or as many as kube- and system-reserved CPU rounded up,
+//! taken by the same allocator over the whole machine), the shared pool (every CPU at first, the reserved ones
+//! included, as without `strict-cpu-reservation`), exclusive CPUs for each container of a Guaranteed pod with an
+//! integer CPU request, returned to the pool when the container goes. The allocation is upstream's topology-aware
+//! best fit: whole NUMA nodes and sockets the request covers, then whole free cores, then single CPUs, each level
+//! in the order of fewest free CPUs first (ties by id), so partly used cores fill up before fresh ones.
+//!
+//! Contract: pure over the [`State`] it is given; the caller stores the state after each change. No policy
+//! options (`cpuManagerPolicyOptions`) yet: the caller refuses them.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use kubelet_types::cpuset::CpuSet;
+
+use super::state::State;
+use super::topology::{CpuInfo, Topology};
+
+/// How many CPUs a container gets exclusively (`guaranteedCPUs`): its integer CPU request in a Guaranteed pod
+/// without pod-level resources; 0 (the shared pool) otherwise.
+pub fn guaranteed_cpus(pod: &Pod, c: &Container) -> usize {
+    if kubelet_types::qos::pod_qos(pod) != kubelet_types::qos::QosClass::Guaranteed {
+        return 0;
+    }
+    if pod.spec.as_ref().is_some_and(|s| s.resources.is_some()) {
+        return 0;
+    }
+    let cpu = kubelet_types::qos::container_request(c, "cpu");
+    let milli = kubelet_types::qos::milli_value(cpu);
+    if milli <= 0 || milli % 1000 != 0 { 0 } else { (milli / 1000) as usize }
+}
+
+/// The packed best fit (`takeByTopologyNUMAPacked`) of `n` CPUs out of `available`.
+pub fn take_by_topology(topo: &Topology, available: &CpuSet, n: usize) -> Result<CpuSet, String> {
+    let mut acc = Accumulator {
+        topo,
+        details: topo.cpus.iter().filter(|(c, _)| available.contains(**c)).map(|(c, i)| (*c, *i)).collect(),
+        result: CpuSet::default(),
+        needed: n,
+    };
+    if acc.needed < 1 {
+        return Ok(acc.result);
+    }
+    if acc.needed > acc.details.len() {
+        return Err(format!(
+            "not enough cpus available to satisfy request: requested={n}, available={}",
+            available.len()
+        ));
+    }
+    let numa_first = topo.num_sockets() >= topo.num_numa_nodes();
+    let levels: [fn(&CpuInfo) -> u32; 2] =
+        if numa_first { [|c| c.numa, |c| c.socket] } else { [|c| c.socket, |c| c.numa] };
+    for level in levels {
+        acc.take_full(level, numa_first);
+        if acc.needed < 1 {
+            return Ok(acc.result);
+        }
+    }
+    // Whole free cores.
+    let per_core = topo.cpus_per_core();
+    for core in acc.sorted_cores(numa_first) {
+        let free = acc.details.values().filter(|c| c.core == core).count();
+        if free == per_core && acc.needed >= per_core {
+            acc.take(topo.cpus.iter().filter(|(_, c)| c.core == core).map(|(id, _)| *id).collect());
+        }
+    }
+    if acc.needed < 1 {
+        return Ok(acc.result);
+    }
+    // Single CPUs, core by core.
+    let order: Vec<u32> = acc
+        .sorted_cores(numa_first)
+        .into_iter()
+        .flat_map(|core| acc.details.iter().filter(move |(_, c)| c.core == core).map(|(id, _)| *id).collect::<Vec<_>>())
+        .collect();
+    for cpu in order {
+        acc.take(vec![cpu]);
+        if acc.needed < 1 {
+            return Ok(acc.result);
+        }
+    }
+    Err("failed to allocate cpus".into())
+}
+
+/// `cpuAccumulator`: what is still free and what was taken.
+struct Accumulator<'a> {
+    topo: &'a Topology,
+    details: BTreeMap<u32, CpuInfo>,
+    result: CpuSet,
+    needed: usize,
+}
+
+impl Accumulator<'_> {
+    fn take(&mut self, cpus: Vec<u32>) {
+        for c in cpus {
+            if self.details.remove(&c).is_some() {
+                self.result.0.insert(c);
+                self.needed = self.needed.saturating_sub(1);
+            }
+        }
+    }
+
+    /// Free CPUs of the units (by `unit`) among `ids`, sorted: fewest free first, then by id.
+    fn sort(&self, mut ids: Vec<u32>, unit: impl Fn(&CpuInfo) -> u32) -> Vec<u32> {
+        let free = |id: u32| self.details.values().filter(|c| unit(c) == id).count();
+        ids.sort_by_key(|id| (free(*id), *id));
+        ids
+    }
+
+    fn units(&self, unit: impl Fn(&CpuInfo) -> u32, within: impl Fn(&CpuInfo) -> bool) -> Vec<u32> {
+        let set: std::collections::BTreeSet<u32> = self.details.values().filter(|c| within(c)).map(unit).collect();
+        set.into_iter().collect()
+    }
+
+    fn sorted_numas(&self, numa_first: bool) -> Vec<u32> {
+        if numa_first {
+            return self.sort(self.units(|c| c.numa, |_| true), |c| c.numa);
+        }
+        let sockets = self.sort(self.units(|c| c.socket, |_| true), |c| c.socket);
+        sockets.into_iter().flat_map(|s| self.sort(self.units(|c| c.numa, |c| c.socket == s), |c| c.numa)).collect()
+    }
+
+    fn sorted_sockets(&self, numa_first: bool) -> Vec<u32> {
+        if !numa_first {
+            return self.sort(self.units(|c| c.socket, |_| true), |c| c.socket);
+        }
+        let numas = self.sorted_numas(true);
+        numas.into_iter().flat_map(|n| self.sort(self.units(|c| c.socket, |c| c.numa == n), |c| c.socket)).collect()
+    }
+
+    fn sorted_cores(&self, numa_first: bool) -> Vec<u32> {
+        if numa_first {
+            let sockets = self.sorted_sockets(true);
+            return sockets
+                .into_iter()
+                .flat_map(|s| self.sort(self.units(|c| c.core, |c| c.socket == s), |c| c.core))
+                .collect();
+        }
+        let numas = self.sorted_numas(false);
+        numas.into_iter().flat_map(|n| self.sort(self.units(|c| c.core, |c| c.numa == n), |c| c.core)).collect()
+    }
+
+    /// Takes whole free NUMA nodes or sockets (`unit`) that the request covers.
+    fn take_full(&mut self, unit: fn(&CpuInfo) -> u32, numa_first: bool) {
+        let is_numa = unit(&CpuInfo { core: 0, socket: 0, numa: 1 }) == 1;
+        let ids = if is_numa { self.sorted_numas(numa_first) } else { self.sorted_sockets(numa_first) };
+        let size = |id: u32| self.topo.cpus.values().filter(|c| unit(c) == id).count();
+        let free: Vec<u32> = ids
+            .into_iter()
+            .filter(|id| {
+                let have = self.details.values().filter(|c| unit(c) == *id).count();
+                if is_numa { have == size(*id) } else { have == self.topo.cpus_per_socket() }
+            })
+            .collect();
+        for id in free {
+            let all: Vec<u32> = self.topo.cpus.iter().filter(|(_, c)| unit(c) == id).map(|(cpu, _)| *cpu).collect();
+            if self.needed >= all.len() {
+                self.take(all);
+            }
+        }
+    }
+}
+
+/// The static policy of one machine.
+#[derive(Clone, Debug)]
+pub struct StaticPolicy {
+    topo: Topology,
+    reserved: CpuSet,
+}
+
+impl StaticPolicy {
+    /// The policy reserving `reserved_cpus` (`reservedSystemCPUs`) if given, else `num_reserved` CPUs taken by
+    /// topology (`NewStaticPolicy`).
+    pub fn new(topo: Topology, num_reserved: usize, reserved_cpus: Option<CpuSet>) -> Result<Self, String> {
+        let reserved = match reserved_cpus.filter(|r| !r.is_empty()) {
+            Some(r) => r,
+            None => take_by_topology(&topo, &topo.all(), num_reserved).unwrap_or_default(),
+        };
+        if reserved.len() != num_reserved {
+            return Err(format!(
+                "[cpumanager] unable to reserve the required amount of CPUs (size of {reserved} did not equal \
+                 {num_reserved})"
+            ));
+        }
+        Ok(Self { topo, reserved })
+    }
+
+    /// The reserved CPUs.
+    pub fn reserved(&self) -> &CpuSet {
+        &self.reserved
+    }
+
+    /// The CPUs pods may get exclusively (`GetAllocatableCPUs`).
+    pub fn allocatable(&self) -> CpuSet {
+        self.topo.all().difference(&self.reserved)
+    }
+
+    /// Checks a restored state and fills a fresh one (`validateState`): every CPU in the shared pool at first.
+    pub fn validate(&self, state: &mut State) -> Result<(), String> {
+        let all = self.topo.all();
+        if state.default_cpu_set.is_empty() {
+            if state.assignments.is_empty() {
+                state.default_cpu_set = all;
+                return Ok(());
+            }
+            return Err("default cpuset cannot be empty".into());
+        }
+        if !self.reserved.is_subset_of(&state.default_cpu_set) {
+            return Err(format!(
+                "not all reserved cpus: {:?} are present in defaultCpuSet: {:?}",
+                self.reserved.to_string(),
+                state.default_cpu_set.to_string()
+            ));
+        }
+        let mut union = state.default_cpu_set.clone();
+        for (pod, cs) in &state.assignments {
+            for (c, set) in cs {
+                if !set.intersection(&state.default_cpu_set).is_empty() {
+                    return Err(format!(
+                        "pod: {pod}, container: {c} cpuset: {:?} overlaps with default cpuset {:?}",
+                        set.to_string(),
+                        state.default_cpu_set.to_string()
+                    ));
+                }
+                union = union.union(set);
+            }
+        }
+        if union != all {
+            return Err(format!(
+                "current set of available CPUs {:?} doesn't match with CPUs in state {:?}",
+                all.to_string(),
+                union.to_string()
+            ));
+        }
+        Ok(())
+    }
+
+    /// Gives container `c` of `pod` its exclusive CPUs, if it gets any (`Allocate`; idempotent).
+    pub fn allocate(&self, state: &mut State, pod: &Pod, c: &Container) -> Result<Option<CpuSet>, String> {
+        let n = guaranteed_cpus(pod, c);
+        if n == 0 {
+            return Ok(None);
+        }
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if let Some(set) = state.assignments.get(&uid).and_then(|cs| cs.get(&c.name)) {
+            return Ok(Some(set.clone()));
+        }
+        let available = state.default_cpu_set.difference(&self.reserved);
+        let cpus = take_by_topology(&self.topo, &available, n)?;
+        state.default_cpu_set = state.default_cpu_set.difference(&cpus);
+        state.assignments.entry(uid).or_default().insert(c.name.clone(), cpus.clone());
+        Ok(Some(cpus))
+    }
+
+    /// Returns a container's exclusive CPUs to the shared pool, but those its pod's other containers hold
+    /// (`RemoveContainer`).
+    pub fn remove(&self, state: &mut State, pod_uid: &str, container: &str) {
+        let Some(cs) = state.assignments.get_mut(pod_uid) else { return };
+        let Some(released) = cs.remove(container) else { return };
+        let in_use = cs.values().fold(CpuSet::default(), |acc, s| acc.union(s));
+        if cs.is_empty() {
+            state.assignments.remove(pod_uid);
+        }
+        state.default_cpu_set = state.default_cpu_set.union(&released.difference(&in_use));
+    }
+
+    /// The CPUs container `c` of pod `pod_uid` runs on (`GetCPUSetOrDefault`): its own, or the shared pool.
+    pub fn cpuset_of(&self, state: &State, pod_uid: &str, container: &str) -> CpuSet {
+        state
+            .assignments
+            .get(pod_uid)
+            .and_then(|cs| cs.get(container))
+            .cloned()
+            .unwrap_or_else(|| state.default_cpu_set.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One socket, 4 cores with 2 threads: CPUs 0-3 are the first threads of cores 0-3, CPUs 4-7 their siblings.
+    fn single_socket_ht() -> Topology {
+        Topology::from_rows(&(0..8).map(|cpu| (cpu, cpu % 4, 0, 0)).collect::<Vec<_>>())
+    }
+
+    fn set(s: &str) -> CpuSet {
+        CpuSet::parse(s).unwrap()
+    }
+
+    #[test]
+    fn the_best_fit_is_upstreams() {
+        // pkg/kubelet/cm/cpumanager/cpu_assignment_test.go and policy_static_test.go, topoSingleSocketHT.
+        let t = single_socket_ht();
+        let take = |free: &str, n| take_by_topology(&t, &set(free), n).map(|s| s.to_string());
+        assert_eq!(take("1-7", 1).unwrap(), "4", "the sibling of the partly used core");
+        assert_eq!(take("1,4-5", 2).unwrap(), "1,5", "the first free whole core (CPU 0 reserved)");
+        assert_eq!(take("0-7", 1).unwrap(), "0");
+        assert_eq!(take("0-7", 2).unwrap(), "0,4");
+        assert_eq!(take("0-7", 8).unwrap(), "0-7", "the whole socket");
+        assert_eq!(take("1,3,5-7", 1).unwrap(), "6", "partly used core 2 first");
+        assert_eq!(take("0-3,6", 2).unwrap(), "2,6", "the only whole free core");
+        assert_eq!(
+            take("1-7", 8).unwrap_err(),
+            "not enough cpus available to satisfy request: requested=8, available=7"
+        );
+        // topoDualSocketHT: cores i and i+6 are siblings, even cores on socket 0 (also NUMA node 0).
+        let dual = Topology::from_rows(&(0..12).map(|cpu| (cpu, cpu % 6, cpu % 2, cpu % 2)).collect::<Vec<_>>());
+        let take2 = |free: &str, n| take_by_topology(&dual, &set(free), n).map(|s| s.to_string());
+        assert_eq!(take2("0-11", 6).unwrap(), "0,2,4,6,8,10", "a whole socket");
+        assert_eq!(take2("1-5,7-11", 1).unwrap(), "2", "a core of socket 0");
+        assert_eq!(take2("0-11", 8).unwrap(), "0-2,4,6-8,10", "3 cores of NUMA node 0, then 1 of node 1");
+        // Without SMT: ascending.
+        let flat = Topology::from_rows(&(0..4).map(|cpu| (cpu, cpu, 0, 0)).collect::<Vec<_>>());
+        assert_eq!(take_by_topology(&flat, &set("1-3"), 2).unwrap().to_string(), "1-2");
+    }
+
+    fn pod(uid: &str, containers: &[(&str, &str)]) -> Pod {
+        use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
+        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+        let c = |(name, cpu): &(&str, &str)| {
+            let r = std::collections::BTreeMap::from([
+                ("cpu".to_string(), Quantity(cpu.to_string())),
+                ("memory".to_string(), Quantity("100Mi".into())),
+            ]);
+            Container {
+                name: name.to_string(),
+                resources: Some(ResourceRequirements {
+                    requests: Some(r.clone()),
+                    limits: Some(r),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }
+        };
+        Pod {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                uid: Some(uid.into()),
+                ..Default::default()
+            },
+            spec: Some(PodSpec { containers: containers.iter().map(c).collect(), ..Default::default() }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn guaranteed_containers_with_whole_cpus_get_them_and_give_them_back() {
+        let flat = Topology::from_rows(&(0..4).map(|cpu| (cpu, cpu, 0, 0)).collect::<Vec<_>>());
+        let p = StaticPolicy::new(flat, 1, None).unwrap();
+        assert_eq!(p.reserved().to_string(), "0");
+        assert_eq!(p.allocatable().to_string(), "1-3");
+        let mut st = State::default();
+        p.validate(&mut st).unwrap();
+        assert_eq!(st.default_cpu_set.to_string(), "0-3", "every CPU shared at first, the reserved one too");
+        let g = pod("g", &[("app", "2"), ("side", "500m")]);
+        let app = &g.spec.as_ref().unwrap().containers[0];
+        let side = &g.spec.as_ref().unwrap().containers[1];
+        assert_eq!(guaranteed_cpus(&g, side), 0, "a fraction: the shared pool");
+        assert_eq!(p.allocate(&mut st, &g, app).unwrap().unwrap().to_string(), "1-2");
+        assert_eq!(p.allocate(&mut st, &g, app).unwrap().unwrap().to_string(), "1-2", "idempotent");
+        assert_eq!(p.allocate(&mut st, &g, side).unwrap(), None);
+        assert_eq!(st.default_cpu_set.to_string(), "0,3");
+        assert_eq!(p.cpuset_of(&st, "g", "side").to_string(), "0,3");
+        p.validate(&mut st.clone()).unwrap();
+        let h = pod("h", &[("app", "2")]);
+        assert_eq!(
+            p.allocate(&mut st, &h, &h.spec.as_ref().unwrap().containers[0]).unwrap_err(),
+            "not enough cpus available to satisfy request: requested=2, available=1"
+        );
+        p.remove(&mut st, "g", "app");
+        assert_eq!(st.default_cpu_set.to_string(), "0-3");
+        assert!(st.assignments.is_empty());
+        let mut bad = State { default_cpu_set: set("1-3"), ..Default::default() };
+        assert_eq!(
+            p.validate(&mut bad).unwrap_err(),
+            "not all reserved cpus: \"0\" are present in defaultCpuSet: \"1-3\""
+        );
+        assert_eq!(
+            StaticPolicy::new(Topology::from_rows(&[(0, 0, 0, 0)]), 2, None).unwrap_err(),
+            "[cpumanager] unable to reserve the required amount of CPUs (size of  did not equal 2)"
+        );
+    }
+}
