@@ -776,6 +776,24 @@ impl RuntimeService for FakeRuntime {
         Ok(Box::pin(tokio_stream::wrappers::UnboundedReceiverStream::new(rx)))
     }
 
+    async fn update_container_resources(&self, id: &str, resources: api::LinuxContainerResources) -> CriResult<()> {
+        let mut st = self.enter("UpdateContainerResources")?;
+        let c = st.containers.get_mut(id).ok_or_else(|| CriError::NotFound {
+            op: "UpdateContainerResources",
+            message: format!("container {id} not found"),
+        })?;
+        // As containerd: the fields given (non-zero) replace the container's, the others stay.
+        let current =
+            c.config.linux.get_or_insert_with(Default::default).resources.get_or_insert_with(Default::default);
+        if !resources.cpuset_cpus.is_empty() {
+            current.cpuset_cpus = resources.cpuset_cpus;
+        }
+        if !resources.cpuset_mems.is_empty() {
+            current.cpuset_mems = resources.cpuset_mems;
+        }
+        Ok(())
+    }
+
     async fn reopen_container_log(&self, id: &str) -> CriResult<()> {
         let st = self.enter("ReopenContainerLog")?;
         let c = st.containers.get(id).ok_or_else(|| CriError::NotFound {

@@ -259,6 +259,17 @@ impl RuntimeService for RemoteRuntime {
         Ok(crate::ExecOutput { stdout: resp.stdout, stderr: resp.stderr, exit_code: resp.exit_code })
     }
 
+    async fn update_container_resources(&self, id: &str, resources: api::LinuxContainerResources) -> CriResult<()> {
+        let mut c = self.runtime.clone();
+        let msg = api::UpdateContainerResourcesRequest {
+            container_id: id.to_string(),
+            linux: Some(resources),
+            ..Default::default()
+        };
+        let r = self.req(msg, Some(self.timeout));
+        self.call("UpdateContainerResources", Some(self.timeout), c.update_container_resources(r)).await.map(|_| ())
+    }
+
     async fn reopen_container_log(&self, id: &str) -> CriResult<()> {
         let mut c = self.runtime.clone();
         let r = self.req(api::ReopenContainerLogRequest { container_id: id.to_string() }, Some(self.timeout));

@@ -57,6 +57,12 @@ pub trait RuntimeService: Send + Sync + 'static {
         let _ = id;
         Err(crate::CriError::Unimplemented { op: "ReopenContainerLog" })
     }
+    /// Changes a running container's Linux resources (`UpdateContainerResources`; the CPU manager sends only
+    /// `cpuset_cpus`).
+    async fn update_container_resources(&self, id: &str, resources: api::LinuxContainerResources) -> CriResult<()> {
+        let _ = (id, resources);
+        Err(crate::CriError::Unimplemented { op: "UpdateContainerResources" })
+    }
     /// The runtime's stream of container and sandbox lifecycle events (`GetContainerEvents`), open until the
     /// runtime ends it or the stream is dropped. Runtimes without it (containerd 1.6) answer Unimplemented.
     async fn container_events(&self) -> CriResult<ContainerEventStream> {

@@ -528,6 +528,10 @@ impl RuntimeManager {
         let blocks = crate::devices::block_volumes(c, &self.volumes.volumes(&uid))
             .map_err(|m| err("CreateContainerConfigError", m))?;
         config.devices.extend(blocks);
+        if let Some(cpuset) = self.cpus.cpuset(uid.as_str(), &c.name) {
+            let linux = config.linux.get_or_insert_with(Default::default);
+            linux.resources.get_or_insert_with(Default::default).cpuset_cpus = cpuset;
+        }
         let userns = self.user_namespace(pod).map_err(|m| err("CreateContainerConfigError", m))?;
         config_gen::set_container_user_namespace(&mut config, userns);
         kubelet_metrics::kubelet::STARTED_CONTAINERS.inc(&[kind]);

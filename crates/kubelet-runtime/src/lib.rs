@@ -11,6 +11,7 @@ pub mod cache;
 pub mod config_gen;
 pub mod container;
 pub mod container_gc;
+pub mod cpus;
 pub mod devices;
 pub mod env;
 pub mod hash;

@@ -179,6 +179,8 @@ pub struct RuntimeManager {
     pub(crate) image_volumes_in_use: Arc<crate::images::ImageVolumesInUse>,
     /// The device managers (device plugins, DRA): what each container gets.
     pub(crate) devices: Arc<dyn crate::devices::ContainerDevices>,
+    /// The CPU manager: each container's cpuset.
+    pub(crate) cpus: Arc<dyn crate::cpus::ContainerCpus>,
 }
 
 impl std::fmt::Debug for RuntimeManager {
@@ -244,12 +246,19 @@ impl RuntimeManager {
             userns: None,
             image_volumes_in_use: Default::default(),
             devices: Arc::new(crate::devices::NoDevices),
+            cpus: Arc::new(crate::cpus::NoCpus),
         }
     }
 
     /// Gives containers the devices `devices` allocated them (device nodes, mounts, variables, CDI names).
     pub fn with_devices(mut self, devices: Arc<dyn crate::devices::ContainerDevices>) -> Self {
         self.devices = devices;
+        self
+    }
+
+    /// Gives containers the cpuset `cpus` assigns them.
+    pub fn with_cpus(mut self, cpus: Arc<dyn crate::cpus::ContainerCpus>) -> Self {
+        self.cpus = cpus;
         self
     }
 

@@ -30,6 +30,21 @@ pub trait ResourceAllocator: Send + Sync + 'static {
     async fn allocate(&self, pod: &Pod, others: &[std::sync::Arc<Pod>]) -> Option<AdmitResult>;
 }
 
+/// Several allocators in turn (the device manager, then the CPU manager); the first refusal stops the chain.
+pub struct AllocatorChain(pub Vec<std::sync::Arc<dyn ResourceAllocator>>);
+
+#[async_trait::async_trait]
+impl ResourceAllocator for AllocatorChain {
+    async fn allocate(&self, pod: &Pod, others: &[std::sync::Arc<Pod>]) -> Option<AdmitResult> {
+        for a in &self.0 {
+            if let Some(r) = a.allocate(pod, others).await {
+                return Some(r);
+            }
+        }
+        None
+    }
+}
+
 /// The sysctls every pod may set (`pkg/kubelet/sysctl/safe_sysctls.go`, kernels of 4.15 and later).
 pub const SAFE_SYSCTLS: &[&str] = &[
     "kernel.shm_rmid_forced",

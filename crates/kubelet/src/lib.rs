@@ -15,6 +15,7 @@ pub mod admission;
 pub mod admission_fields;
 pub mod cm;
 pub mod container_deletor;
+pub mod cpus;
 pub mod devices;
 pub mod events;
 pub mod fake_node;

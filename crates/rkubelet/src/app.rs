@@ -472,8 +472,20 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     // (upstream's containerMap at the device manager's Start).
     device_manager.set_running_at_start(running_containers(&remote).await);
     let devices = Arc::new(kubelet::devices::Devices::new(device_manager.clone()).with_dra(dra.clone()));
+    // The CPU manager: its state file read now (one of another policy stops the start, as upstream's).
+    let cpu_manager = Arc::new(crate::node::cpu_manager(&cfg, &root_dir).context("start cpu manager error")?);
+    let cpus = Arc::new(kubelet::cpus::Cpus(cpu_manager.clone()));
+    tracker.spawn(kubelet::cpus::run_reconcile(
+        cpu_manager,
+        pods_rx.clone(),
+        cache.clone(),
+        remote.clone(),
+        cfg.cpu_manager_reconcile_period.0,
+        cancel.clone(),
+    ));
     let runtime = RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone())
         .with_devices(devices.clone())
+        .with_cpus(cpus.clone())
         .with_volumes(volumes.clone())
         .with_recorder(recorder.clone())
         .with_probe_results(probes.clone())
@@ -741,7 +753,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         }),
         volumes: volumes.clone(),
         admit,
-        allocator: Some(devices.clone()),
+        allocator: Some(Arc::new(kubelet::admission::AllocatorChain(vec![devices.clone(), cpus]))),
         allocate_after,
         status: status.clone(),
         recorder,

@@ -92,6 +92,22 @@ pub fn memory_capacity() -> u64 {
     }
 }
 
+/// `kubeReserved` and `systemReserved` as the container manager uses them: with `reservedSystemCPUs` set, its
+/// CPUs replace their CPU amounts (kube-reserved's dropped, system-reserved's their count), as upstream's
+/// `--reserved-cpus` "supersedes cpu counts in --system-reserved and --kube-reserved".
+pub fn reservations(
+    cfg: &kubelet_config::kubelet_config::KubeletConfiguration,
+) -> (std::collections::BTreeMap<String, String>, std::collections::BTreeMap<String, String>) {
+    let (mut kube, mut system) = (cfg.kube_reserved.clone(), cfg.system_reserved.clone());
+    if let Ok(cpus) = kubelet_types::cpuset::CpuSet::parse(&cfg.reserved_system_cpus)
+        && !cpus.is_empty()
+    {
+        kube.remove("cpu");
+        system.insert("cpu".into(), cpus.len().to_string());
+    }
+    (kube, system)
+}
+
 /// What the node status is made of (`initialNode`'s inputs and the setters').
 pub fn node_inputs(
     cfg: &kubelet_config::kubelet_config::KubeletConfiguration,
@@ -106,8 +122,8 @@ pub fn node_inputs(
         node_ips: node_ips.to_vec(),
         machine: kubelet::nodestatus::machine::read_machine_info(root_dir),
         max_pods: i64::from(cfg.max_pods),
-        kube_reserved: cfg.kube_reserved.clone(),
-        system_reserved: cfg.system_reserved.clone(),
+        kube_reserved: reservations(cfg).0,
+        system_reserved: reservations(cfg).1,
         eviction_hard: cfg.eviction_hard.clone().unwrap_or_default(),
         runtime_version,
         kubelet_version: crate::KUBERNETES_VERSION.into(),
@@ -147,8 +163,8 @@ fn enforce_config(
             memory: Some(inputs.machine.memory_capacity as i64),
             pids: pid_max,
         },
-        system_reserved: amounts(&cfg.system_reserved),
-        kube_reserved: amounts(&cfg.kube_reserved),
+        system_reserved: amounts(&reservations(cfg).1),
+        kube_reserved: amounts(&reservations(cfg).0),
         enforce: cfg.enforce_node_allocatable.clone().unwrap_or_default(),
         system_reserved_cgroup: cfg.system_reserved_cgroup.clone(),
         kube_reserved_cgroup: cfg.kube_reserved_cgroup.clone(),
@@ -204,6 +220,40 @@ pub async fn initialize_csi_node(
         }
         delay = (delay * 2).min(std::time::Duration::from_secs(60));
     }
+}
+
+/// The CPU manager of `cfg` (`cpuManagerPolicy`), its state restored from `<root>/cpu_manager_state`: under
+/// `static` the machine's topology from `/sys` and the reserved CPUs from `reservedSystemCPUs`, else as many as
+/// kube- and system-reserved CPU rounded up (upstream's NewManager).
+pub fn cpu_manager(
+    cfg: &kubelet_config::kubelet_config::KubeletConfiguration,
+    root: &std::path::Path,
+) -> anyhow::Result<kubelet_cm::cpumanager::manager::CpuManager> {
+    use kubelet_cm::cpumanager::{manager::CpuManager, policy::StaticPolicy, topology::Topology};
+    if cfg.cpu_manager_policy != "static" {
+        return CpuManager::new(root, None).map_err(anyhow::Error::msg);
+    }
+    let topo = Topology::discover(std::path::Path::new("/sys")).map_err(|e| anyhow::anyhow!("[cpumanager] {e}"))?;
+    let reserved = kubelet_types::cpuset::CpuSet::parse(&cfg.reserved_system_cpus)
+        .map_err(|e| anyhow::anyhow!("reservedSystemCPUs {:?}: {e}", cfg.reserved_system_cpus))?;
+    let num_reserved = if reserved.is_empty() {
+        let cpu = |m: &std::collections::BTreeMap<String, String>| {
+            m.get("cpu").and_then(|q| kubelet_types::quantity::parse_quantity(q)).unwrap_or(0.0)
+        };
+        let (kube, system) = reservations(cfg);
+        let total = cpu(&kube) + cpu(&system);
+        if total <= 0.0 {
+            anyhow::bail!("[cpumanager] unable to determine reserved CPU resources for static policy");
+        }
+        total.ceil() as usize
+    } else {
+        if !reserved.is_subset_of(&topo.all()) {
+            anyhow::bail!("reserved-cpus: {reserved} is not a subset of online-cpus: {}", topo.all());
+        }
+        reserved.len()
+    };
+    let policy = StaticPolicy::new(topo, num_reserved, Some(reserved)).map_err(anyhow::Error::msg)?;
+    CpuManager::new(root, Some(policy)).map_err(anyhow::Error::msg)
 }
 
 /// The kubelet's storage error for the Node's Ready condition (`runtimeState.storageErrors`): "CSINode is not yet
@@ -295,5 +345,17 @@ mod tests {
             let file = m.path().join("cpu").join(rel).join("kubepods/cpu.shares");
             assert_eq!(std::fs::read_to_string(&file).unwrap(), shares.to_string(), "{root}");
         }
+    }
+
+    #[test]
+    fn reserved_system_cpus_supersede_the_cpu_reservations() {
+        let mut c = KubeletConfiguration::default();
+        c.kube_reserved.insert("cpu".into(), "500m".into());
+        c.kube_reserved.insert("memory".into(), "1Gi".into());
+        c.system_reserved.insert("cpu".into(), "200m".into());
+        assert_eq!(reservations(&c).0["cpu"], "500m", "without reservedSystemCPUs: as configured");
+        c.reserved_system_cpus = "0,2".into();
+        let (kube, system) = reservations(&c);
+        assert_eq!((kube.get("cpu"), kube["memory"].as_str(), system["cpu"].as_str()), (None, "1Gi", "2"));
     }
 }

@@ -1,5 +1,5 @@
-//! Settings of the v1.35 `KubeletConfiguration` that rkubelet does not carry out yet (issue 30: the CPU, memory and
-//! topology managers, swap for Burstable pods, graceful node shutdown). Upstream's kubelet acts on each; running as
+//! Settings of the v1.35 `KubeletConfiguration` that rkubelet does not carry out yet (issue 30: the CPU manager's
+//! policy options, the memory and topology managers, swap for Burstable pods, graceful node shutdown). Upstream's kubelet acts on each; running as
 //! if they were absent would silently drop what the operator asked for (pods without exclusive CPUs, a shutdown
 //! that kills pods without their grace period), so start-up stops with an error naming the field and what to set
 //! instead. Called once by `main` after the configuration is loaded and validated.
@@ -14,9 +14,9 @@ pub fn refuse(cfg: &KubeletConfiguration) -> Result<(), String> {
              run the upstream kubelet on this node"
         ))
     };
-    if cfg.cpu_manager_policy != "none" {
-        let what = "Guaranteed pods would not get exclusive CPUs";
-        return not_yet("cpuManagerPolicy", &cfg.cpu_manager_policy, what, "cpuManagerPolicy: none");
+    if let Some((name, _)) = cfg.cpu_manager_policy_options.iter().next() {
+        let what = "the static policy's allocation would ignore it";
+        return not_yet(&format!("cpuManagerPolicyOptions.{name}"), name, what, "no cpuManagerPolicyOptions");
     }
     if !cfg.memory_manager_policy.eq_ignore_ascii_case("none") {
         let what = "Guaranteed pods would not get memory from their NUMA nodes";
@@ -53,10 +53,13 @@ mod tests {
         assert_eq!(refuse(&cfg), Ok(()));
         let mut c = cfg.clone();
         c.cpu_manager_policy = "static".into();
+        assert_eq!(refuse(&c), Ok(()), "the static policy is carried out");
+        c.cpu_manager_policy_options.insert("full-pcpus-only".into(), "true".into());
         assert_eq!(
             refuse(&c).unwrap_err(),
-            "invalid configuration: cpuManagerPolicy: \"static\" is not implemented by rkubelet yet (Guaranteed pods \
-             would not get exclusive CPUs); set cpuManagerPolicy: none or run the upstream kubelet on this node"
+            "invalid configuration: cpuManagerPolicyOptions.full-pcpus-only: \"full-pcpus-only\" is not implemented \
+             by rkubelet yet (the static policy's allocation would ignore it); set no cpuManagerPolicyOptions or run \
+             the upstream kubelet on this node"
         );
         let mut c = cfg.clone();
         c.memory_manager_policy = "Static".into();

@@ -1,0 +1,88 @@
+//! End to end: the CPU manager's static policy (issue 30's first part) with the real rkubelet and containerd, on
+//! this machine's CPUs (at least 2): with CPU 0 reserved (`reservedSystemCPUs`), a Guaranteed pod asking for 1 CPU
+//! gets CPU 1 alone while a Burstable pod's containers shrink to CPU 0 (`UpdateContainerResources`), and both are
+//! restored when the Guaranteed pod goes; `cpu_manager_state` holds the assignment in upstream's format and keeps
+//! it across an rkubelet restart.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use kubelet_cri::RuntimeService;
+use kubelet_types::cpuset::CpuSet;
+use serde_json::Value;
+
+/// The CPUs a container of static pod `pod` may run on (`Cpus_allowed_list` of its first process).
+async fn allowed(rt: &kubelet_cri::RemoteRuntime, pod: &str) -> String {
+    let c = containers_of(rt, pod).await.into_iter().find(|c| c.state == 1).expect("a running container");
+    let cmd = vec!["sh".to_string(), "-c".to_string(), "grep Cpus_allowed_list /proc/1/status".to_string()];
+    let out = rt.exec_sync(&c.id, cmd, Duration::from_secs(10)).await.unwrap();
+    String::from_utf8_lossy(&out.stdout).split(':').nth(1).unwrap_or_default().trim().to_string()
+}
+
+fn cpu_pod(name: &str, resources: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: default\nspec:\n  \
+         terminationGracePeriodSeconds: 1\n  containers:\n  - name: app\n    image: localhost/busybox:1\n    \
+         command: [\"sleep\", \"3600\"]\n    resources:\n{resources}"
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guaranteed_pod_gets_a_cpu_alone_and_the_shared_pool_shrinks_and_grows_back() {
+    if std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) < 2 {
+        println!("e2e_cpu_manager skipped: the machine has fewer than 2 CPUs");
+        return;
+    }
+    let (_g, rt) = fresh_runtime().await;
+    let shared = cpu_pod("shared", "      requests:\n        memory: 32Mi\n");
+    let mut node = Node::start_with(&[("shared.yaml", &shared)], |n| {
+        std::fs::read_to_string(&n.config).unwrap()
+            + "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\ncpuManagerReconcilePeriod: 1s\n"
+    });
+    node.wait_running("shared-e2e-node").await;
+    let all = allowed(&rt, "shared-e2e-node").await;
+    assert!(all.starts_with("0-"), "the shared pool is every CPU at first: {all}");
+
+    let pinned = cpu_pod(
+        "pinned",
+        "      requests:\n        cpu: \"1\"\n        memory: 32Mi\n      limits:\n        cpu: \"1\"\n        memory: 32Mi\n",
+    );
+    node.write_manifest("pinned.yaml", &pinned);
+    let p = node.wait_running("pinned-e2e-node").await;
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    assert_eq!(allowed(&rt, "pinned-e2e-node").await, "1", "CPU 1 alone (CPU 0 is reserved)");
+    let without = CpuSet::parse(&all).unwrap().difference(&CpuSet::of([1])).to_string();
+    node.wait_for("the shared pool without CPU 1", Duration::from_secs(30), || async {
+        (allowed(&rt, "shared-e2e-node").await == without).then_some(())
+    })
+    .await;
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(node.root.join("cpu_manager_state")).unwrap()).unwrap();
+    assert_eq!(state["policyName"], "static");
+    assert_eq!(state["entries"][&uid]["app"], "1", "{state}");
+    assert!(state["checksum"].as_u64().unwrap() > 0);
+
+    // rkubelet restarts: the assignment stays.
+    node.kill9();
+    node.spawn();
+    node.wait_healthy().await;
+    node.wait_running("pinned-e2e-node").await;
+    assert_eq!(allowed(&rt, "pinned-e2e-node").await, "1");
+
+    // The Guaranteed pod goes: its CPU returns to the shared pool.
+    node.remove_manifest("pinned.yaml");
+    node.wait_for("the pinned pod gone", Duration::from_secs(60), || async {
+        containers_of(&rt, "pinned-e2e-node").await.is_empty().then_some(())
+    })
+    .await;
+    node.wait_for("the shared pool back to every CPU", Duration::from_secs(30), || async {
+        (allowed(&rt, "shared-e2e-node").await == all).then_some(())
+    })
+    .await;
+    let state: Value =
+        serde_json::from_str(&std::fs::read_to_string(node.root.join("cpu_manager_state")).unwrap()).unwrap();
+    assert!(state.get("entries").is_none(), "{state}");
+    node.stop_and_clean(&rt).await;
+}
