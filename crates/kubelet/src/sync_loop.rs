@@ -499,8 +499,13 @@ impl SyncLoop {
             .collect();
         if !orphans.is_empty() {
             let volumes = self.deps.volumes.clone();
+            // A pod that comes back meanwhile (a static pod's manifest restored: same UID) keeps its directory.
+            let desired = self.deps.pods_out.subscribe();
             self.orphans_task = Some(tokio::spawn(async move {
                 for (uid, path) in orphans {
+                    if desired.borrow().iter().any(|p| kubelet_types::pod_update::pod_uid(p) == uid) {
+                        continue;
+                    }
                     info!(podUID = %uid, path = %path.display(), "removing orphaned pod directory");
                     if let Err(err) = volumes.unmount_pod(&uid).await {
                         warn!(podUID = %uid, error = %err, "unable to tear down volumes of an orphaned pod; will retry");

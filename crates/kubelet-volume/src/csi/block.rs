@@ -218,6 +218,8 @@ impl CsiPlugin {
                     .map_err(|e| map(format!("failed to open file {}: {e}", bound.display())))?;
             }
             mounter.bind_mount(&target, &bound).map_err(|e| {
+                // No stray file: the last pod's teardown counts the files in the map folder.
+                let _ = std::fs::remove_file(&bound);
                 map(format!(
                     "failed to bind mount devicePath: {} to linkPath {}: {e}",
                     target.display(),
@@ -250,18 +252,28 @@ impl CsiPlugin {
             spec: spec.to_string(),
             message,
         };
-        let data = voldata::load(&data_dir(&self.root, spec)).map_err(|e| {
-            failed("UnmapVolume", log_text(format!("unmapper failed to load volume data file [{}]: {e}", spec)))
-        })?;
+        let link = pod_links_dir(pod_dir).join(spec);
+        let data = match voldata::load(&data_dir(&self.root, spec)) {
+            Ok(d) => d,
+            // Its device was torn down after the link's last removal failed: only the link is left.
+            Err(_)
+                if !data_dir(&self.root, spec).exists() && !global_map_dir(&self.root, spec).join(pod_uid).exists() =>
+            {
+                return removed(std::fs::remove_file(&link)).map_err(|e| failed("UnmapVolume", e.to_string()));
+            }
+            Err(e) => {
+                let text = format!("unmapper failed to load volume data file [{spec}]: {e}");
+                return Err(failed("UnmapVolume", log_text(text)));
+            }
+        };
         let get = |k: &str| data.get(k).cloned().unwrap_or_default();
         let (driver, handle) = (get("driverName"), get("volumeHandle"));
         let _one = self.lock(&driver, &handle).await;
         let global = global_map_dir(&self.root, spec);
         let bound = global.join(pod_uid);
         let unmap = |e: String| failed("UnmapVolume.UnmapBlockVolume", e);
+        // The pod's link goes last: until every step below succeeded it is how the next teardown finds the volume.
         mounter.unlock_device(&bound).map_err(|e| unmap(format!("blkUtil.DetachFileDevice failed. {e}")))?;
-        let link = pod_links_dir(pod_dir).join(spec);
-        removed(std::fs::remove_file(&link)).map_err(|e| unmap(e.to_string()))?;
         if mounter.mounts_under(&bound).contains(&bound) {
             mounter.unmount(&bound).map_err(|e| unmap(format!("failed to unmount {}: {e}", bound.display())))?;
         }
@@ -282,7 +294,7 @@ impl CsiPlugin {
         // The last pod of the volume on the node: TearDownDevice.
         let others = std::fs::read_dir(&global).map(|rd| rd.count()).unwrap_or(0);
         if others > 0 {
-            return Ok(());
+            return removed(std::fs::remove_file(&link)).map_err(|e| unmap(e.to_string()));
         }
         let teardown = |e: String| failed("UnmapDevice.TearDownDevice", e);
         let staging = staging_path(&self.root, spec);
@@ -311,6 +323,6 @@ impl CsiPlugin {
             removed(std::fs::remove_dir_all(&volume_dir)).map_err(|e| teardown(e.to_string()))?;
         }
         info!(driverName = %driver, volumeHandle = %handle, "CSI block volume unstaged");
-        Ok(())
+        removed(std::fs::remove_file(&link)).map_err(|e| unmap(e.to_string()))
     }
 }

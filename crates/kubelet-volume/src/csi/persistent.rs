@@ -38,7 +38,8 @@ pub struct CsiPv {
     pub read_only: bool,
     /// The PersistentVolume's first access mode.
     pub access_mode: Option<String>,
-    /// Whether it lists `ReadWriteOnce` (for the fsGroup under `ReadWriteOnceWithFSType`).
+    /// Whether it lists `ReadWriteOnce` or `ReadWriteOncePod` (`hasReadWriteOnce`, for the fsGroup under
+    /// `ReadWriteOnceWithFSType`).
     pub read_write_once: bool,
     /// Its mount options.
     pub mount_options: Vec<String>,
@@ -192,7 +193,7 @@ fn backing(pv: &PersistentVolume, pv_name: &str, claim_read_only: bool) -> Resul
         read_only: claim_read_only || source.read_only == Some(true),
         source,
         access_mode: modes.first().cloned(),
-        read_write_once: modes.iter().any(|m| m == "ReadWriteOnce"),
+        read_write_once: modes.iter().any(|m| m == "ReadWriteOnce" || m == "ReadWriteOncePod"),
         mount_options: spec.mount_options.clone().unwrap_or_default(),
         block: spec.volume_mode.as_deref() == Some("Block"),
     })))

@@ -428,3 +428,48 @@ async fn a_block_volume_is_staged_published_bound_locked_and_linked_then_undone_
     assert!(!devices.join("staging/pv-b").exists() && !devices.join("pv-b").exists(), "folders gone");
     assert!(!root.join("pods/uid-b/volumeDevices").exists());
 }
+
+#[tokio::test]
+async fn a_failed_unstage_is_retried_and_a_volume_staged_for_a_failed_publish_is_unstaged_after_its_pod() {
+    use kubelet_proto::csi::v1::node_service_capability::rpc::Type;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let (driver, endpoint) = serve(&root, vec![Type::StageUnstageVolume]);
+    let drivers = Arc::new(CsiDrivers::default());
+    drivers.add(DRIVER, &endpoint, highest_supported(&["1.0.0".into()]).unwrap());
+    let mut object = CSIDriver { metadata: meta(None, DRIVER, "d"), spec: CSIDriverSpec::default() };
+    object.spec.attach_required = Some(false);
+    object.spec.fs_group_policy = Some("File".into());
+    let lister: super::plugin::Lister = Arc::new(OnceLock::new());
+    let _ = lister.set(Arc::new(Objects(object)));
+    let api = Arc::new(FakeApi::new());
+    let storage: super::plugin::Storage = Arc::new(OnceLock::new());
+    let _ = storage.set(api.clone());
+    let m = VolumeManager::new(root.join("pods"), Arc::new(NoObjects), Arc::new(NoDownward), Arc::new(DriverMounts))
+        .with_csi(Arc::new(CsiPlugin::new(drivers, lister, storage, "node-a", &root)));
+    api.put_pvc(pvc("data", "Bound", "pv-1"));
+    api.put_pv(csi_pv("pv-1", "data-uid", &["ReadWriteOnce"]));
+    let a = pod("a", "uid-a", claim("data"));
+    let uid = PodUid("uid-a".into());
+    assert_eq!(m.mount_pod(&a).await.unwrap(), vec![]);
+    let unique = "kubernetes.io/csi/hostpath.csi.k8s.io^vol-1".to_string();
+    *driver.fail_unstage.lock().unwrap() = Some(tonic::Code::Unavailable);
+    let e = m.unmount_pod(&uid).await.unwrap_err();
+    assert!(e.to_string().contains("attacher.UnmountDevice failed"), "{e}");
+    assert!(root.join("pods/uid-a/volumes/kubernetes.io~csi/pv-1/vol_data.json").exists(), "kept for the retry");
+    assert_eq!(m.volumes_in_use(), vec![unique.clone()], "still in use until unstaged");
+    m.unmount_pod(&uid).await.unwrap();
+    assert_eq!(driver.unstaged.lock().unwrap().len(), 1);
+    assert!(m.volumes_in_use().is_empty());
+
+    // Staged, then the publish fails for good: the pod's teardown unstages what no pod publishes.
+    *driver.fail.lock().unwrap() = Some(tonic::Code::InvalidArgument);
+    let b = pod("b", "uid-b", claim("data"));
+    assert!(m.mount_pod(&b).await.is_err());
+    assert_eq!(driver.staged.lock().unwrap().len(), 2, "staged again");
+    assert!(!root.join("pods/uid-b/volumes/kubernetes.io~csi/pv-1").exists(), "a final error leaves no folder");
+    assert_eq!(m.volumes_in_use(), vec![unique], "the staged volume is in use");
+    m.unmount_pod(&PodUid("uid-b".into())).await.unwrap();
+    assert_eq!(driver.unstaged.lock().unwrap().len(), 2, "unstaged by the sweep");
+    assert!(m.volumes_in_use().is_empty());
+}

@@ -350,15 +350,17 @@ impl CsiPlugin {
             .unpublish(handle, &mount.display().to_string())
             .await
             .map_err(|e| log(format!("Unmounter.TearDownAt failed: {e}")))?;
-        voldata::remove_mount_dir(&mount, &is_mounted)
-            .map_err(|e| log(format!("Unmounter.TearDownAt failed to clean mount dir [{}]: {e}", mount.display())))?;
         info!(driverName = driver, volumeHandle = handle, path = %mount.display(), "CSI volume unpublished");
-        if persistent && !self.published_on_node(driver, handle) {
+        // The last pod of a persistent volume unstages it before its own folder goes: a failed unstage keeps the
+        // folder, so the next teardown unpublishes (a no-op for the driver) and unstages again.
+        if persistent && !self.published_on_node(driver, handle, Some(dir)) {
             let spec = get("specVolID").to_string();
             self.unmount_device(&endpoint, driver, handle, &is_mounted)
                 .await
                 .map_err(|message| VolumeError::Operation { operation: "UnmountDevice", spec, message })?;
         }
+        voldata::remove_mount_dir(&mount, &is_mounted)
+            .map_err(|e| log(format!("Unmounter.TearDownAt failed to clean mount dir [{}]: {e}", mount.display())))?;
         Ok(())
     }
 }

@@ -207,11 +207,66 @@ impl CsiPlugin {
         }
     }
 
-    /// Whether a pod on this node still has the volume published (a `vol_data.json` of it under `pods`).
-    pub(super) fn published_on_node(&self, driver: &str, handle: &str) -> bool {
+    /// The staged persistent volumes on this node (driver, handle), from the staging folders' `vol_data.json`.
+    fn staged_on_node(&self) -> Vec<(String, String)> {
+        let plugin = self.root.join("plugins/kubernetes.io/csi");
+        let drivers = std::fs::read_dir(&plugin).into_iter().flatten().flatten();
+        drivers
+            .filter(|d| d.file_name() != "volumeDevices")
+            .flat_map(|d| std::fs::read_dir(d.path()).into_iter().flatten().flatten())
+            .filter_map(|v| voldata::load(&v.path()).ok())
+            .filter_map(|d| Some((d.get("driverName")?.clone(), d.get("volumeHandle")?.clone())))
+            .collect()
+    }
+
+    /// The unique names of the persistent volumes published or staged on this node, read from disk
+    /// (`kubernetes.io/csi/<driver>^<handle>`): what the node must keep reporting in use, also after a restart
+    /// and until each is unstaged.
+    pub fn in_use_on_node(&self) -> std::collections::BTreeSet<String> {
+        let pods = std::fs::read_dir(self.root.join("pods")).into_iter().flatten().flatten();
+        let published = pods
+            .flat_map(|p| std::fs::read_dir(p.path().join("volumes").join(voldata::PLUGIN_DIR)).into_iter().flatten())
+            .flatten()
+            .filter_map(|v| voldata::load(&v.path()).ok())
+            .filter(|d| d.get("volumeLifecycleMode").map(String::as_str) != Some("Ephemeral"))
+            .filter_map(|d| Some((d.get("driverName")?.clone(), d.get("volumeHandle")?.clone())));
+        let blocks = std::fs::read_dir(self.root.join("plugins/kubernetes.io/csi/volumeDevices"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|v| voldata::load(&v.path().join("data")).ok())
+            .filter_map(|d| Some((d.get("driverName")?.clone(), d.get("volumeHandle")?.clone())));
+        published
+            .chain(self.staged_on_node())
+            .chain(blocks)
+            .map(|(d, h)| format!("kubernetes.io/csi/{d}^{h}"))
+            .collect()
+    }
+
+    /// Unstages the filesystem volumes staged on this node that no pod publishes any more (upstream's
+    /// `unmountDetachDevices`): those a set-up staged but failed to publish for a pod since deleted. Each under its
+    /// volume's lock; a failure is logged and tried at the next sweep.
+    pub async fn sweep_staged(&self, is_mounted: impl Fn(&Path) -> bool) {
+        for (driver, handle) in self.staged_on_node() {
+            let _one = self.lock(&driver, &handle).await;
+            if self.published_on_node(&driver, &handle, None) {
+                continue;
+            }
+            let Ok(endpoint) = self.endpoint(&driver) else { continue };
+            info!(driverName = %driver, volumeHandle = %handle, "unstaging a CSI volume no pod publishes");
+            if let Err(e) = self.unmount_device(&endpoint, &driver, &handle, &is_mounted).await {
+                tracing::warn!(driverName = %driver, volumeHandle = %handle, error = %e, "failed to unstage a CSI volume no pod publishes; will retry");
+            }
+        }
+    }
+
+    /// Whether a pod on this node still has the volume published (a `vol_data.json` of it under `pods`, but the
+    /// folder `except`).
+    pub(super) fn published_on_node(&self, driver: &str, handle: &str, except: Option<&Path>) -> bool {
         let pods = std::fs::read_dir(self.root.join("pods")).into_iter().flatten().flatten();
         pods.flat_map(|p| std::fs::read_dir(p.path().join("volumes").join(voldata::PLUGIN_DIR)).into_iter().flatten())
             .flatten()
+            .filter(|v| except.is_none_or(|e| v.path() != e))
             .filter_map(|v| voldata::load(&v.path()).ok())
             .any(|d| {
                 d.get("driverName").map(String::as_str) == Some(driver)

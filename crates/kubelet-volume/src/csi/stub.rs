@@ -16,6 +16,8 @@ pub(crate) struct Driver {
     pub(crate) staged: Mutex<Vec<csi::NodeStageVolumeRequest>>,
     pub(crate) unstaged: Mutex<Vec<(String, String)>>,
     pub(crate) fail: Mutex<Option<tonic::Code>>,
+    /// An error for the next unstage.
+    pub(crate) fail_unstage: Mutex<Option<tonic::Code>>,
 }
 
 #[derive(Clone)]
@@ -52,6 +54,9 @@ impl csi::node_server::Node for Server {
         &self,
         req: tonic::Request<csi::NodeUnstageVolumeRequest>,
     ) -> Result<tonic::Response<csi::NodeUnstageVolumeResponse>, tonic::Status> {
+        if let Some(code) = self.0.fail_unstage.lock().unwrap().take() {
+            return Err(tonic::Status::new(code, "busy"));
+        }
         let r = req.into_inner();
         self.0.unstaged.lock().unwrap().push((r.volume_id, r.staging_target_path));
         Ok(tonic::Response::new(csi::NodeUnstageVolumeResponse {}))

@@ -105,10 +105,17 @@ impl VolumeManager {
 
     /// The unique names of the CSI PersistentVolumes the node's pods use (`GetVolumesInUse`, for the Node's
     /// `volumesInUse`), sorted.
+    /// These are the claims of the pods set up and, read from disk, every persistent volume still published or
+    /// staged on the node: so after a restart the list is whole before any pod synced, and a volume stays in it
+    /// until it is unstaged (upstream's `GetVolumesInUse` with its actual state).
     pub fn volumes_in_use(&self) -> Vec<String> {
         let pods = self.csi_pods.lock().unwrap();
-        let all: std::collections::BTreeSet<String> =
+        let mut all: std::collections::BTreeSet<String> =
             pods.values().flat_map(|p| p.claims.values().map(|c| c.unique.clone())).collect();
+        drop(pods);
+        if let Some(csi) = &self.csi {
+            all.extend(csi.in_use_on_node());
+        }
         all.into_iter().collect()
     }
 

@@ -46,18 +46,22 @@ pub trait Mounter: Send + Sync + 'static {
     }
 }
 
-/// The loop device backed by `path` (`GetLoopDevice`: `losetup -j`), if any.
+/// The loop device backed by exactly `path`, if any (`getLoopDeviceFromSysfs`: each `/sys/block/loop*/loop/
+/// backing_file`, compared as a path, so two pods' bind mounts of one device keep a loop each).
 fn loop_device(path: &Path) -> Result<Option<String>, String> {
-    let out = std::process::Command::new("losetup")
-        .arg("-j")
-        .arg(path)
-        .output()
-        .map_err(|e| format!("losetup -j {} failed: {e}", path.display()))?;
-    if !out.status.success() {
-        return Err(format!("losetup -j {} failed: {}", path.display(), String::from_utf8_lossy(&out.stderr).trim()));
+    let want = path.display().to_string();
+    let rd = std::fs::read_dir("/sys/block").map_err(|e| format!("read /sys/block: {e}"))?;
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !name.starts_with("loop") {
+            continue;
+        }
+        let backing = std::fs::read_to_string(e.path().join("loop/backing_file")).unwrap_or_default();
+        if backing.trim_end() == want {
+            return Ok(Some(format!("/dev/{name}")));
+        }
     }
-    let text = String::from_utf8_lossy(&out.stdout);
-    Ok(text.lines().next().and_then(|l| l.split(':').next()).map(str::to_string).filter(|d| !d.is_empty()))
+    Ok(None)
 }
 
 /// The real mounts, through mount(2) and /proc/self/mountinfo.
@@ -665,8 +669,12 @@ impl VolumeManager {
                 self.csi()?.tear_down(&e.path(), |p| self.is_mount_point(p)).await?;
             }
         }
+        // Volumes staged for set-ups that never published (their pods gone) are unstaged too.
+        if let Some(csi) = &self.csi {
+            csi.sweep_staged(|p| self.is_mount_point(p)).await;
+        }
         if !dir.exists() {
-            self.mounted.lock().unwrap().remove(uid);
+            self.forget_pod(uid);
             return Ok(());
         }
         let mut mounts = self.mounter.mounts_under(&dir);
@@ -681,11 +689,16 @@ impl VolumeManager {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(VolumeError::Io { path: dir.display().to_string(), message: e.to_string() }),
         }
+        self.forget_pod(uid);
+        Ok(())
+    }
+
+    /// Forgets a torn-down pod's volumes and claims.
+    fn forget_pod(&self, uid: &PodUid) {
         self.mounted.lock().unwrap().remove(uid);
         if self.csi_pods.lock().unwrap().remove(uid).is_some_and(|p| !p.claims.is_empty()) {
             self.in_use_changes.send_modify(|n| *n += 1);
         }
-        Ok(())
     }
 }
 
