@@ -324,6 +324,35 @@ async fn a_claim_that_cannot_be_processed_is_reported_at_once_as_upstream() {
     );
 }
 
+/// A node whose driver stages (attach not required) behind the in-memory apiserver, with `mounter`.
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root: std::path::PathBuf,
+    driver: Arc<super::stub::Driver>,
+    api: Arc<FakeApi>,
+    m: VolumeManager,
+}
+
+fn fixture(mounter: Arc<dyn Mounter>, policy: Option<&str>) -> Fixture {
+    use kubelet_proto::csi::v1::node_service_capability::rpc::Type;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_path_buf();
+    let (driver, endpoint) = serve(&root, vec![Type::StageUnstageVolume]);
+    let drivers = Arc::new(CsiDrivers::default());
+    drivers.add(DRIVER, &endpoint, highest_supported(&["1.0.0".into()]).unwrap());
+    let mut object = CSIDriver { metadata: meta(None, DRIVER, "d"), spec: CSIDriverSpec::default() };
+    object.spec.attach_required = Some(false);
+    object.spec.fs_group_policy = policy.map(Into::into);
+    let lister: super::plugin::Lister = Arc::new(OnceLock::new());
+    let _ = lister.set(Arc::new(Objects(object)));
+    let api = Arc::new(FakeApi::new());
+    let storage: super::plugin::Storage = Arc::new(OnceLock::new());
+    let _ = storage.set(api.clone());
+    let m = VolumeManager::new(root.join("pods"), Arc::new(NoObjects), Arc::new(NoDownward), mounter)
+        .with_csi(Arc::new(CsiPlugin::new(drivers, lister, storage, "node-a", &root)));
+    Fixture { _tmp: tmp, root, driver, api, m }
+}
+
 /// Bind mounts and loop locks recorded, not made.
 #[derive(Default)]
 struct BlockMounts {
@@ -358,22 +387,8 @@ impl Mounter for BlockMounts {
 
 #[tokio::test]
 async fn a_block_volume_is_staged_published_bound_locked_and_linked_then_undone_after_its_last_pod() {
-    use kubelet_proto::csi::v1::node_service_capability::rpc::Type;
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().to_path_buf();
-    let (driver, endpoint) = serve(&root, vec![Type::StageUnstageVolume]);
-    let drivers = Arc::new(CsiDrivers::default());
-    drivers.add(DRIVER, &endpoint, highest_supported(&["1.0.0".into()]).unwrap());
-    let mut object = CSIDriver { metadata: meta(None, DRIVER, "d"), spec: CSIDriverSpec::default() };
-    object.spec.attach_required = Some(false);
-    let lister: super::plugin::Lister = Arc::new(OnceLock::new());
-    let _ = lister.set(Arc::new(Objects(object)));
-    let api = Arc::new(FakeApi::new());
-    let storage: super::plugin::Storage = Arc::new(OnceLock::new());
-    let _ = storage.set(api.clone());
     let mounts = Arc::new(BlockMounts::default());
-    let m = VolumeManager::new(root.join("pods"), Arc::new(NoObjects), Arc::new(NoDownward), mounts.clone())
-        .with_csi(Arc::new(CsiPlugin::new(drivers, lister, storage, "node-a", &root)));
+    let Fixture { _tmp, root, driver, api, m } = fixture(mounts.clone(), None);
     api.put_pvc(pvc("disk", "Bound", "pv-b"));
     let mut pv = csi_pv("pv-b", "disk-uid", &["ReadWriteOnce"]);
     pv.spec.as_mut().unwrap().volume_mode = Some("Block".into());
@@ -431,22 +446,7 @@ async fn a_block_volume_is_staged_published_bound_locked_and_linked_then_undone_
 
 #[tokio::test]
 async fn a_failed_unstage_is_retried_and_a_volume_staged_for_a_failed_publish_is_unstaged_after_its_pod() {
-    use kubelet_proto::csi::v1::node_service_capability::rpc::Type;
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().to_path_buf();
-    let (driver, endpoint) = serve(&root, vec![Type::StageUnstageVolume]);
-    let drivers = Arc::new(CsiDrivers::default());
-    drivers.add(DRIVER, &endpoint, highest_supported(&["1.0.0".into()]).unwrap());
-    let mut object = CSIDriver { metadata: meta(None, DRIVER, "d"), spec: CSIDriverSpec::default() };
-    object.spec.attach_required = Some(false);
-    object.spec.fs_group_policy = Some("File".into());
-    let lister: super::plugin::Lister = Arc::new(OnceLock::new());
-    let _ = lister.set(Arc::new(Objects(object)));
-    let api = Arc::new(FakeApi::new());
-    let storage: super::plugin::Storage = Arc::new(OnceLock::new());
-    let _ = storage.set(api.clone());
-    let m = VolumeManager::new(root.join("pods"), Arc::new(NoObjects), Arc::new(NoDownward), Arc::new(DriverMounts))
-        .with_csi(Arc::new(CsiPlugin::new(drivers, lister, storage, "node-a", &root)));
+    let Fixture { _tmp, root, driver, api, m } = fixture(Arc::new(DriverMounts), Some("File"));
     api.put_pvc(pvc("data", "Bound", "pv-1"));
     api.put_pv(csi_pv("pv-1", "data-uid", &["ReadWriteOnce"]));
     let a = pod("a", "uid-a", claim("data"));
