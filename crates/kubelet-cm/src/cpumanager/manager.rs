@@ -107,11 +107,16 @@ impl CpuManager {
         self.remove_stale(&keep);
         let mut st = self.state.lock().unwrap();
         let mut changed = false;
-        for c in containers {
-            if let Some(cpus) = p.allocate(&mut st, pod, c)? {
-                info!(podUID = %uid, containerName = %c.name, cpuset = %cpus, "exclusive CPUs allocated");
-                changed = true;
-            }
+        // The CPUs of the init containers that ran to completion serve the containers after them
+        // (`updateCPUsToReuse`); a sidecar (restartable init container) keeps its own.
+        let inits = spec.map(|s| s.init_containers.iter().flatten().count()).unwrap_or(0);
+        let mut reuse = CpuSet::default();
+        for (i, c) in containers.into_iter().enumerate() {
+            let Some(cpus) = p.allocate(&mut st, pod, c, &reuse)? else { continue };
+            info!(podUID = %uid, containerName = %c.name, cpuset = %cpus, "exclusive CPUs allocated");
+            changed = true;
+            let sidecar = c.restart_policy.as_deref() == Some("Always");
+            reuse = if i < inits && !sidecar { reuse.union(&cpus) } else { reuse.difference(&cpus) };
         }
         if changed {
             self.checkpoint.store(&st).map_err(|e| e.to_string())?;
@@ -222,5 +227,23 @@ mod tests {
             std::fs::read_to_string(none_dir.path().join("cpu_manager_state")).unwrap(),
             r#"{"policyName":"none","defaultCpuSet":"","checksum":1353318690}"#
         );
+    }
+
+    #[test]
+    fn an_init_containers_cpus_serve_the_app_containers_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let three = Topology::from_rows(&[(0, 0, 0, 0), (1, 1, 0, 0), (2, 2, 0, 0)]);
+        let m = CpuManager::new(dir.path(), Some(StaticPolicy::new(three, 1, None).unwrap())).unwrap();
+        let mut p = pod("g", "2");
+        let spec = p.spec.as_mut().unwrap();
+        let mut init = spec.containers[0].clone();
+        init.name = "init".into();
+        spec.init_containers = Some(vec![init]);
+        m.allocate(&p, &BTreeSet::new()).expect("the app reuses the init container's 2 CPUs (only 2 are free)");
+        assert_eq!(m.cpuset("g", "init").as_deref(), Some("1-2"));
+        assert_eq!(m.cpuset("g", "app").as_deref(), Some("1-2"));
+        assert_eq!(m.default_cpu_set().to_string(), "0");
+        m.remove_stale(&BTreeSet::new());
+        assert_eq!(m.default_cpu_set().to_string(), "0-2", "both gone: every CPU back");
     }
 }

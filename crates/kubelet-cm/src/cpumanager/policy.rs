@@ -236,8 +236,15 @@ impl StaticPolicy {
         Ok(())
     }
 
-    /// Gives container `c` of `pod` its exclusive CPUs, if it gets any (`Allocate`; idempotent).
-    pub fn allocate(&self, state: &mut State, pod: &Pod, c: &Container) -> Result<Option<CpuSet>, String> {
+    /// Gives container `c` of `pod` its exclusive CPUs, if it gets any (`Allocate`; idempotent), from the shared pool
+    /// and `reusable` (the CPUs of the pod's init containers that ran before it, upstream's `cpusToReuse`).
+    pub fn allocate(
+        &self,
+        state: &mut State,
+        pod: &Pod,
+        c: &Container,
+        reusable: &CpuSet,
+    ) -> Result<Option<CpuSet>, String> {
         let n = guaranteed_cpus(pod, c);
         if n == 0 {
             return Ok(None);
@@ -246,7 +253,7 @@ impl StaticPolicy {
         if let Some(set) = state.assignments.get(&uid).and_then(|cs| cs.get(&c.name)) {
             return Ok(Some(set.clone()));
         }
-        let available = state.default_cpu_set.difference(&self.reserved);
+        let available = state.default_cpu_set.difference(&self.reserved).union(reusable);
         let cpus = take_by_topology(&self.topo, &available, n)?;
         state.default_cpu_set = state.default_cpu_set.difference(&cpus);
         state.assignments.entry(uid).or_default().insert(c.name.clone(), cpus.clone());
@@ -357,15 +364,15 @@ mod tests {
         let app = &g.spec.as_ref().unwrap().containers[0];
         let side = &g.spec.as_ref().unwrap().containers[1];
         assert_eq!(guaranteed_cpus(&g, side), 0, "a fraction: the shared pool");
-        assert_eq!(p.allocate(&mut st, &g, app).unwrap().unwrap().to_string(), "1-2");
-        assert_eq!(p.allocate(&mut st, &g, app).unwrap().unwrap().to_string(), "1-2", "idempotent");
-        assert_eq!(p.allocate(&mut st, &g, side).unwrap(), None);
+        assert_eq!(p.allocate(&mut st, &g, app, &CpuSet::default()).unwrap().unwrap().to_string(), "1-2");
+        assert_eq!(p.allocate(&mut st, &g, app, &CpuSet::default()).unwrap().unwrap().to_string(), "1-2", "idempotent");
+        assert_eq!(p.allocate(&mut st, &g, side, &CpuSet::default()).unwrap(), None);
         assert_eq!(st.default_cpu_set.to_string(), "0,3");
         assert_eq!(p.cpuset_of(&st, "g", "side").to_string(), "0,3");
         p.validate(&mut st.clone()).unwrap();
         let h = pod("h", &[("app", "2")]);
         assert_eq!(
-            p.allocate(&mut st, &h, &h.spec.as_ref().unwrap().containers[0]).unwrap_err(),
+            p.allocate(&mut st, &h, &h.spec.as_ref().unwrap().containers[0], &CpuSet::default()).unwrap_err(),
             "not enough cpus available to satisfy request: requested=2, available=1"
         );
         p.remove(&mut st, "g", "app");
