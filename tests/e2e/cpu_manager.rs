@@ -71,6 +71,40 @@ async fn a_guaranteed_pod_gets_a_cpu_alone_and_the_shared_pool_shrinks_and_grows
     node.wait_running("pinned-e2e-node").await;
     assert_eq!(allowed(&rt, "pinned-e2e-node").await, "1");
 
+    // A downgrade to the Go kubelet v1.35 on the same root folder reads rkubelet's file (format, checksum, the
+    // policy and the CPUs it covers; a file it cannot read stops it with "could not restore state"). It honours
+    // the assignment: the Go kubelet hashes static pods to other UIDs (a gap of rkubelet's, see the README), so to
+    // it the pinned pod is a new one, and CPU 1 is taken: `available=0`. Then rkubelet again.
+    match test_cluster::unpacked_binary("KUBELET", "k8s/bin/kubelet") {
+        Ok(go) => {
+            node.sigterm();
+            node.binary = Some(go);
+            node.spawn();
+            let refused = "not enough cpus available to satisfy request: requested=1, available=0";
+            let log_path = node.log_path();
+            node.wait_for("the Go kubelet's static policy at work", Duration::from_secs(60), || async {
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                log.contains("Static policy: Allocate").then_some(())
+            })
+            .await;
+            node.assert_alive();
+            let log = node.log();
+            assert!(log.contains("\"Kubelet version\" kubeletVersion=\"v1.35"), "the Go kubelet runs the node");
+            assert!(!log.contains("could not restore state from checkpoint"), "it read rkubelet's cpu_manager_state");
+            assert!(log.contains(refused), "it kept rkubelet's assignment of CPU 1");
+            node.sigterm();
+            node.binary = None;
+            node.spawn();
+            node.wait_healthy().await;
+            node.wait_running("pinned-e2e-node").await;
+            node.wait_for("CPU 1 for the pinned pod again", Duration::from_secs(30), || async {
+                (allowed(&rt, "pinned-e2e-node").await == "1").then_some(())
+            })
+            .await;
+        }
+        Err(e) => println!("e2e_cpu_manager: the downgrade to the Go kubelet skipped: no upstream kubelet ({e})"),
+    }
+
     // The Guaranteed pod goes: its CPU returns to the shared pool.
     node.remove_manifest("pinned.yaml");
     node.wait_for("the pinned pod gone", Duration::from_secs(60), || async {
