@@ -517,9 +517,8 @@ fn loop_over(path: &std::path::Path) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_block_claim_is_staged_published_mapped_into_the_container_and_unmapped_after_its_last_pod() {
-    let Some((_g, rt, env, mut node)) =
-        plugin_node("e2e_csi skipped: it runs on containerd 2.3 only (the suite's feature tests)").await
-    else {
+    let why = "e2e_csi skipped: it runs on containerd 2.3 only (the suite's feature tests)";
+    let Some((_g, rt, env, mut node)) = plugin_node_with(why, "volumeStatsAggPeriod: 2s\n").await else {
         return;
     };
     let class = format!("csi-hostpath-block-{}", env.ns);
@@ -564,6 +563,16 @@ async fn a_block_claim_is_staged_published_mapped_into_the_container_and_unmappe
     assert_eq!(data["specVolID"], pv.as_str());
     assert_eq!(driver_calls(&env, &node, "NodeStageVolume").await, 1);
     assert_eq!(driver_calls(&env, &node, "NodePublishVolume").await, 1);
+    // Its usage, asked of the driver for the pod's map, under the pod's volume name with its claim.
+    let usage = env
+        .wait("the block volume's usage in /stats/summary", Duration::from_secs(30), || async {
+            let (_, raw) = http_get(read_only_port(), "/stats/summary").await?;
+            let s: Value = serde_json::from_str(&raw).ok()?;
+            let pod = s["pods"].as_array()?.iter().find(|p| p["podRef"]["name"] == "blk")?.clone();
+            pod["volume"].as_array()?.iter().find(|v| v["name"] == "disk").cloned()
+        })
+        .await;
+    assert_eq!(usage["pvcRef"]["name"], "disk", "{usage}");
 
     // The pod goes: everything is undone, the volume unstaged as its last pod.
     env.kubectl(&["delete", "pod", "blk", "--wait=true", "--timeout=60s"]).await;

@@ -131,11 +131,23 @@ impl VolumeManager {
         for (uid, volumes) in mounted {
             let pod = pods.get(&uid).cloned().unwrap_or_default();
             for (name, m) in volumes {
-                let Some(dir) = m.host_path.parent() else { continue };
-                if dir.parent().and_then(|p| p.file_name()).is_none_or(|n| n != crate::csi::voldata::PLUGIN_DIR) {
-                    continue;
-                }
-                let Ok(data) = crate::csi::voldata::load(dir) else { continue };
+                // A filesystem volume's `vol_data.json` is beside its target; a block volume's in its data folder,
+                // its usage asked of its map in the global map folder (upstream's `MetricsCsi` of the block mapper).
+                let (data_dir, path) = if m.block {
+                    let Some(spec) = m.host_path.file_name().map(|s| s.to_string_lossy().into_owned()) else {
+                        continue;
+                    };
+                    let root = self.pods_dir.parent().unwrap_or(&self.pods_dir);
+                    let dev = crate::csi::block::global_map_dir(root, &spec).join(uid.as_str());
+                    (crate::csi::block::data_dir(root, &spec), dev)
+                } else {
+                    let Some(dir) = m.host_path.parent() else { continue };
+                    if dir.parent().and_then(|p| p.file_name()).is_none_or(|n| n != crate::csi::voldata::PLUGIN_DIR) {
+                        continue;
+                    }
+                    (dir.to_path_buf(), m.host_path.clone())
+                };
+                let Ok(data) = crate::csi::voldata::load(&data_dir) else { continue };
                 let get = |k: &str| data.get(k).cloned().unwrap_or_default();
                 let Some(endpoint) = self.csi.as_ref().and_then(|c| c.driver_endpoint(&get("driverName"))) else {
                     continue;
@@ -151,7 +163,7 @@ impl VolumeManager {
                 if !caps.contains(&Type::GetVolumeStats) {
                     continue;
                 }
-                let path = m.host_path.display().to_string();
+                let path = path.display().to_string();
                 let resp = match client.volume_stats(&get("volumeHandle"), &path).await {
                     Ok(r) => r,
                     Err(e) => {
