@@ -382,6 +382,11 @@ async fn a_claim_is_provisioned_staged_published_kept_across_restarts_and_unstag
     let series =
         format!("kubelet_volume_stats_capacity_bytes{{namespace=\"{}\",persistentvolumeclaim=\"data\"}} ", env.ns);
     assert!(metrics.contains(&series), "{series} in /metrics");
+    let staged = format!(
+        "csi_operations_seconds_count{{driver_name=\"{DRIVER}\",grpc_status_code=\"OK\",\
+         method_name=\"/csi.v1.Node/NodeStageVolume\",migrated=\"false\"}} 1"
+    );
+    assert!(metrics.contains(&staged), "{staged} in /metrics");
     assert!(driver_calls(&env, &node, "NodeGetVolumeStats").await >= 1);
 
     // The pod goes: unpublished and, as its last pod on the node, unstaged; the data stays in the volume.

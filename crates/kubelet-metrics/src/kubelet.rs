@@ -509,6 +509,18 @@ metric!(
         GaugeVec::new(Opts::alpha("kubelet_volume_stats_health_status_abnormal", "Abnormal volume health status. The count is either 1 or 0. 1 indicates the volume is unhealthy, 0 indicates volume is healthy", &["namespace", "persistentvolumeclaim"]))
 );
 
+metric!(
+    /// `csi_operations_seconds{driver_name, grpc_status_code, method_name, migrated}`: each call of a CSI driver.
+    CSI_OPERATIONS_SECONDS: HistogramVec = HistogramVec::new(
+        Opts::alpha(
+            "csi_operations_seconds",
+            "Container Storage Interface operation duration with gRPC error code status total",
+            &["driver_name", "grpc_status_code", "method_name", "migrated"],
+        ),
+        vec![0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 25.0, 50.0, 120.0, 300.0, 600.0],
+    )
+);
+
 /// Registers every kubelet metric and the process collector in [`crate::global`] (idempotent).
 pub fn register_all() {
     static DONE: std::sync::Once = std::sync::Once::new();
@@ -517,6 +529,7 @@ pub fn register_all() {
         LazyLock::force(&DRA_OPERATIONS_DURATION);
         LazyLock::force(&DRA_GRPC_OPERATIONS_DURATION);
         LazyLock::force(&DRA_RESOURCE_CLAIMS_IN_USE);
+        LazyLock::force(&CSI_OPERATIONS_SECONDS);
         LazyLock::force(&VOLUME_STATS_CAPACITY_BYTES);
         LazyLock::force(&VOLUME_STATS_AVAILABLE_BYTES);
         LazyLock::force(&VOLUME_STATS_USED_BYTES);

@@ -115,7 +115,7 @@ impl CsiPlugin {
         let endpoint = self.endpoint(driver).map_err(|e| {
             failed("MapVolume.SetUpDevice", log_text(format!("blockMapper.SetUpDevice failed to get CSI client: {e}")))
         })?;
-        let client = NodeClient::new(&endpoint);
+        let client = NodeClient::of(driver, &endpoint);
         let publish_context = self.publish_context(driver, handle).await.map_err(|e| {
             failed(
                 "MapVolume.SetUpDevice",
@@ -284,7 +284,7 @@ impl CsiPlugin {
                 log_text(format!("blockMapper.UnmapPodDevice failed to get CSI client: {e}")),
             )
         })?;
-        let client = NodeClient::new(&endpoint);
+        let client = NodeClient::of(&driver, &endpoint);
         let target = publish_path(&self.root, spec, pod_uid);
         client.unpublish(&handle, &target.display().to_string()).await.map_err(|e| {
             failed("UnmapVolume.UnmapPodDevice", log_text(format!("blockMapper.unpublishVolumeForBlock failed: {e}")))

@@ -134,12 +134,38 @@ fn mount_capability(
 #[derive(Clone, Debug)]
 pub struct NodeClient {
     endpoint: String,
+    /// The driver's name, for `csi_operations_seconds`.
+    driver: String,
 }
 
 impl NodeClient {
     /// The client of the driver serving `endpoint` (a socket path, `unix://` optional).
     pub fn new(endpoint: &str) -> Self {
-        Self { endpoint: endpoint.strip_prefix("unix://").unwrap_or(endpoint).to_string() }
+        Self { endpoint: endpoint.strip_prefix("unix://").unwrap_or(endpoint).to_string(), driver: String::new() }
+    }
+
+    /// The client of the driver `driver` serving `endpoint`.
+    pub fn of(driver: &str, endpoint: &str) -> Self {
+        Self { driver: driver.to_string(), ..Self::new(endpoint) }
+    }
+
+    /// Runs one RPC and records it in `csi_operations_seconds{driver_name, grpc_status_code, method_name,
+    /// migrated}` (upstream's metrics interceptor; `migrated` is always false: rkubelet migrates no in-tree
+    /// plugin).
+    async fn timed<T>(
+        &self,
+        method: &str,
+        call: impl std::future::Future<Output = Result<T, tonic::Status>>,
+    ) -> Result<T, tonic::Status> {
+        let start = tokio::time::Instant::now();
+        let r = call.await;
+        let code = match &r {
+            Ok(_) => "OK".to_string(),
+            Err(s) => kubelet_pluginmanager::client::code_name(s.code()),
+        };
+        let labels = [self.driver.as_str(), code.as_str(), &format!("/csi.v1.Node/{method}"), "false"];
+        kubelet_metrics::kubelet::CSI_OPERATIONS_SECONDS.observe(&labels, start.elapsed().as_secs_f64());
+        r
     }
 
     async fn client(&self, timeout: Duration) -> Result<csi::node_client::NodeClient<Channel>, CallError> {
@@ -155,7 +181,10 @@ impl NodeClient {
     /// The driver's Node service capabilities (`NodeGetCapabilities`).
     pub async fn capabilities(&self) -> Result<Vec<csi::node_service_capability::rpc::Type>, CallError> {
         let mut c = self.client(CSI_TIMEOUT).await?;
-        let resp = c.node_get_capabilities(csi::NodeGetCapabilitiesRequest {}).await.map_err(classify)?;
+        let resp = self
+            .timed("NodeGetCapabilities", c.node_get_capabilities(csi::NodeGetCapabilitiesRequest {}))
+            .await
+            .map_err(classify)?;
         Ok(resp
             .into_inner()
             .capabilities
@@ -195,7 +224,10 @@ impl NodeClient {
                 volume_context: p.volume_context.clone(),
             };
             let mut c = self.client(CSI_TIMEOUT).await?;
-            c.node_publish_volume(req).await.map(|_| caps.contains(&Type::VolumeMountGroup)).map_err(classify)
+            self.timed("NodePublishVolume", c.node_publish_volume(req))
+                .await
+                .map(|_| caps.contains(&Type::VolumeMountGroup))
+                .map_err(classify)
         };
         within_timeout(call).await
     }
@@ -223,7 +255,7 @@ impl NodeClient {
                 volume_context: p.volume_context.clone(),
             };
             let mut c = self.client(CSI_TIMEOUT).await?;
-            c.node_stage_volume(req).await.map(|_| ()).map_err(classify)
+            self.timed("NodeStageVolume", c.node_stage_volume(req)).await.map(|_| ()).map_err(classify)
         };
         within_timeout(call).await
     }
@@ -242,7 +274,7 @@ impl NodeClient {
                 volume_id: volume_id.into(),
                 staging_target_path: staging_target_path.into(),
             };
-            c.node_unstage_volume(req).await.map(|_| ()).map_err(classify)
+            self.timed("NodeUnstageVolume", c.node_unstage_volume(req)).await.map(|_| ()).map_err(classify)
         };
         within_timeout(call).await
     }
@@ -258,7 +290,7 @@ impl NodeClient {
         let call = async {
             let mut c = self.client(CSI_TIMEOUT).await?;
             let req = csi::NodeUnpublishVolumeRequest { volume_id: volume_id.into(), target_path: target_path.into() };
-            c.node_unpublish_volume(req).await.map(|_| ()).map_err(classify)
+            self.timed("NodeUnpublishVolume", c.node_unpublish_volume(req)).await.map(|_| ()).map_err(classify)
         };
         within_timeout(call).await
     }
@@ -276,7 +308,10 @@ impl NodeClient {
                 volume_path: path.into(),
                 staging_target_path: String::new(),
             };
-            c.node_get_volume_stats(req).await.map(|r| r.into_inner()).map_err(classify)
+            self.timed("NodeGetVolumeStats", c.node_get_volume_stats(req))
+                .await
+                .map(|r| r.into_inner())
+                .map_err(classify)
         };
         within_timeout(call).await
     }
@@ -286,7 +321,7 @@ impl NodeClient {
     pub async fn node_get_info(&self) -> Result<super::registration::NodeGetInfo, CallError> {
         let call = async {
             let mut c = self.client(CSI_TIMEOUT).await?;
-            c.node_get_info(csi::NodeGetInfoRequest {}).await.map_err(classify)
+            self.timed("NodeGetInfo", c.node_get_info(csi::NodeGetInfoRequest {})).await.map_err(classify)
         };
         let resp = within_timeout(call).await?.into_inner();
         let topology = resp.accessible_topology.map(|t| t.segments.into_iter().collect()).unwrap_or_default();
@@ -344,12 +379,18 @@ mod tests {
     async fn errors_are_final_or_uncertain_as_upstream_classifies_them() {
         let dir = tempfile::tempdir().unwrap();
         let (driver, ep) = serve(dir.path(), vec![]);
-        let c = NodeClient::new(&ep);
+        let c = NodeClient::of("errors.csi", &ep);
         *driver.fail.lock().unwrap() = Some(tonic::Code::InvalidArgument);
         assert_eq!(
             c.publish(publish(dir.path())).await,
             Err(CallError::Final("rpc error: code = InvalidArgument desc = no".into()))
         );
+        let count = |code: &str, method: &str| {
+            let m = format!("/csi.v1.Node/{method}");
+            kubelet_metrics::kubelet::CSI_OPERATIONS_SECONDS.count(&["errors.csi", code, &m, "false"])
+        };
+        assert_eq!(count("InvalidArgument", "NodePublishVolume"), 1, "upstream's csi_operations_seconds");
+        assert_eq!(count("OK", "NodeGetCapabilities"), 1);
         *driver.fail.lock().unwrap() = Some(tonic::Code::DeadlineExceeded);
         assert_eq!(
             c.publish(publish(dir.path())).await,

@@ -304,7 +304,7 @@ impl CsiPlugin {
             fs_group,
             access_mode: t.access_mode.clone(),
         };
-        let delegated = match NodeClient::new(&endpoint).publish(publish).await {
+        let delegated = match NodeClient::of(driver, &endpoint).publish(publish).await {
             Ok(d) => d,
             Err(CallError::Final(e)) => {
                 if let Err(r) = voldata::remove_mount_dir(&mount, &is_mounted) {
@@ -346,7 +346,7 @@ impl CsiPlugin {
         let _one = if persistent { Some(self.lock(driver, handle).await) } else { None };
         let endpoint =
             self.endpoint(driver).map_err(|e| log(format!("Unmounter.TearDownAt failed to get CSI client: {e}")))?;
-        NodeClient::new(&endpoint)
+        NodeClient::of(driver, &endpoint)
             .unpublish(handle, &mount.display().to_string())
             .await
             .map_err(|e| log(format!("Unmounter.TearDownAt failed: {e}")))?;

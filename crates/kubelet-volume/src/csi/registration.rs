@@ -50,7 +50,7 @@ pub type NodeGetInfo = (String, i64, BTreeMap<String, String>);
 #[async_trait]
 pub trait NodeInfoSource: Send + Sync + 'static {
     /// The driver's id of this node, its volume limit (0: none) and its topology (`NodeGetInfo`).
-    async fn node_get_info(&self, endpoint: &str) -> Result<NodeGetInfo, String>;
+    async fn node_get_info(&self, driver: &str, endpoint: &str) -> Result<NodeGetInfo, String>;
 }
 
 /// `NodeGetInfo` over the driver's socket.
@@ -58,8 +58,8 @@ pub struct GrpcNodeInfo;
 
 #[async_trait]
 impl NodeInfoSource for GrpcNodeInfo {
-    async fn node_get_info(&self, endpoint: &str) -> Result<NodeGetInfo, String> {
-        super::node::NodeClient::new(endpoint).node_get_info().await.map_err(|e| e.to_string())
+    async fn node_get_info(&self, driver: &str, endpoint: &str) -> Result<NodeGetInfo, String> {
+        super::node::NodeClient::of(driver, endpoint).node_get_info().await.map_err(|e| e.to_string())
     }
 }
 
@@ -128,7 +128,7 @@ impl PluginHandler for RegistrationHandler {
         info!(driverName = name, endpoint, "Register new plugin");
         let highest = self.validate_versions("RegisterPlugin", name, versions)?;
         self.drivers.add(name, endpoint, highest);
-        let installed = match self.info.node_get_info(endpoint).await {
+        let installed = match self.info.node_get_info(name, endpoint).await {
             Ok((id, max, topology)) => match self.nodes() {
                 Ok(n) => n.install_driver(name, &id, max, &topology).await,
                 Err(e) => Err(e),

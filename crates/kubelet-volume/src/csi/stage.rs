@@ -104,7 +104,7 @@ impl CsiPlugin {
         let endpoint = self.endpoint(driver).map_err(|e| {
             device_error(spec, log_text(format!("attacher.MountDevice failed to create newCsiDriverClient: {e}")))
         })?;
-        let client = NodeClient::new(&endpoint);
+        let client = NodeClient::of(driver, &endpoint);
         let caps = client.capabilities().await.map_err(|e| device_error(spec, e.to_string()))?;
         let publish_context = self.publish_context(driver, handle).await.map_err(|e| device_error(spec, e))?;
         let staging = voldata::staging_path(&self.root, driver, handle);
@@ -294,7 +294,7 @@ impl CsiPlugin {
             }
             return Err(e);
         }
-        let client = NodeClient::new(endpoint);
+        let client = NodeClient::of(driver, endpoint);
         let caps = client.capabilities().await.map_err(|e| {
             log_text(format!("attacher.UnmountDevice failed to check whether STAGE_UNSTAGE_VOLUME set: {e}"))
         })?;

@@ -22,7 +22,7 @@ struct Driver(Mutex<Result<NodeGetInfo, String>>);
 
 #[async_trait]
 impl NodeInfoSource for Driver {
-    async fn node_get_info(&self, _: &str) -> Result<NodeGetInfo, String> {
+    async fn node_get_info(&self, _: &str, _: &str) -> Result<NodeGetInfo, String> {
         self.0.lock().unwrap().clone()
     }
 }

@@ -152,7 +152,7 @@ impl VolumeManager {
                 let Some(endpoint) = self.csi.as_ref().and_then(|c| c.driver_endpoint(&get("driverName"))) else {
                     continue;
                 };
-                let client = crate::csi::node::NodeClient::new(&endpoint);
+                let client = crate::csi::node::NodeClient::of(&get("driverName"), &endpoint);
                 let caps = match client.capabilities().await {
                     Ok(c) => c,
                     Err(e) => {
