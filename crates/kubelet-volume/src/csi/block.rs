@@ -122,22 +122,13 @@ impl CsiPlugin {
                 log_text(format!("blockMapper.SetupDevice failed to get volume attachment: {e}")),
             )
         })?;
+        // `failed to get NodeStageSecretRef ns/name: ...`, as the block mapper words it.
         let secrets = |r: &Option<k8s_openapi::api::core::v1::SecretReference>, which: &'static str| {
-            let r = r.clone();
+            let r = r.as_ref().map(|r| (r.namespace.clone().unwrap_or_default(), r.name.clone().unwrap_or_default()));
             async move {
-                let Some(r) = r else { return Ok(HashMap::new()) };
-                let (ns, name) = (r.namespace.unwrap_or_default(), r.name.unwrap_or_default());
-                let secret = objects.secret(&ns, &name).await?;
-                let secret =
-                    secret.ok_or_else(|| format!("failed to get {which} {ns}/{name}: secrets {name:?} not found"))?;
-                Ok::<_, String>(
-                    secret
-                        .data
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
-                        .collect(),
-                )
+                let Some((ns, name)) = r else { return Ok(HashMap::new()) };
+                let data = super::plugin::secret_data(objects, &ns, &name).await;
+                data.map_err(|e| format!("failed to get {which} {ns}/{name}: {e}"))
             }
         };
         let caps = client.capabilities().await.map_err(|e| failed("MapVolume.SetUpDevice", e.to_string()))?;

@@ -200,8 +200,8 @@ impl CsiPlugin {
     }
 
     /// The CSIDriver's lifecycle mode and fsGroup policy checks (`supportsVolumeLifecycleMode`,
-    /// `getFSGroupPolicy`): the policy, or the error.
-    fn check_driver(&self, driver: &str, mode: &str) -> Result<String, String> {
+    /// `getFSGroupPolicy`): the policy and the object, or the error.
+    fn check_driver(&self, driver: &str, mode: &str) -> Result<(String, Option<CSIDriver>), String> {
         let object = self
             .csi_driver(driver)
             .map_err(|e| log_text(format!("mounter.SetupAt failed to check volume lifecycle mode: {e}")))?;
@@ -213,7 +213,7 @@ impl CsiPlugin {
                 )));
             }
             // No CSIDriver object: a persistent volume with the default policy.
-            return Ok("ReadWriteOnceWithFSType".into());
+            return Ok(("ReadWriteOnceWithFSType".into(), None));
         };
         let spec = &object.spec;
         let modes = spec.volume_lifecycle_modes.clone().unwrap_or_else(|| vec![PERSISTENT.into()]);
@@ -224,7 +224,7 @@ impl CsiPlugin {
             )));
         }
         match spec.fs_group_policy.as_deref() {
-            Some(p) if !p.is_empty() => Ok(p.to_string()),
+            Some(p) if !p.is_empty() => Ok((p.to_string(), Some(object.clone()))),
             _ => Err(log_text(
                 "mounter.SetupAt failed to check fsGroup policy: kubernetes.io/csi: expected valid fsGroupPolicy, \
                  received nil value or empty string"
@@ -247,24 +247,15 @@ impl CsiPlugin {
         let driver = t.driver.as_str();
         let endpoint =
             self.endpoint(driver).map_err(|e| log_text(format!("mounter.SetUpAt failed to get CSI client: {e}")))?;
-        let policy = self.check_driver(driver, t.mode)?;
-        let object = self.csi_driver(driver).ok().flatten();
+        let (policy, object) = self.check_driver(driver, t.mode)?;
         let dir = voldata::volume_dir(pod_dir, &t.spec_name);
         let mount = dir.join("mount");
-        let mut secrets = HashMap::new();
-        if let Some((ns, secret_name)) = &t.publish_secret {
-            let failed = |e: String| {
-                format!(
-                    "fetching NodePublishSecretRef {ns}/{secret_name} failed: failed to find the secret {secret_name} \
-                     in the namespace {ns} with error: {e}"
-                )
-            };
-            let secret = objects.secret(ns, secret_name).await.map_err(failed)?;
-            let secret = secret.ok_or_else(|| failed(format!("secrets {secret_name:?} not found")))?;
-            for (k, v) in secret.data.unwrap_or_default() {
-                secrets.insert(k, String::from_utf8_lossy(&v.0).into_owned());
-            }
-        }
+        let secrets = match &t.publish_secret {
+            Some((ns, name)) => secret_data(objects, ns, name)
+                .await
+                .map_err(|e| format!("fetching NodePublishSecretRef {ns}/{name} failed: {e}"))?,
+            None => HashMap::new(),
+        };
         let mut context = t.attributes.clone();
         let spec = object.as_ref().map(|o| &o.spec);
         if spec.is_some_and(|s| s.pod_info_on_mount == Some(true)) {
@@ -363,6 +354,23 @@ impl CsiPlugin {
             .map_err(|e| log(format!("Unmounter.TearDownAt failed to clean mount dir [{}]: {e}", mount.display())))?;
         Ok(())
     }
+}
+
+/// The data of the secret `ns/name` as strings (`getCredentialsFromSecret`), the error in upstream's words.
+pub(super) async fn secret_data(
+    objects: &dyn ObjectSource,
+    ns: &str,
+    name: &str,
+) -> Result<HashMap<String, String>, String> {
+    let failed = |e: String| format!("failed to find the secret {name} in the namespace {ns} with error: {e}");
+    let secret = objects.secret(ns, name).await.map_err(failed)?;
+    let secret = secret.ok_or_else(|| failed(format!("secrets {name:?} not found")))?;
+    Ok(secret
+        .data
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+        .collect())
 }
 
 /// The pod's service account tokens the driver asks for (`podServiceAccountTokenAttrs`): Go's JSON of the token

@@ -162,21 +162,15 @@ impl CsiPlugin {
         is_mounted: &impl Fn(&Path) -> bool,
     ) -> Result<(), String> {
         let (driver, handle) = (pv.source.driver.as_str(), pv.source.volume_handle.as_str());
-        let mut secrets = HashMap::new();
-        if let Some(r) = &pv.source.node_stage_secret_ref {
-            let (ns, name) = (r.namespace.clone().unwrap_or_default(), r.name.clone().unwrap_or_default());
-            let failed = |e: String| {
-                format!(
-                    "fetching NodeStageSecretRef {ns}/{name} failed: failed to find the secret {name} in the \
-                     namespace {ns} with error: {e}"
-                )
-            };
-            let secret = objects.secret(&ns, &name).await.map_err(failed)?;
-            let secret = secret.ok_or_else(|| failed(format!("secrets {name:?} not found")))?;
-            for (k, v) in secret.data.unwrap_or_default() {
-                secrets.insert(k, String::from_utf8_lossy(&v.0).into_owned());
+        let secrets = match &pv.source.node_stage_secret_ref {
+            Some(r) => {
+                let (ns, name) = (r.namespace.as_deref().unwrap_or_default(), r.name.as_deref().unwrap_or_default());
+                super::plugin::secret_data(objects, ns, name)
+                    .await
+                    .map_err(|e| format!("fetching NodeStageSecretRef {ns}/{name} failed: {e}"))?
             }
-        }
+            None => HashMap::new(),
+        };
         let dir = staging.parent().unwrap_or(staging);
         if let Err(e) = voldata::save(dir, &staging_data(driver, handle)) {
             let _ = voldata::remove_mount_dir(staging, is_mounted);
@@ -223,13 +217,11 @@ impl CsiPlugin {
     /// (`kubernetes.io/csi/<driver>^<handle>`): what the node must keep reporting in use, also after a restart
     /// and until each is unstaged.
     pub fn in_use_on_node(&self) -> std::collections::BTreeSet<String> {
-        let pods = std::fs::read_dir(self.root.join("pods")).into_iter().flatten().flatten();
-        let published = pods
-            .flat_map(|p| std::fs::read_dir(p.path().join("volumes").join(voldata::PLUGIN_DIR)).into_iter().flatten())
-            .flatten()
-            .filter_map(|v| voldata::load(&v.path()).ok())
-            .filter(|d| d.get("volumeLifecycleMode").map(String::as_str) != Some("Ephemeral"))
-            .filter_map(|d| Some((d.get("driverName")?.clone(), d.get("volumeHandle")?.clone())));
+        let published = self
+            .published_volumes()
+            .into_iter()
+            .filter(|(_, d)| d.get("volumeLifecycleMode").map(String::as_str) != Some("Ephemeral"))
+            .filter_map(|(_, d)| Some((d.get("driverName")?.clone(), d.get("volumeHandle")?.clone())));
         let blocks = std::fs::read_dir(self.root.join("plugins/kubernetes.io/csi/volumeDevices"))
             .into_iter()
             .flatten()
@@ -260,18 +252,22 @@ impl CsiPlugin {
         }
     }
 
-    /// Whether a pod on this node still has the volume published (a `vol_data.json` of it under `pods`, but the
-    /// folder `except`).
-    pub(super) fn published_on_node(&self, driver: &str, handle: &str, except: Option<&Path>) -> bool {
+    /// Every pod's published CSI volume on this node: its folder and its `vol_data.json`.
+    fn published_volumes(&self) -> Vec<(PathBuf, voldata::VolumeData)> {
         let pods = std::fs::read_dir(self.root.join("pods")).into_iter().flatten().flatten();
         pods.flat_map(|p| std::fs::read_dir(p.path().join("volumes").join(voldata::PLUGIN_DIR)).into_iter().flatten())
             .flatten()
-            .filter(|v| except.is_none_or(|e| v.path() != e))
-            .filter_map(|v| voldata::load(&v.path()).ok())
-            .any(|d| {
-                d.get("driverName").map(String::as_str) == Some(driver)
-                    && d.get("volumeHandle").map(String::as_str) == Some(handle)
-            })
+            .filter_map(|v| voldata::load(&v.path()).ok().map(|d| (v.path(), d)))
+            .collect()
+    }
+
+    /// Whether a pod on this node still has the volume published (a `vol_data.json` of it under `pods`, but the
+    /// folder `except`).
+    pub(super) fn published_on_node(&self, driver: &str, handle: &str, except: Option<&Path>) -> bool {
+        self.published_volumes().into_iter().filter(|(dir, _)| except.is_none_or(|e| dir != e)).any(|(_, d)| {
+            d.get("driverName").map(String::as_str) == Some(driver)
+                && d.get("volumeHandle").map(String::as_str) == Some(handle)
+        })
     }
 
     /// `UnmountDevice`: `NodeUnstageVolume` where the driver stages, then the staging folder and its

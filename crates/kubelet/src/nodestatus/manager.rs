@@ -374,6 +374,17 @@ mod tests {
         }
     }
 
+    /// Updates every 10 s, reports every 5 minutes, no labels or taints.
+    fn config() -> NodeStatusConfig {
+        NodeStatusConfig {
+            update_frequency: Duration::from_secs(10),
+            report_frequency: Duration::from_secs(300),
+            node_labels: Default::default(),
+            register_with_taints: vec![],
+            register_schedulable: true,
+        }
+    }
+
     fn inputs() -> NodeInputs {
         NodeInputs {
             node_name: "n1".into(),
@@ -400,13 +411,7 @@ mod tests {
     async fn registers_then_reports_on_change_or_every_report_period() {
         let api = Arc::new(FakeApi::new());
         let signals = Arc::new(Signals(Mutex::new(NodeHealth::default())));
-        let cfg = NodeStatusConfig {
-            update_frequency: Duration::from_secs(10),
-            report_frequency: Duration::from_secs(300),
-            node_labels: [("role".to_string(), "edge".to_string())].into(),
-            register_with_taints: vec![],
-            register_schedulable: true,
-        };
+        let cfg = NodeStatusConfig { node_labels: [("role".to_string(), "edge".to_string())].into(), ..config() };
         let m = NodeStatusManager::new(api.clone(), signals.clone(), inputs(), cfg, Arc::new(TestClock::fixed()));
         let mut reg = m.registered();
         let cancel = CancellationToken::new();
@@ -459,13 +464,7 @@ mod tests {
         let api = Arc::new(FakeApi::new());
         let health = NodeHealth { not_ready: vec!["CSINode is not yet initialized".into()], ..Default::default() };
         let signals = Arc::new(Signals(Mutex::new(health)));
-        let cfg = NodeStatusConfig {
-            update_frequency: Duration::from_secs(10),
-            report_frequency: Duration::from_secs(300),
-            node_labels: Default::default(),
-            register_with_taints: vec![],
-            register_schedulable: true,
-        };
+        let cfg = config();
         let (devices, devices_rx) = tokio::sync::watch::channel(0u64);
         let (storage, storage_rx) = tokio::sync::watch::channel(0u64);
         let m = NodeStatusManager::new(api.clone(), signals.clone(), inputs(), cfg, Arc::new(TestClock::fixed()))
@@ -499,13 +498,7 @@ mod tests {
         n.metadata.labels = Some([("kubernetes.io/hostname".to_string(), "old".to_string())].into());
         api.create_node(&n).await.unwrap();
         let signals = Arc::new(Signals(Mutex::new(NodeHealth::default())));
-        let cfg = NodeStatusConfig {
-            update_frequency: Duration::from_secs(10),
-            report_frequency: Duration::from_secs(300),
-            node_labels: Default::default(),
-            register_with_taints: vec![],
-            register_schedulable: true,
-        };
+        let cfg = config();
         let m = NodeStatusManager::new(api.clone(), signals, inputs(), cfg, Arc::new(TestClock::fixed()));
         let registered = m.try_register().await.unwrap();
         assert_eq!(api.node("n1").unwrap().metadata.labels.unwrap()["kubernetes.io/hostname"], "n1");
