@@ -3,6 +3,7 @@
 //! given (`podresources`, upstream's `pkg/kubelet/apis/podresources`). The core asks them through traits it owns;
 //! they never import each other.
 
+pub mod allocation_state;
 pub mod checksum;
 pub mod cpumanager;
 pub mod devicemanager;

@@ -521,11 +521,61 @@ metric!(
     )
 );
 
+/// `podResizeDurationBuckets`.
+pub const POD_RESIZE_DURATION_BUCKETS: [f64; 14] = [
+    10.0, 50.0, 100.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0, 20000.0, 30000.0, 60000.0, 120000.0, 300000.0, 600000.0,
+];
+
+metric!(
+    /// `kubelet_container_requested_resizes_total{resource, requirement, operation}`.
+    CONTAINER_REQUESTED_RESIZES: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_container_requested_resizes_total",
+        "Number of requested resizes, counted at the container level. Different resources on the same container are counted separately. The 'requirement' label refers to 'memory' or 'limits'; the 'operation' label can be one of 'add', 'remove', 'increase' or 'decrease'.",
+        &["operation", "requirement", "resource"],
+    ))
+);
+metric!(
+    /// `kubelet_pod_resize_duration_milliseconds{success}`: one actuation of a pod's resize.
+    POD_RESIZE_DURATION: HistogramVec = HistogramVec::new(
+        Opts::alpha("kubelet_pod_resize_duration_milliseconds", "Duration in milliseconds to actuate a pod resize", &["success"]),
+        POD_RESIZE_DURATION_BUCKETS.to_vec(),
+    )
+);
+metric!(
+    /// `kubelet_pod_pending_resizes{reason}`: pods whose resize waits (`deferred`, `infeasible`).
+    POD_PENDING_RESIZES: GaugeVec =
+        GaugeVec::new(Opts::alpha("kubelet_pod_pending_resizes", "Number of pending resizes for pods.", &["reason"]))
+);
+metric!(
+    /// `kubelet_pod_infeasible_resizes_total{reason_detail}`.
+    POD_INFEASIBLE_RESIZES: CounterVec =
+        CounterVec::new(Opts::alpha("kubelet_pod_infeasible_resizes_total", "Number of infeasible resizes for pods.", &["reason_detail"]))
+);
+metric!(
+    /// `kubelet_pod_in_progress_resizes`.
+    POD_IN_PROGRESS_RESIZES: GaugeVec =
+        GaugeVec::new(Opts::alpha("kubelet_pod_in_progress_resizes", "Number of in-progress resizes for pods.", &[]))
+);
+metric!(
+    /// `kubelet_pod_deferred_accepted_resizes_total{retry_trigger}`.
+    POD_DEFERRED_ACCEPTED_RESIZES: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_pod_deferred_accepted_resizes_total",
+        "Cumulative number of resizes that were accepted after being deferred.",
+        &["retry_trigger"],
+    ))
+);
+
 /// Registers every kubelet metric and the process collector in [`crate::global`] (idempotent).
 pub fn register_all() {
     static DONE: std::sync::Once = std::sync::Once::new();
     DONE.call_once(|| {
         LazyLock::force(&POD_START_DURATION);
+        LazyLock::force(&CONTAINER_REQUESTED_RESIZES);
+        LazyLock::force(&POD_RESIZE_DURATION);
+        LazyLock::force(&POD_PENDING_RESIZES);
+        LazyLock::force(&POD_INFEASIBLE_RESIZES);
+        LazyLock::force(&POD_IN_PROGRESS_RESIZES);
+        LazyLock::force(&POD_DEFERRED_ACCEPTED_RESIZES);
         LazyLock::force(&DRA_OPERATIONS_DURATION);
         LazyLock::force(&DRA_GRPC_OPERATIONS_DURATION);
         LazyLock::force(&DRA_RESOURCE_CLAIMS_IN_USE);

@@ -62,6 +62,14 @@ pub struct PodActions {
     pub ephemeral_containers_to_start: Vec<usize>,
     /// Containers to kill, by container ID.
     pub containers_to_kill: BTreeMap<String, KillInfo>,
+    /// Running containers whose memory is resized in place, decreases first (`ContainersToUpdate[memory]`).
+    pub memory_updates: Vec<crate::resize::ContainerToUpdate>,
+    /// Running containers whose CPU is resized in place, decreases first (`ContainersToUpdate[cpu]`).
+    pub cpu_updates: Vec<crate::resize::ContainerToUpdate>,
+    /// A container is restarted for its resize: the pod cgroup follows (`UpdatePodResources`).
+    pub update_pod_resources: bool,
+    /// What the runtime was last told of each container resized in place.
+    pub current: BTreeMap<String, crate::resize::Amounts>,
 }
 
 fn restart_policy(pod: &Pod) -> &str {
@@ -403,6 +411,7 @@ mod tests {
             reason: String::new(),
             message: String::new(),
             log_path: String::new(),
+            resources: None,
         }
     }
 
@@ -555,6 +564,7 @@ mod tests {
             reason: String::new(),
             message: String::new(),
             log_path: String::new(),
+            resources: None,
         }
     }
 

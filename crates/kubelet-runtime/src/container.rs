@@ -534,6 +534,13 @@ impl RuntimeManager {
         }
         let userns = self.user_namespace(pod).map_err(|m| err("CreateContainerConfigError", m))?;
         config_gen::set_container_user_namespace(&mut config, userns);
+        // The container is made with its resources: they are what the runtime was last told.
+        let requirements = c.resources.clone().unwrap_or_default();
+        self.actuated.set_container(uid.as_str(), &c.name, &requirements).map_err(|e| {
+            let m = e.to_string();
+            self.recorder.event(&container_reference(pod, &c.name), WARNING, reason::FAILED, format!("Error: {m}"));
+            err("CreateContainerConfigError", m)
+        })?;
         kubelet_metrics::kubelet::STARTED_CONTAINERS.inc(&[kind]);
         let created = self.runtime.create_container(sandbox_id, config, sandbox_config.clone()).await;
         image_volume_metrics(c, inputs.image_volumes, created.as_ref().err());

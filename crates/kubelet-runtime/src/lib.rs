@@ -29,6 +29,8 @@ pub mod pleg;
 pub mod pull;
 pub use kubelet_types::qos;
 pub mod reasons;
+pub mod resize;
+pub mod resize_run;
 pub mod resources;
 pub mod runtime_handlers;
 pub mod security;

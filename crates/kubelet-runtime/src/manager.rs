@@ -181,6 +181,10 @@ pub struct RuntimeManager {
     pub(crate) devices: Arc<dyn crate::devices::ContainerDevices>,
     /// The CPU manager: each container's cpuset.
     pub(crate) cpus: Arc<dyn crate::cpus::ContainerCpus>,
+    /// The pod cgroups, for in-place resizes.
+    pub(crate) pod_cgroups: Arc<dyn crate::resize::PodCgroupResizer>,
+    /// What the runtime was last told of each container's resources (`actuated_pods_state`).
+    pub(crate) actuated: Arc<kubelet_cm::allocation_state::PodResourceState>,
 }
 
 impl std::fmt::Debug for RuntimeManager {
@@ -247,6 +251,8 @@ impl RuntimeManager {
             image_volumes_in_use: Default::default(),
             devices: Arc::new(crate::devices::NoDevices),
             cpus: Arc::new(crate::cpus::NoCpus),
+            pod_cgroups: Arc::new(crate::resize::NoPodCgroups),
+            actuated: Arc::new(kubelet_cm::allocation_state::PodResourceState::in_memory()),
         }
     }
 
@@ -596,6 +602,7 @@ impl RuntimeManager {
             } else {
                 st.reason.clone()
             };
+            let actuated = self.actuated.container(uid.as_str(), &info.name);
             status.container_statuses.push(ContainerStatus {
                 id: st.id,
                 name: info.name,
@@ -611,6 +618,10 @@ impl RuntimeManager {
                 reason,
                 message,
                 log_path: st.log_path,
+                resources: crate::resize::fill_from_actuated(
+                    crate::resize::from_runtime(st.resources.as_ref()),
+                    actuated.as_ref(),
+                ),
             });
         }
         Ok(status)
@@ -634,7 +645,9 @@ impl RuntimeManager {
     }
 
     async fn sync_pod_inner(&self, pod: &Pod, status: &PodStatus) -> SyncResult {
-        let actions = compute_pod_actions(pod, status, self.health.as_ref());
+        let mut actions = compute_pod_actions(pod, status, self.health.as_ref());
+        let uid_str = pod.metadata.uid.clone().unwrap_or_default();
+        crate::resize::compute_resize_actions(pod, status, &|c| self.actuated.container(&uid_str, c), &mut actions);
         debug!(pod = %pod_ref(pod), ?actions, "computed pod actions");
         let mut result = SyncResult {
             changed: actions.kill_pod || actions.create_sandbox || !actions.containers_to_kill.is_empty(),
@@ -783,6 +796,13 @@ impl RuntimeManager {
                         return;
                     }
                 }
+            }
+        }
+        // SyncPod step 7: containers resized in place, with the pod cgroup.
+        if !actions.memory_updates.is_empty() || !actions.cpu_updates.is_empty() || actions.update_pod_resources {
+            result.changed = true;
+            if let Err(e) = self.do_pod_resize(pod, actions).await {
+                result.errors.push(e);
             }
         }
         for &i in &actions.containers_to_start {

@@ -27,7 +27,8 @@ pub use clock::{Clock, SystemClock, TestClock};
 pub use pleg::{PodLifecycleEvent, PodLifecycleEventType};
 pub use pod_update::{Operation, PodSource, PodUpdate};
 pub use runtime::{
-    ContainerState, ContainerStatus, PodStatus, PodUid, RuntimeContainer, RuntimePod, SandboxState, SandboxStatus,
+    ContainerResources, ContainerState, ContainerStatus, PodStatus, PodUid, RuntimeContainer, RuntimePod, SandboxState,
+    SandboxStatus,
 };
 
 /// The API pod type every crate speaks.

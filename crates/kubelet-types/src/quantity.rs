@@ -405,6 +405,11 @@ pub fn binary_si(bytes: i64) -> String {
     format!("{v}{}", suffixes[i])
 }
 
+/// Millicores as a decimal-SI quantity prints (`resource.NewMilliQuantity(m, DecimalSI).String()`: `250m`, `1`).
+pub fn milli_string(milli: i64) -> String {
+    ParsedQuantity::parse(&format!("{milli}m")).map(|q| q.to_string()).unwrap_or_else(|_| format!("{milli}m"))
+}
+
 #[cfg(test)]
 mod exact_tests {
     use super::*;

@@ -114,6 +114,22 @@ pub struct ContainerStatus {
     pub message: String,
     /// Log path.
     pub log_path: String,
+    /// The CPU and memory the runtime says the container has (None: it reports none).
+    pub resources: Option<ContainerResources>,
+}
+
+/// A container's CPU and memory as the runtime reports them (`kubecontainer.ContainerResources`, from CRI's
+/// `ContainerStatus.resources.linux` as upstream's `toKubeContainerResources` reads it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ContainerResources {
+    /// From the CPU shares, in millicores.
+    pub cpu_request_milli: Option<i64>,
+    /// From the CFS quota and period, in millicores.
+    pub cpu_limit_milli: Option<i64>,
+    /// Memory request in bytes (runtimes do not report it: upstream fills it from the actuated resources).
+    pub memory_request: Option<i64>,
+    /// Memory limit in bytes.
+    pub memory_limit: Option<i64>,
 }
 
 /// Full status of one sandbox (from PodSandboxStatus).

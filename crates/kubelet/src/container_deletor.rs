@@ -110,6 +110,7 @@ mod tests {
                     reason: String::new(),
                     message: String::new(),
                     log_path: String::new(),
+                    resources: None,
                 })
                 .collect(),
             ..Default::default()

@@ -151,6 +151,14 @@ impl FakeNode {
             status: status.clone(),
             recorder,
             node_name: "fake-node".into(),
+            allocations: Arc::new(crate::allocation::Allocations::new(Arc::new(
+                kubelet_cm::allocation_state::PodResourceState::in_memory(),
+            ))),
+            resize_facts: crate::allocation::ResizeFacts {
+                allocatable_cpu_milli: i64::MAX,
+                allocatable_memory: i64::MAX,
+                static_cpu_policy: false,
+            },
         });
         let sync_loop = match preemption {
             Some(p) => sync_loop.with_preemption(p),

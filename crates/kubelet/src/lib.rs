@@ -13,6 +13,7 @@
 
 pub mod admission;
 pub mod admission_fields;
+pub mod allocation;
 pub mod cm;
 pub mod container_deletor;
 pub mod cpus;

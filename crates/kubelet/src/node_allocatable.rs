@@ -131,6 +131,12 @@ fn enforce_existing(mount: &Path, cgroup: &str, amounts: Amounts) -> Result<(), 
     apply(mount, cgroup, amounts)
 }
 
+/// Capacity less the kube and system reservations, whatever is enforced (`GetNodeAllocatableAbsolute`): what a pod's
+/// resize is checked against.
+pub fn allocatable_absolute(c: &EnforceConfig) -> Amounts {
+    c.capacity.minus(c.system_reserved, c.kube_reserved)
+}
+
 /// The pods cgroup's amounts: allocatable with `pods` enforced, else the capacity.
 pub fn pods_amounts(c: &EnforceConfig) -> Amounts {
     if c.enforce.iter().any(|e| e == "pods") {

@@ -87,6 +87,10 @@ pub struct SyncLoopDeps {
     pub recorder: Arc<dyn Recorder>,
     /// The node's name (its events).
     pub node_name: String,
+    /// The pods' allocated resources (in-place resize).
+    pub allocations: Arc<crate::allocation::Allocations>,
+    /// What resizes are checked against besides the other pods.
+    pub resize_facts: crate::allocation::ResizeFacts,
 }
 
 /// The sync loop.
@@ -116,7 +120,14 @@ pub struct SyncLoop {
     preempted: (mpsc::Sender<Preempted>, mpsc::Receiver<Preempted>),
     /// Removes dead containers as they die (started with the loop).
     deletor: Option<crate::container_deletor::ContainerDeletor>,
+    /// Pods whose resize waits, in the order they are decided ([`resize`]).
+    pending_resizes: Vec<PodUid>,
+    /// When pending resizes are decided again.
+    resize_retry_at: tokio::time::Instant,
 }
+
+#[path = "sync_loop_resize.rs"]
+mod resize;
 
 /// An ended preemption: the critical pod and the pods stopped for it.
 type Preempted = (PodUid, Vec<PodUid>);
@@ -128,6 +139,23 @@ const PREEMPTED_CHANNEL_CAPACITY: usize = 16;
 /// The pod list for the read-only API is published at most this long after a change: building it costs O(pods),
 /// and while thousands of pods start, updates arrive faster than that is worth paying for each.
 const PUBLISH_DELAY: Duration = Duration::from_millis(100);
+
+/// Whether a running container of `new` reports less CPU or memory in its status than in `old` (HandlePodReconcile's
+/// check of the status resources).
+fn status_resources_shrank(old: &Pod, new: &Pod) -> bool {
+    let requests = |p: &Pod| {
+        let mut cpu_mem = (0.0, 0.0);
+        for s in p.status.iter().flat_map(|s| s.container_statuses.iter().flatten()) {
+            let r = s.resources.as_ref().and_then(|r| r.requests.as_ref());
+            let get = |n: &str| r.and_then(|r| r.get(n)).and_then(|q| kubelet_types::quantity::parse_quantity(&q.0));
+            cpu_mem.0 += get("cpu").unwrap_or(0.0);
+            cpu_mem.1 += get("memory").unwrap_or(0.0);
+        }
+        cpu_mem
+    };
+    let (o, n) = (requests(old), requests(new));
+    n.0 < o.0 || n.1 < o.1
+}
 
 fn full_name(p: &Pod) -> (String, String) {
     (p.metadata.namespace.clone().unwrap_or_default(), p.metadata.name.clone().unwrap_or_default())
@@ -151,6 +179,8 @@ impl SyncLoop {
             victims: HashSet::new(),
             preempted: mpsc::channel(PREEMPTED_CHANNEL_CAPACITY),
             deletor: None,
+            pending_resizes: vec![],
+            resize_retry_at: tokio::time::Instant::now() + resize::INITIAL_RETRY_DELAY,
         }
     }
 
@@ -187,6 +217,9 @@ impl SyncLoop {
                 Some(e) = self.deps.pleg_events.recv() => self.handle_pleg(e),
                 Some(u) = self.deps.probe_updates.recv() => self.handle_probe(u),
                 _ = housekeeping.tick() => self.housekeeping(),
+                _ = tokio::time::sleep_until(self.resize_retry_at), if !self.pending_resizes.is_empty() => {
+                    self.retry_pending_resizes("periodic_retry").await;
+                }
                 _ = tokio::time::sleep_until(publish_at.unwrap_or_else(tokio::time::Instant::now)), if publish_at.is_some() => {
                     self.publish();
                 }
@@ -200,11 +233,14 @@ impl SyncLoop {
         self.deps.pods_out.send_replace(Arc::new(pods));
     }
 
+    /// Hands the pod to its worker with the resources allocated to it (the worker never runs a resize the loop has
+    /// not admitted).
     fn dispatch(&self, t: UpdateType, pod: &Arc<Pod>, removed: bool) {
+        let (pod, _) = self.deps.allocations.allocated_pod(pod);
         self.deps.workers.update_pod(UpdatePodOptions {
             update_type: t,
-            key: PodKey::of(pod),
-            pod: Some(pod.clone()),
+            key: PodKey::of(&pod),
+            pod: Some(pod),
             grace_override: None,
             removed,
             status: None,
@@ -231,23 +267,34 @@ impl SyncLoop {
             return;
         }
         info!(op = %u.op, source = %u.source, pods = ?u.pods.iter().map(|p| kubelet_types::pod_update::pod_ref(p)).collect::<Vec<_>>(), "SyncLoop");
+        let mut shrank_reconcile = false;
         match u.op {
             Operation::Add => {
                 let mut pods = u.pods;
                 pods.sort_by(|a, b| a.metadata.creation_timestamp.cmp(&b.metadata.creation_timestamp));
-                for p in pods {
-                    let known = self.pods.get(&kubelet_types::pod_update::pod_uid(&p)).is_some();
+                let mut differing = vec![];
+                for p in &pods {
+                    let uid = kubelet_types::pod_update::pod_uid(p);
+                    let known = self.pods.get(&uid).is_some();
                     self.pods.add_or_update(p.clone());
-                    if !known && !self.admit(&p).await {
+                    if !known && !self.admit(p).await {
                         continue;
                     }
-                    self.dispatch(UpdateType::Create, &p, false);
+                    if self.deps.allocations.allocated_pod(p).1 {
+                        differing.push(uid);
+                    }
+                    self.dispatch(UpdateType::Create, p, false);
                 }
+                self.resize_after_additions(&pods, differing).await;
             }
             Operation::Update | Operation::Delete => {
                 for p in u.pods {
-                    self.pods.add_or_update(p.clone());
                     let uid = kubelet_types::pod_update::pod_uid(&p);
+                    let old = self.pods.get(&uid).cloned();
+                    self.pods.add_or_update(p.clone());
+                    if !self.rejected.contains(&uid) {
+                        self.resize_on_update(old.as_ref(), &p).await;
+                    }
                     // A rejected pod only ever gets stopped (so its deletion completes).
                     if self.rejected.contains(&uid) && p.metadata.deletion_timestamp.is_none() {
                         continue;
@@ -263,12 +310,22 @@ impl SyncLoop {
                 for p in u.pods {
                     let uid = kubelet_types::pod_update::pod_uid(&p);
                     self.pods.remove(&uid);
+                    self.deps.allocations.remove(uid.as_str());
                     self.rejected.remove(&uid);
                     self.preempting.remove(&uid);
                     self.dispatch(UpdateType::Kill, &p, true);
                 }
+                if !self.pending_resizes.is_empty() {
+                    self.retry_pending_resizes("pods_removed").await;
+                }
             }
             Operation::Reconcile => {
+                // A running container that got smaller may make room for a deferred resize.
+                shrank_reconcile = !self.pending_resizes.is_empty()
+                    && u.pods.iter().any(|p| {
+                        let old = self.pods.get(&kubelet_types::pod_update::pod_uid(p));
+                        old.is_some_and(|o| status_resources_shrank(o, p))
+                    });
                 for p in u.pods {
                     // A status change of another client (a readiness gate's condition) that changes `Ready`
                     // asks for a sync, as upstream's HandlePodReconcile.
@@ -281,6 +338,9 @@ impl SyncLoop {
             }
         }
         self.unpublished_since.get_or_insert_with(tokio::time::Instant::now);
+        if shrank_reconcile {
+            self.retry_pending_resizes("pod_resized").await;
+        }
     }
 
     /// Runs the admit handlers on a new pod (`canAdmitPod`); a rejected pod gets its Failed status and an event
@@ -293,18 +353,18 @@ impl SyncLoop {
         }
         let uid = kubelet_types::pod_update::pod_uid(pod);
         let others = self.admitted_pods(&uid);
-        let (before, after) = self.deps.admit.split_at(self.deps.allocate_after.min(self.deps.admit.len()));
-        let mut refused = before.iter().find_map(|h| h.admit(pod, &others));
-        if refused.is_none()
-            && let Some(a) = &self.deps.allocator
-        {
-            refused = a.allocate(pod, &others).await;
-        }
-        let r = match refused.or_else(|| after.iter().find_map(|h| h.admit(pod, &others))) {
+        // A restarted kubelet admits a pod with what it had allocated (the source of truth for a pod whose resize
+        // it had not admitted yet); an admitted pod's resources are recorded as allocated.
+        let (allocated, _) = self.deps.allocations.allocated_pod(pod);
+        let r = match self.check_admission(&allocated, &others).await {
             Some(r) => r,
-            None => match self.preemption.as_ref().map(|p| p.plan(pod, &others)) {
-                None | Some(Plan::Admit) => return true,
+            None => match self.preemption.as_ref().map(|p| p.plan(&allocated, &others)) {
+                None | Some(Plan::Admit) => {
+                    self.deps.allocations.record(&allocated);
+                    return true;
+                }
                 Some(Plan::Preempt { victims, requirements }) => {
+                    self.deps.allocations.record(&allocated);
                     self.start_preemption(pod, victims, requirements);
                     return false;
                 }
@@ -323,6 +383,21 @@ impl SyncLoop {
         self.deps.status.set_pod_status(pod, status);
         self.rejected.insert(uid);
         false
+    }
+
+    /// The first refusal of the admit handlers, with the device allocation in upstream's place among them
+    /// (`canAdmitPod`); `others` are the admitted pods as allocated.
+    async fn check_admission(&self, pod: &Arc<Pod>, others: &[Arc<Pod>]) -> Option<crate::admission::AdmitResult> {
+        let (before, after) = self.deps.admit.split_at(self.deps.allocate_after.min(self.deps.admit.len()));
+        if let Some(r) = before.iter().find_map(|h| h.admit(pod, others)) {
+            return Some(r);
+        }
+        if let Some(a) = &self.deps.allocator
+            && let Some(r) = a.allocate(pod, others).await
+        {
+            return Some(r);
+        }
+        after.iter().find_map(|h| h.admit(pod, others))
     }
 
     /// Stops `victims` for the critical `pod` on a task of its own; the loop is told when they are stopped.
@@ -370,7 +445,7 @@ impl SyncLoop {
                 let terminal = is_terminal_phase(status_phase.as_deref()) || is_terminal_phase(api_phase.as_deref());
                 !terminal || worker == Some(WorkerPhase::Terminating)
             })
-            .cloned()
+            .map(|p| self.deps.allocations.allocated_pod(p).0)
             .collect()
     }
 
@@ -520,6 +595,10 @@ impl SyncLoop {
         // The same for user namespace ranges (one a running pod uses must never be handed out) and cgroups.
         if self.deps.cache.is_primed() {
             self.deps.runtime.cleanup_user_namespaces(&active);
+            // Allocations and actuated resources of pods gone entirely (RemoveOrphanedPods).
+            let keep: HashSet<String> = active.iter().map(|u| u.as_str().to_string()).collect();
+            self.deps.allocations.retain(&keep);
+            self.deps.runtime.forget_actuated_except(&keep);
             for uid in self.deps.cgroups.list_pods() {
                 if !active.contains(&uid) {
                     info!(podUID = %uid, "removing orphaned pod cgroup");

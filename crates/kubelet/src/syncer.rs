@@ -208,6 +208,20 @@ impl KubeletSyncer {
         }
     }
 
+    /// Marks the pod's resize in progress while a running container lacks its allocated resources, and clears it
+    /// with a `ResizeCompleted` event once none does (SyncPod's IsPodResizeInProgress check).
+    fn track_resize(&self, pod: &Pod, rt: &PodStatus) {
+        let uid = kubelet_types::pod_update::pod_uid(pod);
+        if self.runtime.is_pod_resize_in_progress(pod, rt) {
+            self.status.resize().set_in_progress(&uid, "", "", pod.metadata.generation.unwrap_or(0));
+        } else if self.status.resize().clear_in_progress(&uid) {
+            let message = crate::allocation::resize_completed_message(pod);
+            info!(pod = %kubelet_types::pod_update::pod_ref(pod), podUID = %uid, "pod resize completed");
+            let reference = kubelet_types::events::pod_reference(pod);
+            self.runtime.recorder().event(&reference, kubelet_types::events::NORMAL, "ResizeCompleted", message);
+        }
+    }
+
     async fn publish(&self, pod: &Pod, rt: &PodStatus, terminal: bool) -> Option<String> {
         self.publish_with(pod, rt, terminal, None).await
     }
@@ -231,7 +245,17 @@ impl KubeletSyncer {
                 DEADLINE_EXCEEDED_MESSAGE.into(),
             );
         }
+        let uid = kubelet_types::pod_update::pod_uid(pod);
+        let resize_conditions = if terminal {
+            // A terminal pod's resize is over (determinePodResizeStatus).
+            self.status.resize().clear_in_progress(&uid);
+            self.status.resize().clear_pending(&uid);
+            vec![]
+        } else {
+            self.status.resize().get(&uid)
+        };
         let inputs = StatusInputs {
+            resize_conditions: &resize_conditions,
             runtime: rt,
             reasons: self.runtime.reasons(),
             runtime_name: &name,
@@ -265,6 +289,7 @@ impl PodSyncer for KubeletSyncer {
                 return SyncOutcome::Retry(WORKER_BACKOFF);
             }
         };
+        self.track_resize(pod, &rt);
         let phase = self.publish(pod, &rt, false).await;
         if is_terminal_phase(phase.as_deref()) {
             info!(pod = %key, podUID = %key.uid, phase = ?phase, "pod is terminal");
@@ -315,8 +340,13 @@ impl PodSyncer for KubeletSyncer {
         // Publish what the sync did right away rather than at the next sync (upstream shows a step's reason only
         // then, so `ImagePullBackOff` after `ErrImagePull` could wait for minutes); a sync that changed nothing in
         // the runtime but failed (a back-off) publishes its reasons over the status it started from.
+        let generation = pod.metadata.generation.unwrap_or(0);
+        for e in result.errors.iter().filter(|e| e.action == kubelet_runtime::resize_run::RESIZE_ACTION) {
+            self.status.resize().set_in_progress(&key.uid, crate::status::resize::ERROR, &e.message, generation);
+        }
         if result.changed {
             if let Ok(rt) = self.inspect(&key).await {
+                self.track_resize(pod, &rt);
                 let phase = self.publish(pod, &rt, false).await;
                 if is_terminal_phase(phase.as_deref()) {
                     return SyncOutcome::Terminal;

@@ -257,6 +257,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
 
     // The Node admission reads: the initial one until the apiserver's is known (`getNodeAnyWay`).
     let inputs = node::node_inputs(&cfg, &node_name, &host_ips, &root_dir, runtime_version);
+    let resize_facts = crate::node::resize_facts(&cfg, &inputs);
     let mut initial_node =
         kubelet::nodestatus::setters::initial_node_with_status(&inputs, &cli.node_labels, &cfg.register_with_taints);
     kubelet::nodestatus::setters::set_runtime_status(&mut initial_node, &runtime_state.runtime_info());
@@ -273,7 +274,11 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         kubelet::cm::root::validate_cgroup_root(std::path::Path::new("/sys/fs/cgroup"), cgroup_root, systemd)?;
         info!(cgroupRoot = cgroup_root, "container manager verified user specified cgroup-root exists");
     }
-    let cgroups: Arc<dyn PodCgroups> = if cfg.cgroups_per_qos.unwrap_or(true) && systemd {
+    let (cgroups, pod_cgroups): (Arc<dyn PodCgroups>, Arc<dyn kubelet_runtime::resize::PodCgroupResizer>) = if cfg
+        .cgroups_per_qos
+        .unwrap_or(true)
+        && systemd
+    {
         kubelet::cm::systemd::SystemdCgroups::check(std::path::Path::new("/run"))
             .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
         let (pods, reserved) = crate::node::pods_allocatable(&cfg, &inputs);
@@ -289,7 +294,8 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
             allocatable_events.push(t.applied().message);
         }
         info!(cgroupRoot = cgroup_root, "cgroupDriver systemd: the pods slice and the QoS slices made through systemd");
-        Arc::new(m)
+        let m = Arc::new(m);
+        (m.clone(), m)
     } else if cfg.cgroups_per_qos.unwrap_or(true) {
         let root = PathBuf::from("/sys/fs/cgroup");
         let m = CgroupfsManager::new(&root)
@@ -298,9 +304,10 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
             .with_hugepage_sizes(hugepage_sizes.clone());
         m.setup_qos().context("create the kubepods QoS cgroups (is /sys/fs/cgroup writable?)")?;
         allocatable_events = crate::node::enforce_node_allocatable(&cfg, &inputs, &root)?;
-        Arc::new(m)
+        let m = Arc::new(m);
+        (m.clone(), m)
     } else {
-        Arc::new(NoCgroups)
+        (Arc::new(NoCgroups), Arc::new(kubelet_runtime::resize::NoPodCgroups))
     };
 
     let rm_cfg = RuntimeManagerConfig {
@@ -486,6 +493,14 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     let runtime = RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone())
         .with_devices(devices.clone())
         .with_cpus(cpus.clone())
+        .with_pod_cgroups(pod_cgroups)
+        .with_actuated_state(Arc::new(
+            kubelet_cm::allocation_state::PodResourceState::open(
+                &root_dir,
+                kubelet_cm::allocation_state::ACTUATED_FILE,
+            )
+            .context("failed to initialize actuated state checkpoint")?,
+        ))
         .with_volumes(volumes.clone())
         .with_recorder(recorder.clone())
         .with_probe_results(probes.clone())
@@ -734,6 +749,11 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         Arc::new(kubelet::pressure::WorkerKiller(workers.clone())),
         recorder.clone(),
     ));
+    // The resources allocated to each pod (in-place resize): a checkpoint that cannot be read stops the start.
+    let allocations = Arc::new(kubelet::allocation::Allocations::new(Arc::new(
+        kubelet_cm::allocation_state::PodResourceState::open(&root_dir, kubelet_cm::allocation_state::ALLOCATED_FILE)
+            .context("failed to initialize allocation checkpoint manager")?,
+    )));
     let sync_loop = SyncLoop::new(SyncLoopDeps {
         updates: upd_rx,
         pleg_events: pleg_rx,
@@ -758,6 +778,8 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         status: status.clone(),
         recorder,
         node_name: node_name.clone(),
+        allocations,
+        resize_facts,
     })
     .with_preemption(preemption);
     tracker.spawn(sync_loop.run(cancel.clone()));

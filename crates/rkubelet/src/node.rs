@@ -181,6 +181,19 @@ pub fn pods_allocatable(
     (kubelet::node_allocatable::pods_amounts(&c), kubelet::node_allocatable::reserved_targets(&c))
 }
 
+/// What pods' resizes are checked against (`nodeAllocatableAbsolute`, the CPU manager's policy).
+pub fn resize_facts(
+    cfg: &kubelet_config::kubelet_config::KubeletConfiguration,
+    inputs: &kubelet::nodestatus::setters::NodeInputs,
+) -> kubelet::allocation::ResizeFacts {
+    let a = kubelet::node_allocatable::allocatable_absolute(&enforce_config(cfg, inputs, std::path::Path::new("/")));
+    kubelet::allocation::ResizeFacts {
+        allocatable_cpu_milli: a.cpu_milli.unwrap_or(inputs.machine.num_cores as i64 * 1000),
+        allocatable_memory: a.memory.unwrap_or(memory_capacity() as i64),
+        static_cpu_policy: cfg.cpu_manager_policy.eq_ignore_ascii_case("static"),
+    }
+}
+
 /// `enforceNodeAllocatable` on the pods cgroup and the reserved cgroups (`enforceNodeAllocatableCgroups`); the
 /// messages of upstream's `SuccessfulNodeAllocatableEnforcement` events. An error stops start-up, as upstream's.
 pub fn enforce_node_allocatable(

@@ -12,6 +12,7 @@
 
 pub mod dbus;
 pub mod hugetlb;
+pub mod resize;
 pub mod root;
 pub mod systemd;
 
@@ -98,6 +99,12 @@ impl CgroupfsManager {
         self
     }
 
+    /// The folders of a pod's cgroup (one per managed hierarchy on v1).
+    fn pod_dirs(&self, pod: &Pod) -> Vec<PathBuf> {
+        let path = pod_cgroup(&self.pods, pod_qos(pod), pod.metadata.uid.as_deref().unwrap_or("")).to_cgroupfs();
+        self.managed().iter().map(|h| h.join(rel(&path))).filter(|d| d.is_dir()).collect()
+    }
+
     /// Every hierarchy root (deduplicated: `cpu` and `cpuacct` are often links to `cpu,cpuacct`).
     fn hierarchies(&self) -> Vec<PathBuf> {
         if self.v2 {
@@ -150,6 +157,18 @@ impl CgroupfsManager {
     /// The pods cgroup and the QoS cgroups in it, relative to a hierarchy root.
     fn qos_parents(&self) -> [String; 3] {
         qos_cgroups(&self.pods).map(|c| rel(&c.to_cgroupfs()).to_string())
+    }
+}
+
+impl kubelet_runtime::resize::PodCgroupResizer for CgroupfsManager {
+    fn pod_config(&self, pod: &Pod) -> std::io::Result<kubelet_runtime::resize::PodCgroupConfig> {
+        resize::read_config(&self.pod_dirs(pod), self.v2)
+    }
+    fn set_pod_config(&self, pod: &Pod, config: &kubelet_runtime::resize::PodCgroupConfig) -> std::io::Result<()> {
+        resize::write_config(&self.pod_dirs(pod), self.v2, config)
+    }
+    fn pod_memory_usage(&self, pod: &Pod) -> std::io::Result<Option<u64>> {
+        resize::memory_usage(&self.pod_dirs(pod), self.v2).map(Some)
     }
 }
 
@@ -217,15 +236,18 @@ impl PodCgroups for CgroupfsManager {
                 }
             }
             if self.v2 {
-                // cpu.weight from shares, as upstream's CpuSharesToCpuWeight.
-                let weight = 1 + ((r.cpu_shares - 2) * 9999) / 262142;
-                Self::write(&dir, "cpu.weight", &weight.to_string());
-                if let (Some(q), Some(p)) = (r.cpu_quota, r.cpu_period) {
-                    let max = if q <= 0 { "max".to_string() } else { q.to_string() };
-                    Self::write(&dir, "cpu.max", &format!("{max} {p}"));
-                }
-                if let Some(mem) = r.memory {
-                    Self::write(&dir, "memory.max", &mem.to_string());
+                // CPU and memory are written when the cgroup is made (upstream's EnsureExists); afterwards only an
+                // in-place resize changes them, in its own order.
+                if made {
+                    // cpu.weight from shares, as upstream's CpuSharesToCpuWeight.
+                    Self::write(&dir, "cpu.weight", &resize::shares_to_weight(r.cpu_shares).to_string());
+                    if let (Some(q), Some(p)) = (r.cpu_quota, r.cpu_period) {
+                        let max = if q <= 0 { "max".to_string() } else { q.to_string() };
+                        Self::write(&dir, "cpu.max", &format!("{max} {p}"));
+                    }
+                    if let Some(mem) = r.memory {
+                        Self::write(&dir, "memory.max", &mem.to_string());
+                    }
                 }
                 if self.pids_limit > 0 {
                     Self::write(&dir, "pids.max", &self.pids_limit.to_string());
@@ -238,13 +260,16 @@ impl PodCgroups for CgroupfsManager {
             }
             let name = h.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
             if name.split(',').any(|c| c == "cpu") {
+                if !made {
+                    continue;
+                }
                 Self::write(&dir, "cpu.shares", &r.cpu_shares.to_string());
                 if let (Some(q), Some(p)) = (r.cpu_quota, r.cpu_period) {
                     Self::write(&dir, "cpu.cfs_period_us", &p.to_string());
                     Self::write(&dir, "cpu.cfs_quota_us", &q.to_string());
                 }
             } else if name == "memory" {
-                if let Some(mem) = r.memory {
+                if let Some(mem) = r.memory.filter(|_| made) {
                     Self::write(&dir, "memory.limit_in_bytes", &mem.to_string());
                 }
             } else if name == "pids" && self.pids_limit > 0 {

@@ -252,6 +252,37 @@ impl SystemdCgroups {
     }
 }
 
+impl kubelet_runtime::resize::PodCgroupResizer for SystemdCgroups {
+    fn pod_config(&self, pod: &Pod) -> std::io::Result<kubelet_runtime::resize::PodCgroupConfig> {
+        let unit = self.pod_unit(pod_qos(pod), pod.metadata.uid.as_deref().unwrap_or(""));
+        super::resize::read_config(&self.dirs(&unit), self.v2)
+    }
+
+    /// Through systemd first (`SetUnitProperties`, so it keeps them), then in the files, as runc's systemd manager.
+    fn set_pod_config(&self, pod: &Pod, config: &kubelet_runtime::resize::PodCgroupConfig) -> std::io::Result<()> {
+        let unit = self.pod_unit(pod_qos(pod), pod.metadata.uid.as_deref().unwrap_or(""));
+        let quota = config.cpu_quota.map(|q| (q, config.cpu_period.unwrap_or(100_000)));
+        let mut props = self.resource_props(config.cpu_shares, quota, config.memory.filter(|m| *m != i64::MAX));
+        props.retain(|(k, _)| k != "TasksMax");
+        if config.cpu_quota.is_some_and(|q| q <= 0) {
+            props.push(("CPUQuotaPerSecUSec".into(), Value::U64(u64::MAX)));
+        }
+        if config.memory == Some(i64::MAX) {
+            props.push(((if self.v2 { "MemoryMax" } else { "MemoryLimit" }).into(), Value::U64(u64::MAX)));
+        }
+        if !props.is_empty() {
+            let args = [Arg::Str(unit.clone()), Arg::Bool(true), Arg::Props(props)];
+            self.call("SetUnitProperties", &args).map_err(io_err)?;
+        }
+        super::resize::write_config(&self.dirs(&unit), self.v2, config)
+    }
+
+    fn pod_memory_usage(&self, pod: &Pod) -> std::io::Result<Option<u64>> {
+        let unit = self.pod_unit(pod_qos(pod), pod.metadata.uid.as_deref().unwrap_or(""));
+        super::resize::memory_usage(&self.dirs(&unit), self.v2).map(Some)
+    }
+}
+
 impl PodCgroups for SystemdCgroups {
     fn setup_qos(&self) -> std::io::Result<()> {
         let [pods, burstable, besteffort] = qos_cgroups(&self.pods).map(|c| c.unit());

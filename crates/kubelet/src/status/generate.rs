@@ -41,6 +41,8 @@ pub struct StatusInputs<'a> {
     pub deadline_exceeded: bool,
     /// Whether the pod's runtime handler makes recursive read-only mounts (for `volumeMounts[].recursiveReadOnly`).
     pub supports_recursive_read_only: bool,
+    /// The pod's resize conditions (none once it is terminal), listed first as upstream.
+    pub resize_conditions: &'a [PodCondition],
 }
 
 /// The container's mounts as its status reports them (`status.VolumeMounts`, set from the spec since the CRI does
@@ -149,6 +151,8 @@ fn container_statuses(
                     && cur.state == ContainerState::Exited
                     && cur.exit_code == 0;
             }
+            s.resources = Some(super::resources::status_resources(c, instances.first().copied()));
+            s.allocated_resources = super::resources::allocated_resources(c);
             // A container that will be started again shows why it waits (CrashLoopBackOff, ErrImagePull, ...).
             let succeeded_init =
                 is_init && instances.first().is_some_and(|c| c.state == ContainerState::Exited && c.exit_code == 0);
@@ -446,13 +450,21 @@ pub fn generate_api_pod_status(pod: &Pod, inputs: &StatusInputs<'_>) -> ApiPodSt
         .sandbox_statuses
         .first()
         .is_some_and(|s| s.state == SandboxState::Ready && (s.host_network || !s.ips.is_empty()));
-    let conditions = vec![
+    let mut conditions = inputs.resize_conditions.to_vec();
+    conditions.extend([
         condition("PodReadyToStartContainers", sandbox_ready, None, None),
         initialized_condition(pod, &init_statuses, &app_statuses, &phase),
         ready_condition(pod, &init_statuses, &app_statuses, &phase, "Ready"),
         ready_condition(pod, &init_statuses, &app_statuses, &phase, "ContainersReady"),
         condition("PodScheduled", true, None, None),
-    ];
+    ]);
+    // The generation the kubelet acted on (PodObservedGenerationTracking, on by default since 1.34); the resize
+    // conditions carry their own.
+    let generation = pod.metadata.generation.filter(|g| *g != 0);
+    let own = conditions.len() - 5;
+    for c in conditions.iter_mut().skip(own) {
+        c.observed_generation = generation;
+    }
 
     let mut pod_ips: Vec<String> = inputs.runtime.ips.clone();
     if spec.host_network.unwrap_or(false) {
@@ -472,6 +484,7 @@ pub fn generate_api_pod_status(pod: &Pod, inputs: &StatusInputs<'_>) -> ApiPodSt
         init_container_statuses: (!inits.is_empty()).then_some(init_statuses),
         container_statuses: Some(app_statuses),
         ephemeral_container_statuses: (!ephemerals.is_empty()).then_some(ephemeral_statuses),
+        observed_generation: generation,
         ..Default::default()
     }
 }
@@ -522,6 +535,7 @@ mod tests {
             },
             message: String::new(),
             log_path: String::new(),
+            resources: None,
         }
     }
 
@@ -545,6 +559,7 @@ mod tests {
         generate_api_pod_status(
             p,
             &StatusInputs {
+                resize_conditions: &[],
                 runtime: r,
                 reasons,
                 runtime_name: "containerd",

@@ -46,6 +46,8 @@ pub struct StatusManager {
     clock: Arc<dyn Clock>,
     /// Mirror pods the pod source has seen (`namespace/name` → UID): where static pods' statuses go.
     mirrors: Mutex<HashMap<String, String>>,
+    /// The pods' resize conditions.
+    resize: super::resize::ResizeConditions,
 }
 
 impl std::fmt::Debug for StatusManager {
@@ -62,9 +64,15 @@ impl StatusManager {
             entries: Mutex::new(HashMap::new()),
             dirty: Mutex::new(Default::default()),
             version: watch::channel(0).0,
+            resize: super::resize::ResizeConditions::new(clock.clone()),
             clock,
             mirrors: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The pods' resize conditions.
+    pub fn resize(&self) -> &super::resize::ResizeConditions {
+        &self.resize
     }
 
     /// Stores the status of `pod`; returns whether it changed.
@@ -125,7 +133,8 @@ impl StatusManager {
             let phase = status.phase.clone().unwrap_or_default();
             let conditions = status.conditions.get_or_insert_with(Vec::new);
             for kind in ["Ready", "ContainersReady"] {
-                let new = ready_condition(pod, &init, &apps, &phase, kind);
+                let mut new = ready_condition(pod, &init, &apps, &phase, kind);
+                new.observed_generation = pod.metadata.generation.filter(|g| *g != 0);
                 match conditions.iter_mut().find(|c| c.type_ == kind) {
                     Some(c) => *c = new,
                     None => conditions.push(new),
@@ -150,13 +159,24 @@ impl StatusManager {
         if status.start_time.is_none() {
             status.start_time = Some(now.clone());
         }
-        for c in status.conditions.iter_mut().flatten() {
+        // A resize condition carries its own transition time (it changes with its reason, not its status).
+        let own_time = |c: &k8s_openapi::api::core::v1::PodCondition| {
+            c.last_transition_time.is_some()
+                && [super::resize::PENDING, super::resize::IN_PROGRESS].contains(&c.type_.as_str())
+        };
+        for c in status.conditions.iter_mut().flatten().filter(|c| !own_time(c)) {
             let prev =
                 old.as_ref().and_then(|o| o.conditions.as_ref()).and_then(|cs| cs.iter().find(|p| p.type_ == c.type_));
             c.last_transition_time = match prev {
                 Some(p) if p.status == c.status => p.last_transition_time.clone().or(Some(now.clone())),
                 _ => Some(now.clone()),
             };
+        }
+        // Never report an older generation than was reported (upstream's "prevent sending unnecessary patches").
+        if let Some(o) = old.as_ref().and_then(|o| o.observed_generation)
+            && status.observed_generation.is_none_or(|g| g < o)
+        {
+            status.observed_generation = Some(o);
         }
         let deleting = pod.metadata.deletion_timestamp.is_some();
         let unchanged = old.as_deref() == Some(&status) && map.contains_key(&uid);

@@ -5,6 +5,8 @@
 pub mod generate;
 pub mod manager;
 pub mod merge;
+pub mod resize;
+pub mod resources;
 
 pub use generate::{StatusInputs, generate_api_pod_status, get_phase};
 pub use manager::{PodEntry, StatusManager};
