@@ -458,6 +458,13 @@ impl FakeRuntime {
             labels: c.config.labels.clone(),
             annotations: c.config.annotations.clone(),
             log_path: c.config.log_path.clone(),
+            // As containerd: the resources of the container's spec, as last created or updated.
+            resources: c
+                .config
+                .linux
+                .as_ref()
+                .and_then(|l| l.resources.clone())
+                .map(|linux| api::ContainerResources { linux: Some(linux), ..Default::default() }),
             ..Default::default()
         }
     }
@@ -791,6 +798,18 @@ impl RuntimeService for FakeRuntime {
         if !resources.cpuset_mems.is_empty() {
             current.cpuset_mems = resources.cpuset_mems;
         }
+        if resources.cpu_shares != 0 {
+            current.cpu_shares = resources.cpu_shares;
+        }
+        if resources.cpu_period != 0 {
+            current.cpu_period = resources.cpu_period;
+        }
+        if resources.cpu_quota != 0 {
+            current.cpu_quota = resources.cpu_quota;
+        }
+        if resources.memory_limit_in_bytes != 0 {
+            current.memory_limit_in_bytes = resources.memory_limit_in_bytes;
+        }
         Ok(())
     }
 
@@ -861,7 +880,12 @@ impl RuntimeService for FakeRuntime {
                         annotations: c.config.annotations.clone(),
                     }),
                     cpu: Some(api::CpuUsage { timestamp: now, usage_core_nano_seconds: v(cpu), ..Default::default() }),
-                    memory: Some(api::MemoryUsage { timestamp: now, working_set_bytes: v(mem), ..Default::default() }),
+                    memory: Some(api::MemoryUsage {
+                        timestamp: now,
+                        working_set_bytes: v(mem),
+                        usage_bytes: v(mem),
+                        ..Default::default()
+                    }),
                     writable_layer: st.writable.get(id).map(|b| api::FilesystemUsage {
                         timestamp: now,
                         used_bytes: v(*b),
