@@ -565,11 +565,30 @@ metric!(
     ))
 );
 
+metric!(
+    /// `kubelet_graceful_shutdown_start_time_seconds`.
+    GRACEFUL_SHUTDOWN_START_TIME: GaugeVec = GaugeVec::new(Opts::alpha(
+        "kubelet_graceful_shutdown_start_time_seconds",
+        "Last graceful shutdown start time since unix epoch in seconds",
+        &[],
+    ))
+);
+metric!(
+    /// `kubelet_graceful_shutdown_end_time_seconds`.
+    GRACEFUL_SHUTDOWN_END_TIME: GaugeVec = GaugeVec::new(Opts::alpha(
+        "kubelet_graceful_shutdown_end_time_seconds",
+        "Last graceful shutdown end time since unix epoch in seconds",
+        &[],
+    ))
+);
+
 /// Registers every kubelet metric and the process collector in [`crate::global`] (idempotent).
 pub fn register_all() {
     static DONE: std::sync::Once = std::sync::Once::new();
     DONE.call_once(|| {
         LazyLock::force(&POD_START_DURATION);
+        LazyLock::force(&GRACEFUL_SHUTDOWN_START_TIME);
+        LazyLock::force(&GRACEFUL_SHUTDOWN_END_TIME);
         LazyLock::force(&CONTAINER_REQUESTED_RESIZES);
         LazyLock::force(&POD_RESIZE_DURATION);
         LazyLock::force(&POD_PENDING_RESIZES);

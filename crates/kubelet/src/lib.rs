@@ -23,6 +23,7 @@ pub mod fake_node;
 pub mod gc;
 pub mod mirror;
 pub mod node_allocatable;
+pub mod nodeshutdown;
 pub mod nodestatus;
 pub mod object_cache;
 pub mod oom;

@@ -389,6 +389,9 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     if kubeconfig.is_none() {
         admit.push(Arc::new(kubelet::admission::StandaloneRuntimeClass));
     }
+    // Graceful node shutdown: refuses pods while the node shuts down (the last handler, as upstream's).
+    let node_shutdown = Arc::new(kubelet::nodeshutdown::NodeShutdown::default());
+    admit.push(Arc::new(kubelet::nodeshutdown::ShutdownAdmit(node_shutdown.clone())));
     let tokens = Arc::new(kubelet_volume::TokenManager::new(objects.clone(), clock.clone()));
     let service_accounts = Arc::new(crate::pull_credentials::ApiServiceAccounts::new(tokens.clone()));
     let credentials = crate::pull_credentials::lookup(
@@ -574,6 +577,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
             devices: device_manager.clone(),
             volumes: volumes.clone(),
             storage: storage_state.clone(),
+            shutdown: node_shutdown.clone(),
             clock: clock.clone(),
             sources: src_tx.clone(),
             node_labels: cli.node_labels.clone(),
@@ -680,6 +684,8 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         volumes: volumes.clone(),
     });
     let workers = PodWorkers::new(syncer, cfg.sync_frequency.0, cancel.clone(), tracker.clone());
+    let (workers_for_shutdown, workers_killer, recorder_for_shutdown) =
+        (workers.clone(), workers.clone(), recorder.clone());
 
     // Node pressure: image garbage collection and the eviction manager (`StartGarbageCollection`,
     // `evictionManager.Start`).
@@ -736,7 +742,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
                 images: image_gc,
             }),
             recorder: recorder.clone(),
-            node_ref,
+            node_ref: node_ref.clone(),
             clock: clock.clone(),
             wakeups,
         },
@@ -783,6 +789,28 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     })
     .with_preemption(preemption);
     tracker.spawn(sync_loop.run(cancel.clone()));
+    let shutdown_groups = crate::node::shutdown_groups(&cfg);
+    if !shutdown_groups.is_empty() {
+        let manager = kubelet::nodeshutdown::ShutdownManager {
+            state: node_shutdown,
+            groups: shutdown_groups,
+            logind: Arc::new(kubelet::nodeshutdown::logind::SystemLogind::default()),
+            pods: Arc::new(kubelet::pressure::PodsView {
+                pods: pods_rx.clone(),
+                workers: workers_for_shutdown,
+                status: status.clone(),
+            }),
+            killer: Arc::new(kubelet::pressure::WorkerKiller(workers_killer)),
+            recorder: recorder_for_shutdown,
+            node_ref,
+            state_file: root_dir.join(kubelet::nodeshutdown::STATE_FILE),
+            clock: clock.clone(),
+        };
+        // Not critical for the kubelet, as upstream: without logind the node runs, without graceful shutdown.
+        if let Err(e) = manager.start(&tracker, cancel.clone()).await {
+            tracing::error!(error = %e, "Failed to start node shutdown manager; pods will not be stopped gracefully when the node shuts down (is systemd-logind running on the system bus?)");
+        }
+    }
     info!("started kubelet");
     // Once every pod source has been read and the first syncs and registration had time to run, the code that only
     // ran at start-up leaves the resident set.

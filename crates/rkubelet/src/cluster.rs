@@ -34,6 +34,7 @@ struct Signals {
     devices: Arc<kubelet_cm::devicemanager::DeviceManager>,
     volumes: Arc<kubelet_volume::VolumeManager>,
     storage: Arc<crate::node::StorageState>,
+    shutdown: Arc<kubelet::nodeshutdown::NodeShutdown>,
 }
 
 #[async_trait]
@@ -47,6 +48,7 @@ impl NodeSignals for Signals {
             not_ready.push(format!("PLEG is not healthy: {e}"));
         }
         not_ready.extend(self.storage.error());
+        not_ready.extend(self.shutdown.error());
         use kubelet_eviction::NodeCondition;
         NodeHealth {
             not_ready,
@@ -106,6 +108,8 @@ pub struct ClusterDeps<'a> {
     pub volumes: Arc<kubelet_volume::VolumeManager>,
     /// The storage error of the Ready condition (the CSINode's initialization).
     pub storage: Arc<crate::node::StorageState>,
+    /// The node's shutdown (the Ready condition's "node is shutting down").
+    pub shutdown: Arc<kubelet::nodeshutdown::NodeShutdown>,
     /// Wall clock.
     pub clock: Arc<dyn Clock>,
     /// Where the apiserver source sends its pods.
@@ -139,6 +143,7 @@ pub async fn start(
     let inputs = d.inputs;
     let wake = d.devices.changes();
     let storage_wake = d.storage.changes();
+    let shutdown_wake = d.shutdown.subscribe();
     let volumes_wake = d.volumes.in_use_changes();
     let signals = Arc::new(Signals {
         runtime: d.runtime_state,
@@ -148,6 +153,7 @@ pub async fn start(
         devices: d.devices,
         volumes: d.volumes,
         storage: d.storage,
+        shutdown: d.shutdown,
     });
     if cfg.register_node.unwrap_or(true) {
         let ns_cfg = NodeStatusConfig {
@@ -162,6 +168,7 @@ pub async fn start(
             .with_node_watch(d.node_watch)
             .with_wake(wake)
             .with_wake(storage_wake)
+            .with_wake(shutdown_wake)
             .with_wake(volumes_wake);
         tracker.spawn(m.run(cancel.clone()));
     }

@@ -181,6 +181,18 @@ pub fn pods_allocatable(
     (kubelet::node_allocatable::pods_amounts(&c), kubelet::node_allocatable::reserved_targets(&c))
 }
 
+/// The graceful node shutdown's groups from the configuration (empty: disabled).
+pub fn shutdown_groups(
+    cfg: &kubelet_config::kubelet_config::KubeletConfiguration,
+) -> Vec<kubelet::nodeshutdown::Group> {
+    let by_priority: Vec<kubelet::nodeshutdown::Group> = cfg
+        .shutdown_grace_period_by_pod_priority
+        .iter()
+        .map(|g| kubelet::nodeshutdown::Group { priority: g.priority, grace_seconds: g.shutdown_grace_period_seconds })
+        .collect();
+    kubelet::nodeshutdown::groups(cfg.shutdown_grace_period.0, cfg.shutdown_grace_period_critical_pods.0, &by_priority)
+}
+
 /// What pods' resizes are checked against (`nodeAllocatableAbsolute`, the CPU manager's policy).
 pub fn resize_facts(
     cfg: &kubelet_config::kubelet_config::KubeletConfiguration,

@@ -1,7 +1,7 @@
 //! Settings of the v1.35 `KubeletConfiguration` that rkubelet does not carry out yet (issue 30: the CPU manager's
-//! policy options, the memory and topology managers, swap for Burstable pods, graceful node shutdown). Upstream's kubelet acts on each; running as
-//! if they were absent would silently drop what the operator asked for (pods without exclusive CPUs, a shutdown
-//! that kills pods without their grace period), so start-up stops with an error naming the field and what to set
+//! policy options, the memory and topology managers, swap for Burstable pods). Upstream's kubelet acts on each; running as
+//! if they were absent would silently drop what the operator asked for (pods without their NUMA
+//! alignment, Burstable pods without swap limits), so start-up stops with an error naming the field and what to set
 //! instead. Called once by `main` after the configuration is loaded and validated.
 
 use kubelet_config::kubelet_config::KubeletConfiguration;
@@ -29,15 +29,6 @@ pub fn refuse(cfg: &KubeletConfiguration) -> Result<(), String> {
     if cfg.memory_swap.swap_behavior == kubelet_config::kubelet_config::LIMITED_SWAP {
         let what = "Burstable pods would get no swap limits";
         return not_yet("memorySwap.swapBehavior", &cfg.memory_swap.swap_behavior, what, "swapBehavior: NoSwap");
-    }
-    if !cfg.shutdown_grace_period.0.is_zero() || !cfg.shutdown_grace_period_by_pod_priority.is_empty() {
-        let field = if cfg.shutdown_grace_period_by_pod_priority.is_empty() {
-            "shutdownGracePeriod"
-        } else {
-            "shutdownGracePeriodByPodPriority"
-        };
-        let what = "a node shutdown would not stop the pods within their grace periods";
-        return not_yet(field, "set", what, "shutdownGracePeriod: 0s");
     }
     Ok(())
 }
@@ -72,6 +63,6 @@ mod tests {
         assert!(refuse(&c).unwrap_err().starts_with("invalid configuration: memorySwap.swapBehavior:"));
         let mut c = cfg;
         c.shutdown_grace_period = std::time::Duration::from_secs(30).into();
-        assert!(refuse(&c).unwrap_err().starts_with("invalid configuration: shutdownGracePeriod:"));
+        assert_eq!(refuse(&c), Ok(()), "graceful node shutdown is carried out");
     }
 }
