@@ -20,6 +20,9 @@
 #                   SystemdCgroup = true for runc and its own config, root,
 #                   state, socket, log and CNI config under DIR/containerd;
 #                   prints the socket path (idempotent). ~0.1 s.
+#   logind DIR      start the system bus (dbus.socket/dbus.service) and
+#                   systemd-logind inside, for graceful node shutdown; a
+#                   tmpfs over /etc/systemd keeps logind's drop-ins inside.
 #   status DIR      `systemctl status` inside (exit 3 when not running)
 #   stop DIR        SIGKILL to systemd (kills everything in the namespace,
 #                   containers included; the mount namespace and all mounts
@@ -642,6 +645,34 @@ JSON
     echo "$sock"
 }
 
+# The system bus (Debian's dbus.socket and dbus.service, so systemd joins the bus as upstream's kubelet expects to
+# find it there) and systemd-logind (a transient unit of that name: the kubelet reloads it with KillUnit), with a
+# stand-in poweroff.target (empty: logind's shutdown "completes" without taking the namespace down, then logind
+# announces PrepareForShutdown(false)) and a tmpfs over /etc/systemd inside, so logind's drop-ins never reach the host.
+cmd_logind() {
+    resolve_dir "$1"
+    local pid t0
+    pid="$(running_pid)" || die "no systemd running for $DIR (run: $0 start $DIR)"
+    t0=$(date +%s%N)
+    if [[ "$(in_ns "$pid" systemctl is-active systemd-logind.service 2>/dev/null || true)" == active ]]; then
+        log "logind already running"
+        return 0
+    fi
+    cp /lib/systemd/system/dbus.socket /lib/systemd/system/dbus.service "$DIR/units/"
+    printf '[Unit]\nDescription=Power-Off (stand-in)\nDefaultDependencies=no\n' >"$DIR/units/poweroff.target"
+    in_ns "$pid" mount -t tmpfs -o mode=0755 rk-etc-systemd /etc/systemd
+    in_ns "$pid" systemctl daemon-reload
+    in_ns "$pid" systemctl start dbus.socket dbus.service
+    in_ns "$pid" systemd-run --quiet --unit=systemd-logind.service /lib/systemd/systemd-logind
+    local deadline=$(( $(date +%s) + 10 ))
+    until in_ns "$pid" busctl get-property org.freedesktop.login1 /org/freedesktop/login1 \
+            org.freedesktop.login1.Manager InhibitDelayMaxUSec >/dev/null 2>&1; do
+        (( $(date +%s) < deadline )) || die "logind did not answer on the system bus within 10 s"
+        sleep 0.05
+    done
+    log "dbus and logind running ($(( ($(date +%s%N) - t0) / 1000000 )) ms)"
+}
+
 cmd_status() {
     resolve_dir "$1"
     local pid
@@ -655,6 +686,7 @@ case "${1:-}" in
     stop) shift; cmd_stop "$@" ;;
     status) shift; cmd_status "$@" ;;
     containerd) shift; cmd_containerd "$@" ;;
+    logind) shift; cmd_logind "$@" ;;
     __host) shift; cmd___host "$@" ;;
     __init) shift; cmd___init "$@" ;;
     *) usage ;;

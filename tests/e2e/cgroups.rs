@@ -6,6 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use common::systemd_ns::SystemdNs;
 use common::*;
 
 const CGROUPS: &str = "/sys/fs/cgroup";
@@ -112,87 +113,6 @@ async fn a_missing_reserved_cgroup_stops_start_up_with_its_name() {
     node.stop_and_clean(&rt).await;
 }
 
-/// Debian's systemd as PID 1 of its own namespaces with a containerd inside on the systemd cgroup driver
-/// (`scripts/lib/systemd-ns.sh`), stopped with everything in it when dropped.
-struct SystemdNs {
-    dir: PathBuf,
-    script: PathBuf,
-    socket: String,
-}
-
-impl SystemdNs {
-    fn start() -> SystemdNs {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/lib/systemd-ns.sh");
-        let dir = PathBuf::from("/tmp/rksd-e2e");
-        let run = |args: &[&str]| {
-            let out = std::process::Command::new("bash").arg(&script).args(args).output().unwrap();
-            assert!(
-                out.status.success(),
-                "systemd-ns.sh {args:?}: {}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            String::from_utf8_lossy(&out.stdout).trim().to_string()
-        };
-        let d = dir.to_str().unwrap();
-        let _ = std::process::Command::new("bash").arg(&script).args(["stop", d]).output();
-        run(&["start", d]);
-        let socket = run(&["containerd", d]).lines().last().unwrap_or_default().to_string();
-        // The images of the node's containerd (scripts/node-setup.sh), imported into this one.
-        let node_dir = endpoint().trim_start_matches("unix://").rsplit_once('/').unwrap().0.to_string();
-        for image in ["pause", "busybox"] {
-            let tar = format!("{node_dir}/images/{image}.oci.tar");
-            let st = std::process::Command::new(runtime_program("ctr"))
-                .args(["-a", &socket, "-n", "k8s.io", "images", "import", &tar])
-                .output()
-                .unwrap();
-            assert!(st.status.success(), "import {tar}: {}", String::from_utf8_lossy(&st.stderr));
-        }
-        SystemdNs { dir, script, socket }
-    }
-
-    /// Runs a command inside; its stdout.
-    fn exec(&self, args: &[&str]) -> String {
-        let out = std::process::Command::new("bash")
-            .arg(&self.script)
-            .arg("exec")
-            .arg(&self.dir)
-            .args(args)
-            .output()
-            .unwrap();
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    /// A program that starts its arguments inside (the node's wrapper).
-    fn wrapper(&self) -> PathBuf {
-        let w = self.dir.with_extension("wrapper.sh");
-        std::fs::write(
-            &w,
-            format!("#!/bin/sh\nexec bash {} exec {} \"$@\"\n", self.script.display(), self.dir.display()),
-        )
-        .unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o755)).unwrap();
-        w
-    }
-
-    fn unit_state(&self, unit: &str) -> String {
-        self.exec(&["systemctl", "show", "-p", "ActiveState", "--value", unit]).trim().to_string()
-    }
-
-    /// The node's config edit: this containerd, the systemd driver, then `extra`.
-    fn node_config(&self, extra: &str) -> impl FnOnce(&Node) -> String + use<> {
-        let (socket, extra) = (self.socket.clone(), extra.to_string());
-        move |n: &Node| {
-            std::fs::read_to_string(&n.config).unwrap().replace(
-                &format!("containerRuntimeEndpoint: {}\n", endpoint()),
-                &format!("containerRuntimeEndpoint: unix://{socket}\n"),
-            ) + "cgroupDriver: systemd\n"
-                + &extra
-        }
-    }
-}
-
 /// The static pod `web` whose container requests 100m CPU and 16Mi and is limited to 500m and 64Mi (Burstable);
 /// its `sleep` ignores SIGTERM, so it is stopped after a grace period of 1 s.
 fn burstable_web() -> String {
@@ -202,13 +122,6 @@ fn burstable_web() -> String {
     );
     assert!(web.contains("limits"), "{web}");
     web
-}
-
-impl Drop for SystemdNs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("bash").arg(&self.script).arg("stop").arg(&self.dir).output();
-        let _ = std::fs::remove_file(self.dir.with_extension("wrapper.sh"));
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

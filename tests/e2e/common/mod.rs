@@ -12,6 +12,7 @@ pub mod kubelet_api;
 pub mod private_runtime;
 pub mod prometheus;
 pub mod registry;
+pub mod systemd_ns;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
