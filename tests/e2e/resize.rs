@@ -35,6 +35,17 @@ async fn container_limits(rt: &kubelet_cri::RemoteRuntime, pod: &str, container:
     Some((lines.next()?, lines.next()?))
 }
 
+/// The memory+swap limit a running container of `pod` sees (cgroup v1 with swap accounting; None elsewhere).
+async fn memsw_limit(rt: &kubelet_cri::RemoteRuntime, pod: &str, container: &str) -> Option<String> {
+    let c = containers_of(rt, pod)
+        .await
+        .into_iter()
+        .find(|c| c.state == 1 && c.metadata.as_ref().is_some_and(|m| m.name == container))?;
+    let cmd = vec!["cat".to_string(), "/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes".to_string()];
+    let out = rt.exec_sync(&c.id, cmd, Duration::from_secs(10)).await.ok()?;
+    (out.exit_code == 0).then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
 /// A file of the pod's cgroup in v1 hierarchy `controller` (the cgroupfs driver of the test nodes).
 fn pod_cgroup_file(controller: &str, uid: &str, file: &str) -> String {
     let [_, burstable, _] = kubepods_dirs();
@@ -109,6 +120,11 @@ async fn a_running_pod_is_resized_in_place_deferred_refused_and_restarted_as_ups
     assert_eq!(s["allocatedResources"]["cpu"], "100m", "{s}");
     assert_eq!(p["status"]["observedGeneration"], p["metadata"]["generation"]);
     assert_eq!(container_limits(&rt, "web", "app").await, Some(("20000".into(), (128u64 << 20).to_string())));
+    // NoSwap (the default): where the kernel accounts swap, memory plus swap is held to the memory limit.
+    let swap_accounting = Path::new("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes").exists();
+    if swap_accounting {
+        assert_eq!(memsw_limit(&rt, "web", "app").await, Some((128u64 << 20).to_string()));
+    }
 
     // Up: 0 restarts, the container's cgroup and the pod cgroup follow.
     let up = resources("200m", "400m", "96Mi", "192Mi");
@@ -123,6 +139,9 @@ async fn a_running_pod_is_resized_in_place_deferred_refused_and_restarted_as_ups
     let up_latency = patched.elapsed();
     let p = wait_resized(&env, &mut node, "web", "app", &up).await;
     assert_eq!(container_status(&p, "app").unwrap()["restartCount"], 0);
+    if swap_accounting {
+        assert_eq!(memsw_limit(&rt, "web", "app").await, Some((192u64 << 20).to_string()), "NoSwap kept by the resize");
+    }
     assert_eq!(pod_cgroup_file("cpu", &uid, "cpu.cfs_quota_us"), "50000", "the pod's quota: 400m + side's 100m");
     assert_eq!(pod_cgroup_file("memory", &uid, "memory.limit_in_bytes"), ((192u64 + 64) << 20).to_string());
     assert_eq!(pod_cgroup_file("cpu", &uid, "cpu.shares"), ((250 * 1024) / 1000).to_string());

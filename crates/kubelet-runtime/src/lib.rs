@@ -34,6 +34,7 @@ pub mod resize_run;
 pub mod resources;
 pub mod runtime_handlers;
 pub mod security;
+pub mod swap;
 pub mod userns;
 
 pub use backoff::Backoff;

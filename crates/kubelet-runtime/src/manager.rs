@@ -78,6 +78,8 @@ pub struct RuntimeManagerConfig {
     pub node_ips: Vec<String>,
     /// The node's huge page sizes as cgroups name them (`2MB`, `1GB`): each container gets a limit of each.
     pub hugepage_sizes: Vec<String>,
+    /// Swap for containers (`memorySwap`).
+    pub swap: crate::swap::SwapSettings,
 }
 
 impl Default for RuntimeManagerConfig {
@@ -99,6 +101,7 @@ impl Default for RuntimeManagerConfig {
             node_hosts_file: "/etc/hosts".into(),
             node_ips: vec![],
             hugepage_sizes: vec![],
+            swap: Default::default(),
         }
     }
 }

@@ -77,6 +77,7 @@ pub fn container_resources(cfg: &RuntimeManagerConfig, pod: &Pod, c: &Container)
     let mut r = calculate(cfg, cpu_request, effective_limit(pod, c, "cpu"), effective_limit(pod, c, "memory"));
     r.oom_score_adj = oom_score_adj(cfg, pod, c);
     r.hugepage_limits = hugepage_limits(cfg, pod, c);
+    cfg.swap.configure(&mut r, pod, c);
     r
 }
 

@@ -310,6 +310,17 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         (Arc::new(NoCgroups), Arc::new(kubelet_runtime::resize::NoPodCgroups))
     };
 
+    // Swap (NewContainerManager): a node with swap on does not start unless failSwapOn is false.
+    let proc = std::path::Path::new("/proc");
+    if kubelet_runtime::swap::is_swap_on(proc).unwrap_or(false) && cfg.fail_swap_on.unwrap_or(true) {
+        anyhow::bail!("running with swap on is not supported, please disable swap or set --fail-swap-on flag to false");
+    }
+    let swap = kubelet_runtime::swap::SwapSettings::detect(
+        std::path::Path::new("/sys/fs/cgroup"),
+        proc,
+        &cfg.memory_swap.swap_behavior,
+        node::memory_capacity() as i64,
+    );
     let rm_cfg = RuntimeManagerConfig {
         pod_logs_dir,
         container_logs_dir: "/var/log/containers".into(),
@@ -327,6 +338,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         node_hosts_file: "/etc/hosts".into(),
         node_ips: host_ips.clone(),
         hugepage_sizes,
+        swap,
     };
     // With an apiserver, events go to it as well as to the log.
     let events = kubeconfig.as_ref().map(|_| EventSink::new());

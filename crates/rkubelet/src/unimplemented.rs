@@ -1,7 +1,7 @@
 //! Settings of the v1.35 `KubeletConfiguration` that rkubelet does not carry out yet (issue 30: the CPU manager's
-//! policy options, the memory and topology managers, swap for Burstable pods). Upstream's kubelet acts on each; running as
+//! policy options, the memory and topology managers). Upstream's kubelet acts on each; running as
 //! if they were absent would silently drop what the operator asked for (pods without their NUMA
-//! alignment, Burstable pods without swap limits), so start-up stops with an error naming the field and what to set
+//! alignment), so start-up stops with an error naming the field and what to set
 //! instead. Called once by `main` after the configuration is loaded and validated.
 
 use kubelet_config::kubelet_config::KubeletConfiguration;
@@ -25,10 +25,6 @@ pub fn refuse(cfg: &KubeletConfiguration) -> Result<(), String> {
     if cfg.topology_manager_policy != "none" {
         let what = "resources would not be aligned nor pods refused as TopologyAffinityError";
         return not_yet("topologyManagerPolicy", &cfg.topology_manager_policy, what, "topologyManagerPolicy: none");
-    }
-    if cfg.memory_swap.swap_behavior == kubelet_config::kubelet_config::LIMITED_SWAP {
-        let what = "Burstable pods would get no swap limits";
-        return not_yet("memorySwap.swapBehavior", &cfg.memory_swap.swap_behavior, what, "swapBehavior: NoSwap");
     }
     Ok(())
 }
@@ -60,7 +56,7 @@ mod tests {
         assert!(refuse(&c).unwrap_err().starts_with("invalid configuration: topologyManagerPolicy:"));
         let mut c = cfg.clone();
         c.memory_swap.swap_behavior = "LimitedSwap".into();
-        assert!(refuse(&c).unwrap_err().starts_with("invalid configuration: memorySwap.swapBehavior:"));
+        assert_eq!(refuse(&c), Ok(()), "swap is carried out");
         let mut c = cfg;
         c.shutdown_grace_period = std::time::Duration::from_secs(30).into();
         assert_eq!(refuse(&c), Ok(()), "graceful node shutdown is carried out");

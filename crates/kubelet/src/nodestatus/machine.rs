@@ -26,6 +26,8 @@ pub struct MachineInfo {
     pub kernel_version: String,
     /// `PRETTY_NAME` of /etc/os-release.
     pub os_image: String,
+    /// Swap in bytes (`SwapTotal` of /proc/meminfo).
+    pub swap_capacity: u64,
 }
 
 fn read_trim(p: &str) -> String {
@@ -75,6 +77,7 @@ pub fn read_machine_info(root_dir: &Path) -> MachineInfo {
         system_uuid = read_trim("/sys/devices/virtual/dmi/id/product_uuid");
     }
     MachineInfo {
+        swap_capacity: kubelet_runtime::swap::swap_capacity(Path::new("/proc")).max(0) as u64,
         num_cores,
         memory_capacity,
         rootfs_capacity,

@@ -391,6 +391,7 @@ mod tests {
             hostname: "n1".into(),
             node_ips: vec!["192.0.2.10".into()],
             machine: MachineInfo {
+                swap_capacity: 0,
                 num_cores: 2,
                 memory_capacity: 1 << 30,
                 rootfs_capacity: 1 << 34,

@@ -155,7 +155,9 @@ fn node_info(i: &NodeInputs) -> NodeSystemInfo {
         kube_proxy_version: String::new(),
         operating_system: "linux".into(),
         architecture: go_arch().into(),
-        ..Default::default()
+        // NodeSwap (GA): the machine's swap, when it has any.
+        swap: (i.machine.swap_capacity > 0)
+            .then_some(k8s_openapi::api::core::v1::NodeSwapStatus { capacity: Some(i.machine.swap_capacity as i64) }),
     }
 }
 
@@ -418,6 +420,7 @@ mod tests {
             hostname: "n1".into(),
             node_ips: vec!["192.0.2.10".into()],
             machine: MachineInfo {
+                swap_capacity: 0,
                 num_cores: 2,
                 memory_capacity: 16_786_669_568,
                 rootfs_capacity: 10 * 1024 * 1024 * 1024,
