@@ -120,3 +120,38 @@ async fn a_guaranteed_pod_gets_a_cpu_alone_and_the_shared_pool_shrinks_and_grows
     assert!(state.get("entries").is_none(), "{state}");
     node.stop_and_clean(&rt).await;
 }
+
+/// The topology manager on this machine's one NUMA node (`single-numa-node`, pod scope): a Guaranteed pod whose CPUs
+/// fit the node is admitted with them; one asking for more CPUs than the node has free is refused with upstream's
+/// `TopologyAffinityError` (the CPU manager has no placement for it), and the admissions are counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_topology_manager_admits_what_fits_one_numa_node_and_refuses_the_rest() {
+    if std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) < 2 {
+        println!("e2e_cpu_manager skipped: the machine has fewer than 2 CPUs");
+        return;
+    }
+    let (_g, rt) = fresh_runtime().await;
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let limits = |cpu: usize| {
+        format!(
+            "      requests:\n        cpu: \"{cpu}\"\n        memory: 32Mi\n      limits:\n        cpu: \"{cpu}\"\n        memory: 32Mi\n"
+        )
+    };
+    let pinned = cpu_pod("pinned", &limits(1));
+    let greedy = cpu_pod("greedy", &limits(cores));
+    let mut node = Node::start_with(&[("pinned.yaml", &pinned), ("greedy.yaml", &greedy)], |n| {
+        std::fs::read_to_string(&n.config).unwrap()
+            + "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\ntopologyManagerPolicy: single-numa-node\n\
+               topologyManagerScope: pod\n"
+    });
+    node.wait_running("pinned-e2e-node").await;
+    assert_eq!(allowed(&rt, "pinned-e2e-node").await, "1");
+    let p = node.wait_phase("greedy-e2e-node", "Failed").await;
+    assert_eq!(p["status"]["reason"], "TopologyAffinityError", "{}", p["status"]);
+    assert_eq!(p["status"]["message"], "Pod was rejected: Resources cannot be allocated with Topology locality");
+    let metrics = http_get(read_only_port(), "/metrics").await.map(|(_, b)| b).unwrap_or_default();
+    assert!(metrics.contains("kubelet_topology_manager_admission_requests_total 2"), "{}", tail(&metrics, 30));
+    assert!(metrics.contains("kubelet_topology_manager_admission_errors_total 1"));
+    assert!(node.log().contains("Creating topology manager with policy per scope"));
+    node.stop_and_clean(&rt).await;
+}

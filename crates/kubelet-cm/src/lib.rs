@@ -9,4 +9,5 @@ pub mod cpumanager;
 pub mod devicemanager;
 pub mod dra;
 pub mod podresources;
+pub mod topologymanager;
 pub mod uds_authority;

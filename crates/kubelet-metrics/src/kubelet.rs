@@ -582,11 +582,38 @@ metric!(
     ))
 );
 
+metric!(
+    /// `kubelet_topology_manager_admission_requests_total`.
+    TOPOLOGY_ADMISSION_REQUESTS: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_topology_manager_admission_requests_total",
+        "The number of admission requests where resources have to be aligned.",
+        &[],
+    ))
+);
+metric!(
+    /// `kubelet_topology_manager_admission_errors_total`.
+    TOPOLOGY_ADMISSION_ERRORS: CounterVec = CounterVec::new(Opts::alpha(
+        "kubelet_topology_manager_admission_errors_total",
+        "The number of admission request failures where resources could not be aligned.",
+        &[],
+    ))
+);
+metric!(
+    /// `kubelet_topology_manager_admission_duration_ms`.
+    TOPOLOGY_ADMISSION_DURATION: HistogramVec = HistogramVec::new(
+        Opts::alpha("kubelet_topology_manager_admission_duration_ms", "Duration in milliseconds to serve a pod admission request.", &[]),
+        exponential_buckets(0.05, 2.0, 15),
+    )
+);
+
 /// Registers every kubelet metric and the process collector in [`crate::global`] (idempotent).
 pub fn register_all() {
     static DONE: std::sync::Once = std::sync::Once::new();
     DONE.call_once(|| {
         LazyLock::force(&POD_START_DURATION);
+        LazyLock::force(&TOPOLOGY_ADMISSION_REQUESTS);
+        LazyLock::force(&TOPOLOGY_ADMISSION_ERRORS);
+        LazyLock::force(&TOPOLOGY_ADMISSION_DURATION);
         LazyLock::force(&GRACEFUL_SHUTDOWN_START_TIME);
         LazyLock::force(&GRACEFUL_SHUTDOWN_END_TIME);
         LazyLock::force(&CONTAINER_REQUESTED_RESIZES);

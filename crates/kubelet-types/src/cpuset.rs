@@ -41,6 +41,11 @@ impl CpuSet {
         Self(ids.into_iter().collect())
     }
 
+    /// The CPUs, ascending.
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        self.0.iter().copied()
+    }
+
     /// How many CPUs.
     pub fn len(&self) -> usize {
         self.0.len()

@@ -51,6 +51,41 @@ impl ResourceAllocator for Cpus {
     }
 }
 
+fn unexpected(e: String) -> AdmitResult {
+    AdmitResult {
+        reason: "UnexpectedAdmissionError".into(),
+        message: format!("Allocate failed due to {e}, which is unexpected"),
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::topology::HintProvider for Cpus {
+    async fn prepare(&self, pod: &Pod, others: &[Arc<Pod>]) {
+        self.0.prepare(pod, &active_containers(others));
+    }
+
+    fn hints(
+        &self,
+        pod: &Pod,
+        c: &k8s_openapi::api::core::v1::Container,
+    ) -> kubelet_cm::topologymanager::ProviderHints {
+        self.0.topology_hints(pod, c).map(|h| [("cpu".to_string(), Some(h))].into()).unwrap_or_default()
+    }
+
+    fn pod_hints(&self, pod: &Pod) -> kubelet_cm::topologymanager::ProviderHints {
+        self.0.pod_topology_hints(pod).map(|h| [("cpu".to_string(), Some(h))].into()).unwrap_or_default()
+    }
+
+    async fn allocate(
+        &self,
+        pod: &Pod,
+        c: &k8s_openapi::api::core::v1::Container,
+        affinity: Option<kubelet_cm::topologymanager::Mask>,
+    ) -> Result<(), AdmitResult> {
+        self.0.allocate_container(pod, c, affinity).map_err(unexpected)
+    }
+}
+
 impl kubelet_runtime::cpus::ContainerCpus for Cpus {
     fn cpuset(&self, pod_uid: &str, container: &str) -> Option<String> {
         self.0.cpuset(pod_uid, container)

@@ -26,12 +26,20 @@ pub struct Devices {
     dra: Option<Arc<DraManager>>,
     /// Whether every pod source was seen (until then a restarted kubelet keeps the devices it checkpointed).
     sources_ready: std::sync::OnceLock<Arc<SourcesReady>>,
+    /// The machine's NUMA nodes (the topology hints of devices).
+    numa_nodes: Vec<u32>,
 }
 
 impl Devices {
     /// The manager's admission and container side; the pod sources are told once they exist.
     pub fn new(manager: Arc<DeviceManager>) -> Self {
-        Self { manager, dra: None, sources_ready: std::sync::OnceLock::new() }
+        Self { manager, dra: None, sources_ready: std::sync::OnceLock::new(), numa_nodes: vec![0] }
+    }
+
+    /// On a machine with these NUMA nodes.
+    pub fn with_numa_nodes(mut self, nodes: Vec<u32>) -> Self {
+        self.numa_nodes = nodes;
+        self
     }
 
     /// With the DRA manager.
@@ -53,6 +61,35 @@ impl ResourceAllocator for Devices {
         let ready = self.sources_ready.get().is_some_and(|s| s.all_ready());
         let e = self.manager.allocate(pod, &active, ready).await.err()?;
         Some(AdmitResult {
+            reason: "UnexpectedAdmissionError".into(),
+            message: format!("Allocate failed due to {e}, which is unexpected"),
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl crate::topology::HintProvider for Devices {
+    async fn prepare(&self, pod: &Pod, others: &[Arc<Pod>]) {
+        let active: BTreeSet<String> = others.iter().filter_map(|p| p.metadata.uid.clone()).collect();
+        let ready = self.sources_ready.get().is_some_and(|s| s.all_ready());
+        self.manager.prepare(pod, &active, ready);
+    }
+
+    fn hints(&self, pod: &Pod, c: &Container) -> kubelet_cm::topologymanager::ProviderHints {
+        self.manager.topology_hints(pod, c, &self.numa_nodes)
+    }
+
+    fn pod_hints(&self, pod: &Pod) -> kubelet_cm::topologymanager::ProviderHints {
+        self.manager.pod_topology_hints(pod, &self.numa_nodes)
+    }
+
+    async fn allocate(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        affinity: Option<kubelet_cm::topologymanager::Mask>,
+    ) -> Result<(), AdmitResult> {
+        self.manager.allocate_for(pod, c, affinity).await.map_err(|e| AdmitResult {
             reason: "UnexpectedAdmissionError".into(),
             message: format!("Allocate failed due to {e}, which is unexpected"),
         })

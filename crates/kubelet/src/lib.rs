@@ -40,5 +40,6 @@ pub mod stats;
 pub mod status;
 pub mod sync_loop;
 pub mod syncer;
+pub mod topology;
 pub mod volumes;
 pub mod watched_cache;

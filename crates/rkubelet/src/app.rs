@@ -493,7 +493,12 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     // The containers running now keep the devices the checkpoint gives them when their pods are admitted again
     // (upstream's containerMap at the device manager's Start).
     device_manager.set_running_at_start(running_containers(&remote).await);
-    let devices = Arc::new(kubelet::devices::Devices::new(device_manager.clone()).with_dra(dra.clone()));
+    let (topology_policy, topology_scope) = crate::node::topology_manager(&cfg, std::path::Path::new("/sys"))?;
+    let devices = Arc::new(
+        kubelet::devices::Devices::new(device_manager.clone())
+            .with_dra(dra.clone())
+            .with_numa_nodes(topology_policy.numa.nodes.clone()),
+    );
     // The CPU manager: its state file read now (one of another policy stops the start, as upstream's).
     let cpu_manager = Arc::new(crate::node::cpu_manager(&cfg, &root_dir).context("start cpu manager error")?);
     let cpus = Arc::new(kubelet::cpus::Cpus(cpu_manager.clone()));
@@ -791,7 +796,12 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         }),
         volumes: volumes.clone(),
         admit,
-        allocator: Some(Arc::new(kubelet::admission::AllocatorChain(vec![devices.clone(), cpus]))),
+        // The topology manager allocates through its hint providers, in upstream's order.
+        allocator: Some(Arc::new(kubelet::topology::TopologyManager::new(
+            topology_policy,
+            topology_scope,
+            vec![devices.clone(), cpus],
+        ))),
         allocate_after,
         status: status.clone(),
         recorder,

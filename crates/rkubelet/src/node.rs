@@ -181,6 +181,24 @@ pub fn pods_allocatable(
     (kubelet::node_allocatable::pods_amounts(&c), kubelet::node_allocatable::reserved_targets(&c))
 }
 
+/// The topology manager's policy and scope (`topologymanager.NewManager`): the machine's NUMA nodes from sysfs; an
+/// unknown policy, scope or option, or a machine with more NUMA nodes than allowed, stops the start.
+pub fn topology_manager(
+    cfg: &kubelet_config::kubelet_config::KubeletConfiguration,
+    sys: &std::path::Path,
+) -> anyhow::Result<(kubelet_cm::topologymanager::Policy, kubelet::topology::Scope)> {
+    use kubelet_cm::topologymanager::{NumaInfo, Policy, PolicyKind, PolicyOptions};
+    let kind = PolicyKind::parse(&cfg.topology_manager_policy).map_err(anyhow::Error::msg)?;
+    let scope = kubelet::topology::Scope::parse(&cfg.topology_manager_scope).map_err(anyhow::Error::msg)?;
+    let options = PolicyOptions::parse(&cfg.topology_manager_policy_options).map_err(anyhow::Error::msg)?;
+    let numa = NumaInfo::read(sys).map_err(|e| anyhow::anyhow!("cannot discover NUMA topology: {e}"))?;
+    if kind != PolicyKind::None && numa.nodes.len() > options.max_allowable_numa_nodes {
+        anyhow::bail!("unsupported on machines with more than {} NUMA Nodes", options.max_allowable_numa_nodes);
+    }
+    tracing::info!(topologyPolicyName = kind.name(), topologyScopeName = %cfg.topology_manager_scope, numaNodes = ?numa.nodes, "Creating topology manager with policy per scope");
+    Ok((Policy { kind, numa, options }, scope))
+}
+
 /// The graceful node shutdown's groups from the configuration (empty: disabled).
 pub fn shutdown_groups(
     cfg: &kubelet_config::kubelet_config::KubeletConfiguration,

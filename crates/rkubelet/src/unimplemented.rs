@@ -1,5 +1,5 @@
 //! Settings of the v1.35 `KubeletConfiguration` that rkubelet does not carry out yet (issue 30: the CPU manager's
-//! policy options, the memory and topology managers). Upstream's kubelet acts on each; running as
+//! policy options, the memory manager). Upstream's kubelet acts on each; running as
 //! if they were absent would silently drop what the operator asked for (pods without their NUMA
 //! alignment), so start-up stops with an error naming the field and what to set
 //! instead. Called once by `main` after the configuration is loaded and validated.
@@ -21,10 +21,6 @@ pub fn refuse(cfg: &KubeletConfiguration) -> Result<(), String> {
     if !cfg.memory_manager_policy.eq_ignore_ascii_case("none") {
         let what = "Guaranteed pods would not get memory from their NUMA nodes";
         return not_yet("memoryManagerPolicy", &cfg.memory_manager_policy, what, "memoryManagerPolicy: None");
-    }
-    if cfg.topology_manager_policy != "none" {
-        let what = "resources would not be aligned nor pods refused as TopologyAffinityError";
-        return not_yet("topologyManagerPolicy", &cfg.topology_manager_policy, what, "topologyManagerPolicy: none");
     }
     Ok(())
 }
@@ -53,7 +49,7 @@ mod tests {
         assert!(refuse(&c).unwrap_err().starts_with("invalid configuration: memoryManagerPolicy: \"Static\""));
         let mut c = cfg.clone();
         c.topology_manager_policy = "single-numa-node".into();
-        assert!(refuse(&c).unwrap_err().starts_with("invalid configuration: topologyManagerPolicy:"));
+        assert_eq!(refuse(&c), Ok(()), "the topology manager is carried out");
         let mut c = cfg.clone();
         c.memory_swap.swap_behavior = "LimitedSwap".into();
         assert_eq!(refuse(&c), Ok(()), "swap is carried out");

@@ -12,12 +12,13 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Mutex;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Container, Pod};
 use kubelet_types::cpuset::CpuSet;
 use tracing::info;
 
 use super::policy::StaticPolicy;
 use super::state::{Checkpoint, State};
+use crate::topologymanager::{Mask, TopologyHint};
 
 /// The policy name of the none policy.
 pub const NONE: &str = "none";
@@ -34,6 +35,8 @@ pub struct CpuManager {
     state: Mutex<State>,
     /// The cpuset last sent to each container (`lastUpdateState`), by container ID.
     last: Mutex<HashMap<String, CpuSet>>,
+    /// The CPUs the pod being admitted may reuse (`cpusToReuse`), by pod UID.
+    reuse: Mutex<HashMap<String, CpuSet>>,
 }
 
 impl std::fmt::Debug for CpuManager {
@@ -54,7 +57,7 @@ impl CpuManager {
             checkpoint.store(&state).map_err(|e| e.to_string())?;
             info!(reserved = %p.reserved(), defaultCpuSet = %state.default_cpu_set, "CPU manager started with the static policy");
         }
-        Ok(Self { policy, checkpoint, state: Mutex::new(state), last: Mutex::default() })
+        Ok(Self { policy, checkpoint, state: Mutex::new(state), last: Mutex::default(), reuse: Mutex::default() })
     }
 
     /// Whether the static policy runs.
@@ -97,31 +100,68 @@ impl CpuManager {
     /// Gives the init and app containers of `pod` their exclusive CPUs, if any (`Allocate` of each container);
     /// `active` are the containers of the pods already admitted, whose CPUs stay. The error is upstream's.
     pub fn allocate(&self, pod: &Pod, active: &BTreeSet<(String, String)>) -> Result<(), String> {
-        let Some(p) = &self.policy else { return Ok(()) };
+        self.prepare(pod, active);
+        let spec = pod.spec.as_ref();
+        for c in spec.into_iter().flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers)) {
+            self.allocate_container(pod, c, None)?;
+        }
+        Ok(())
+    }
+
+    /// Before a pod's containers are allocated: forgets the CPUs of containers neither in `active` nor in `pod`
+    /// (`removeStaleState`).
+    pub fn prepare(&self, pod: &Pod, active: &BTreeSet<(String, String)>) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let mut keep = active.clone();
         let spec = pod.spec.as_ref();
-        let containers: Vec<_> =
-            spec.into_iter().flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers)).collect();
-        keep.extend(containers.iter().map(|c| (uid.clone(), c.name.clone())));
+        keep.extend(
+            spec.into_iter()
+                .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+                .map(|c| (uid.clone(), c.name.clone())),
+        );
         self.remove_stale(&keep);
+    }
+
+    /// Gives container `c` of `pod` its exclusive CPUs, if any, those of the NUMA nodes of `affinity` first
+    /// (`Allocate`). The CPUs of the init containers that ran to completion serve the containers after them
+    /// (`updateCPUsToReuse`); a sidecar (restartable init container) keeps its own.
+    pub fn allocate_container(&self, pod: &Pod, c: &Container, affinity: Option<Mask>) -> Result<(), String> {
+        let Some(p) = &self.policy else { return Ok(()) };
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
         let mut st = self.state.lock().unwrap();
-        let mut changed = false;
-        // The CPUs of the init containers that ran to completion serve the containers after them
-        // (`updateCPUsToReuse`); a sidecar (restartable init container) keeps its own.
-        let inits = spec.map(|s| s.init_containers.iter().flatten().count()).unwrap_or(0);
-        let mut reuse = CpuSet::default();
-        for (i, c) in containers.into_iter().enumerate() {
-            let Some(cpus) = p.allocate(&mut st, pod, c, &reuse)? else { continue };
+        let mut reuse = self.reuse.lock().unwrap();
+        reuse.retain(|u, _| *u == uid);
+        let reusable = reuse.entry(uid.clone()).or_default();
+        let had = st.assignments.get(&uid).is_some_and(|cs| cs.contains_key(&c.name));
+        let Some(cpus) = p.allocate(&mut st, pod, c, reusable, affinity)? else { return Ok(()) };
+        let init = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.init_containers.as_ref())
+            .is_some_and(|i| i.iter().any(|i| i.name == c.name));
+        let sidecar = c.restart_policy.as_deref() == Some("Always");
+        *reusable = if init && !sidecar { reusable.union(&cpus) } else { reusable.difference(&cpus) };
+        if !had {
             info!(podUID = %uid, containerName = %c.name, cpuset = %cpus, "exclusive CPUs allocated");
-            changed = true;
-            let sidecar = c.restart_policy.as_deref() == Some("Always");
-            reuse = if i < inits && !sidecar { reuse.union(&cpus) } else { reuse.difference(&cpus) };
-        }
-        if changed {
             self.checkpoint.store(&st).map_err(|e| e.to_string())?;
         }
         Ok(())
+    }
+
+    /// The NUMA placements of container `c`'s exclusive CPUs (`GetTopologyHints`); None: no preference.
+    pub fn topology_hints(&self, pod: &Pod, c: &Container) -> Option<Vec<TopologyHint>> {
+        let p = self.policy.as_ref()?;
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let reusable = self.reuse.lock().unwrap().get(&uid).cloned().unwrap_or_default();
+        p.topology_hints(&self.state.lock().unwrap(), pod, c, &reusable)
+    }
+
+    /// The NUMA placements of the pod's exclusive CPUs (`GetPodTopologyHints`); None: no preference.
+    pub fn pod_topology_hints(&self, pod: &Pod) -> Option<Vec<TopologyHint>> {
+        let p = self.policy.as_ref()?;
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let reusable = self.reuse.lock().unwrap().get(&uid).cloned().unwrap_or_default();
+        p.pod_topology_hints(&self.state.lock().unwrap(), pod, &reusable)
     }
 
     /// The cpuset of a container at its creation (`GetCPUAffinity`): its exclusive CPUs, or the shared pool; None

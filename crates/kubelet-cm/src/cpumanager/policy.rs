@@ -6,6 +6,9 @@
 //! best fit: whole NUMA nodes and sockets the request covers, then whole free cores, then single CPUs, each level
 //! in the order of fewest free CPUs first (ties by id), so partly used cores fill up before fresh ones.
 //!
+//! With the topology manager it is a hint provider: the NUMA placements of a container's (or, at pod scope, the pod's)
+//! exclusive CPUs (`GetTopologyHints`), and its allocation takes the CPUs of the chosen NUMA nodes first.
+//!
 //! Contract: pure over the [`State`] it is given; the caller stores the state after each change. No policy
 //! options (`cpuManagerPolicyOptions`) yet: the caller refuses them.
 
@@ -16,6 +19,7 @@ use kubelet_types::cpuset::CpuSet;
 
 use super::state::State;
 use super::topology::{CpuInfo, Topology};
+use crate::topologymanager::{Mask, TopologyHint, iterate_masks};
 
 /// How many CPUs a container gets exclusively (`guaranteedCPUs`): its integer CPU request in a Guaranteed pod
 /// without pod-level resources; 0 (the shared pool) otherwise.
@@ -29,6 +33,25 @@ pub fn guaranteed_cpus(pod: &Pod, c: &Container) -> usize {
     let cpu = kubelet_types::qos::container_request(c, "cpu");
     let milli = kubelet_types::qos::milli_value(cpu);
     if milli <= 0 || milli % 1000 != 0 { 0 } else { (milli / 1000) as usize }
+}
+
+/// The CPUs a pod needs exclusively at once (`podGuaranteedCPUs`): the most of any init container (sidecars before it
+/// counted) or the sum of the app containers and sidecars.
+pub fn pod_guaranteed_cpus(pod: &Pod) -> usize {
+    let Some(spec) = pod.spec.as_ref() else { return 0 };
+    let has_cpu =
+        |c: &&Container| c.resources.as_ref().and_then(|r| r.requests.as_ref()).is_some_and(|r| r.contains_key("cpu"));
+    let (mut inits, mut sidecars) = (0, 0);
+    for c in spec.init_containers.iter().flatten().filter(has_cpu) {
+        let n = guaranteed_cpus(pod, c);
+        if c.restart_policy.as_deref() == Some("Always") {
+            sidecars += n;
+        } else if sidecars + n > inits {
+            inits = sidecars + n;
+        }
+    }
+    let apps: usize = spec.containers.iter().filter(has_cpu).map(|c| guaranteed_cpus(pod, c)).sum();
+    inits.max(apps + sidecars)
 }
 
 /// The packed best fit (`takeByTopologyNUMAPacked`) of `n` CPUs out of `available`.
@@ -237,13 +260,15 @@ impl StaticPolicy {
     }
 
     /// Gives container `c` of `pod` its exclusive CPUs, if it gets any (`Allocate`; idempotent), from the shared pool
-    /// and `reusable` (the CPUs of the pod's init containers that ran before it, upstream's `cpusToReuse`).
+    /// and `reusable` (the CPUs of the pod's init containers that ran before it, upstream's `cpusToReuse`), those of
+    /// the NUMA nodes of `affinity` (the topology manager's hint) first (`allocateCPUs`).
     pub fn allocate(
         &self,
         state: &mut State,
         pod: &Pod,
         c: &Container,
         reusable: &CpuSet,
+        affinity: Option<Mask>,
     ) -> Result<Option<CpuSet>, String> {
         let n = guaranteed_cpus(pod, c);
         if n == 0 {
@@ -254,10 +279,90 @@ impl StaticPolicy {
             return Ok(Some(set.clone()));
         }
         let available = state.default_cpu_set.difference(&self.reserved).union(reusable);
-        let cpus = take_by_topology(&self.topo, &available, n)?;
+        let mut cpus = CpuSet::default();
+        if let Some(mask) = affinity {
+            let aligned = available.intersection(&self.topo.cpus_in_numa_mask(mask));
+            cpus = take_by_topology(&self.topo, &aligned, n.min(aligned.len()))?;
+        }
+        let rest = take_by_topology(&self.topo, &available.difference(&cpus), n - cpus.len())?;
+        let cpus = cpus.union(&rest);
         state.default_cpu_set = state.default_cpu_set.difference(&cpus);
         state.assignments.entry(uid).or_default().insert(c.name.clone(), cpus.clone());
         Ok(Some(cpus))
+    }
+
+    /// The NUMA placements of `request` CPUs out of `available` and `reusable` (`generateCPUTopologyHints`): every
+    /// combination of NUMA nodes holding enough of them (and all of `reusable`), preferred when as narrow as the
+    /// narrowest combination that has enough CPUs at all.
+    pub fn cpu_hints(&self, available: &CpuSet, reusable: &CpuSet, request: usize) -> Vec<TopologyHint> {
+        let nodes = self.topo.numa_nodes();
+        let mut min_size = nodes.len() as u32;
+        let mut hints = vec![];
+        iterate_masks(&nodes, |mask| {
+            if self.topo.cpus_in_numa_mask(mask).len() >= request && mask.count_ones() < min_size {
+                min_size = mask.count_ones();
+            }
+            let in_mask = |cpu: &u32| self.topo.cpus.get(cpu).is_some_and(|i| mask & (1u64 << i.numa) != 0);
+            if !reusable.iter().all(|c| in_mask(&c)) {
+                return;
+            }
+            let matching = reusable.len() + available.iter().filter(|c| in_mask(c)).count();
+            if matching >= request {
+                hints.push(TopologyHint { affinity: Some(mask), preferred: false });
+            }
+        });
+        for h in &mut hints {
+            h.preferred = h.affinity.map(|m| m.count_ones()) == Some(min_size);
+        }
+        hints
+    }
+
+    /// The CPU manager's hints for container `c` (`GetTopologyHints`): None for no preference (not Guaranteed with
+    /// whole CPUs); the hints of its CPUs when it has them already (none at all when they are not as many as asked).
+    pub fn topology_hints(
+        &self,
+        state: &State,
+        pod: &Pod,
+        c: &Container,
+        reusable: &CpuSet,
+    ) -> Option<Vec<TopologyHint>> {
+        let n = guaranteed_cpus(pod, c);
+        if n == 0 {
+            return None;
+        }
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if let Some(set) = state.assignments.get(&uid).and_then(|cs| cs.get(&c.name)) {
+            if set.len() != n {
+                return Some(vec![]);
+            }
+            return Some(self.cpu_hints(set, &CpuSet::default(), n));
+        }
+        let available = state.default_cpu_set.difference(&self.reserved);
+        Some(self.cpu_hints(&available, reusable, n))
+    }
+
+    /// The pod's hints (`GetPodTopologyHints`), for the pod scope: its whole request (`podGuaranteedCPUs`).
+    pub fn pod_topology_hints(&self, state: &State, pod: &Pod, reusable: &CpuSet) -> Option<Vec<TopologyHint>> {
+        let n = pod_guaranteed_cpus(pod);
+        if n == 0 {
+            return None;
+        }
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let spec = pod.spec.as_ref()?;
+        let mut assigned = CpuSet::default();
+        for c in spec.init_containers.iter().flatten().chain(&spec.containers) {
+            if let Some(set) = state.assignments.get(&uid).and_then(|cs| cs.get(&c.name)) {
+                if set.len() != guaranteed_cpus(pod, c) {
+                    return Some(vec![]);
+                }
+                assigned = assigned.union(set);
+            }
+        }
+        if assigned.len() == n {
+            return Some(self.cpu_hints(&assigned, &CpuSet::default(), n));
+        }
+        let available = state.default_cpu_set.difference(&self.reserved);
+        Some(self.cpu_hints(&available, &reusable.union(&assigned), n))
     }
 
     /// Returns a container's exclusive CPUs to the shared pool, but those its pod's other containers hold
@@ -364,15 +469,19 @@ mod tests {
         let app = &g.spec.as_ref().unwrap().containers[0];
         let side = &g.spec.as_ref().unwrap().containers[1];
         assert_eq!(guaranteed_cpus(&g, side), 0, "a fraction: the shared pool");
-        assert_eq!(p.allocate(&mut st, &g, app, &CpuSet::default()).unwrap().unwrap().to_string(), "1-2");
-        assert_eq!(p.allocate(&mut st, &g, app, &CpuSet::default()).unwrap().unwrap().to_string(), "1-2", "idempotent");
-        assert_eq!(p.allocate(&mut st, &g, side, &CpuSet::default()).unwrap(), None);
+        assert_eq!(p.allocate(&mut st, &g, app, &CpuSet::default(), None).unwrap().unwrap().to_string(), "1-2");
+        assert_eq!(
+            p.allocate(&mut st, &g, app, &CpuSet::default(), None).unwrap().unwrap().to_string(),
+            "1-2",
+            "idempotent"
+        );
+        assert_eq!(p.allocate(&mut st, &g, side, &CpuSet::default(), None).unwrap(), None);
         assert_eq!(st.default_cpu_set.to_string(), "0,3");
         assert_eq!(p.cpuset_of(&st, "g", "side").to_string(), "0,3");
         p.validate(&mut st.clone()).unwrap();
         let h = pod("h", &[("app", "2")]);
         assert_eq!(
-            p.allocate(&mut st, &h, &h.spec.as_ref().unwrap().containers[0], &CpuSet::default()).unwrap_err(),
+            p.allocate(&mut st, &h, &h.spec.as_ref().unwrap().containers[0], &CpuSet::default(), None).unwrap_err(),
             "not enough cpus available to satisfy request: requested=2, available=1"
         );
         p.remove(&mut st, "g", "app");
@@ -387,5 +496,40 @@ mod tests {
             StaticPolicy::new(Topology::from_rows(&[(0, 0, 0, 0)]), 2, None).unwrap_err(),
             "[cpumanager] unable to reserve the required amount of CPUs (size of  did not equal 2)"
         );
+    }
+
+    #[test]
+    fn numa_hints_and_allocation_along_the_chosen_nodes_are_upstreams() {
+        // Two NUMA nodes of two single-thread cores each; CPU 0 reserved.
+        let topo = Topology::from_rows(&[(0, 0, 0, 0), (1, 1, 0, 0), (2, 2, 1, 1), (3, 3, 1, 1)]);
+        let p = StaticPolicy::new(topo, 1, None).unwrap();
+        let available = CpuSet::parse("1-3").unwrap();
+        let hint = |m: u64, preferred| TopologyHint { affinity: Some(m), preferred };
+        let none = CpuSet::default();
+        assert_eq!(p.cpu_hints(&available, &none, 1), [hint(0b01, true), hint(0b10, true), hint(0b11, false)]);
+        assert_eq!(p.cpu_hints(&available, &none, 2), [hint(0b10, true), hint(0b11, false)], "node 0 has one free CPU");
+        assert_eq!(p.cpu_hints(&available, &none, 3), [hint(0b11, true)]);
+        assert_eq!(
+            p.cpu_hints(&available, &CpuSet::parse("1").unwrap(), 2),
+            [hint(0b01, true), hint(0b11, false)],
+            "reusable CPUs stay"
+        );
+        let mut st = State { default_cpu_set: CpuSet::parse("0-3").unwrap(), ..Default::default() };
+        let g = pod("g", &[("app", "2")]);
+        let app = &g.spec.as_ref().unwrap().containers[0];
+        assert_eq!(p.topology_hints(&st, &g, app, &none), Some(vec![hint(0b10, true), hint(0b11, false)]));
+        let cpus = p.allocate(&mut st, &g, app, &none, Some(0b10)).unwrap().unwrap();
+        assert_eq!(cpus.to_string(), "2-3", "the chosen node's CPUs");
+        assert_eq!(
+            p.topology_hints(&st, &g, app, &none),
+            Some(vec![hint(0b10, true), hint(0b11, false)]),
+            "regenerated from its CPUs"
+        );
+        let b = pod("b", &[("app", "1")]);
+        assert_eq!(
+            p.topology_hints(&st, &b, &b.spec.as_ref().unwrap().containers[0], &none),
+            Some(vec![hint(0b01, true), hint(0b11, false)])
+        );
+        assert_eq!(pod_guaranteed_cpus(&pod("two", &[("a", "1"), ("b", "2")])), 3);
     }
 }

@@ -66,6 +66,16 @@ impl Topology {
         self.distinct(|c| c.numa)
     }
 
+    /// The NUMA node ids, ascending.
+    pub fn numa_nodes(&self) -> Vec<u32> {
+        self.cpus.values().map(|c| c.numa).collect::<BTreeSet<_>>().into_iter().collect()
+    }
+
+    /// The CPUs of the NUMA nodes in `mask` (`CPUsInNUMANodes`).
+    pub fn cpus_in_numa_mask(&self, mask: u64) -> CpuSet {
+        CpuSet::of(self.cpus.iter().filter(|(_, c)| mask & (1u64 << c.numa) != 0).map(|(id, _)| *id))
+    }
+
     /// Hardware threads per core (`CPUsPerCore`; 0 without CPUs).
     pub fn cpus_per_core(&self) -> usize {
         self.cpus.len().checked_div(self.num_cores()).unwrap_or(0)

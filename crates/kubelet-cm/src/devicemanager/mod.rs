@@ -258,33 +258,89 @@ impl DeviceManager {
     /// `active`: the pods that hold their devices (others' are freed first, once `sources_ready`: until every
     /// source was seen after a restart, a pod not seen yet keeps its devices).
     pub async fn allocate(&self, pod: &Pod, active: &BTreeSet<String>, sources_ready: bool) -> Result<(), String> {
-        let uid = pod_uid(pod);
+        self.prepare(pod, active, sources_ready);
         let spec = pod.spec.clone().unwrap_or_default();
-        {
-            let mut s = self.lock();
-            s.reuse.retain(|u, _| *u == uid);
-            if sources_ready && !s.pods.is_empty() {
-                // The pods admitted, this one, and those whose containers ran when rkubelet started (the pods of
-                // one batch are admitted one after another: a later one of them is not active yet).
-                let mut keep = active.clone();
-                keep.insert(uid.clone());
-                keep.extend(s.running_at_start.iter().map(|(u, _)| u.clone()));
-                s.forget_inactive(&keep);
-            }
-        }
-        for c in spec.init_containers.iter().flatten() {
-            self.allocate_container(&uid, c).await?;
-            let sidecar = c.restart_policy.as_deref() == Some("Always");
-            self.lock().after_container(&uid, &c.name, !sidecar);
-        }
-        for c in &spec.containers {
-            self.allocate_container(&uid, c).await?;
-            self.lock().after_container(&uid, &c.name, false);
+        for c in spec.init_containers.iter().flatten().chain(&spec.containers) {
+            self.allocate_for(pod, c, None).await?;
         }
         Ok(())
     }
 
-    async fn allocate_container(&self, uid: &str, c: &Container) -> Result<(), String> {
+    /// Before a pod's containers get their devices: forgets the devices of pods no longer active.
+    pub fn prepare(&self, pod: &Pod, active: &BTreeSet<String>, sources_ready: bool) {
+        let uid = pod_uid(pod);
+        let mut s = self.lock();
+        s.reuse.retain(|u, _| *u == uid);
+        if sources_ready && !s.pods.is_empty() {
+            // The pods admitted, this one, and those whose containers ran when rkubelet started (the pods of
+            // one batch are admitted one after another: a later one of them is not active yet).
+            let mut keep = active.clone();
+            keep.insert(uid.clone());
+            keep.extend(s.running_at_start.iter().map(|(u, _)| u.clone()));
+            s.forget_inactive(&keep);
+        }
+    }
+
+    /// Allocates container `c`'s devices (`Allocate`), those on the NUMA nodes of `affinity` (the topology manager's
+    /// hint) first.
+    pub async fn allocate_for(&self, pod: &Pod, c: &Container, affinity: Option<u64>) -> Result<(), String> {
+        let uid = pod_uid(pod);
+        self.allocate_container(&uid, c, affinity).await?;
+        let init = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.init_containers.as_ref())
+            .is_some_and(|i| i.iter().any(|i| i.name == c.name));
+        let sidecar = c.restart_policy.as_deref() == Some("Always");
+        self.lock().after_container(&uid, &c.name, init && !sidecar);
+        Ok(())
+    }
+
+    /// The NUMA placements of container `c`'s devices by resource (`GetTopologyHints`).
+    pub fn topology_hints(
+        &self,
+        pod: &Pod,
+        c: &Container,
+        numa_nodes: &[u32],
+    ) -> crate::topologymanager::ProviderHints {
+        let uid = pod_uid(pod);
+        let s = self.lock();
+        limits(c)
+            .into_iter()
+            .filter(|(r, _)| s.is_device_resource(r))
+            .map(|(r, n)| {
+                let key: Key = (uid.clone(), c.name.clone(), r.clone());
+                let allocated = s.container_devices(&key).unwrap_or_default();
+                let reusable = s.reuse.get(&uid).and_then(|m| m.get(&r)).cloned().unwrap_or_default();
+                let hints = s.device_hints(&r, n, &allocated, &reusable, numa_nodes);
+                (r, hints)
+            })
+            .collect()
+    }
+
+    /// The NUMA placements of the pod's devices by resource (`GetPodTopologyHints`).
+    pub fn pod_topology_hints(&self, pod: &Pod, numa_nodes: &[u32]) -> crate::topologymanager::ProviderHints {
+        let uid = pod_uid(pod);
+        let s = self.lock();
+        let opts = kubelet_types::resources::PodResourcesOptions { exclude_overhead: true, ..Default::default() };
+        let limits = kubelet_types::resources::pod_limits(pod, opts, &mut |_| {});
+        limits
+            .into_iter()
+            .filter(|(r, _)| s.is_device_resource(r))
+            .map(|(r, n)| {
+                let allocated: BTreeSet<String> = s
+                    .pods
+                    .iter()
+                    .filter(|((u, _, res), _)| *u == uid && *res == r)
+                    .flat_map(|(_, a)| a.ids())
+                    .collect();
+                let hints = s.device_hints(&r, n.max(0.0).ceil() as usize, &allocated, &BTreeSet::new(), numa_nodes);
+                (r, hints)
+            })
+            .collect()
+    }
+
+    async fn allocate_container(&self, uid: &str, c: &Container, affinity: Option<u64>) -> Result<(), String> {
         for (r, required) in limits(c) {
             let key: Key = (uid.to_string(), c.name.clone(), r.clone());
             let (plan, endpoint, preferred_ok) = {
@@ -313,7 +369,7 @@ impl DeviceManager {
             } else {
                 vec![]
             };
-            let ids = self.lock().choose(&key, needed, &reusable, &available, &preferred);
+            let ids = self.lock().choose(&key, needed, &reusable, &available, &preferred, affinity);
             let start = Instant::now();
             let answer = endpoint.allocate(ids.clone()).await;
             kubelet_metrics::kubelet::DEVICE_PLUGIN_ALLOC_DURATION.observe(&[&r], start.elapsed().as_secs_f64());
@@ -370,7 +426,7 @@ impl DeviceManager {
             })
         };
         if missing {
-            self.allocate_container(&uid, c).await?;
+            self.allocate_container(&uid, c, None).await?;
         }
         for (r, n) in limits(c) {
             if n == 0 {

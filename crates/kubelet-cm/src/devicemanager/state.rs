@@ -86,6 +86,88 @@ pub struct State {
 }
 
 impl State {
+    /// Whether some device of `r` has NUMA nodes (`deviceHasTopologyAlignment`).
+    pub fn has_topology(&self, r: &str) -> bool {
+        self.topology.get(r).is_some_and(|t| t.values().any(|n| !n.is_empty()))
+    }
+
+    /// The NUMA placements of `requested` devices of `r` (`GetTopologyHints`/`GetPodTopologyHints` per resource):
+    /// None (no preference) when no device has a node; those of `allocated` when the container (or pod) has them
+    /// already (none when not as many as asked); else those of the free and `reusable` devices, none when too few.
+    pub fn device_hints(
+        &self,
+        r: &str,
+        requested: usize,
+        allocated: &BTreeSet<String>,
+        reusable: &BTreeSet<String>,
+        numa_nodes: &[u32],
+    ) -> Option<Vec<crate::topologymanager::TopologyHint>> {
+        if !self.has_topology(r) {
+            return None;
+        }
+        if !allocated.is_empty() {
+            if allocated.len() != requested {
+                return Some(vec![]);
+            }
+            return Some(self.generate_hints(r, allocated, &BTreeSet::new(), requested, numa_nodes));
+        }
+        let taken = self.allocated.get(r);
+        let available: BTreeSet<String> = self
+            .healthy
+            .get(r)
+            .into_iter()
+            .flatten()
+            .filter(|d| !taken.is_some_and(|t| t.contains(*d)))
+            .cloned()
+            .collect();
+        if available.union(reusable).count() < requested {
+            return Some(vec![]);
+        }
+        Some(self.generate_hints(r, &available, reusable, requested, numa_nodes))
+    }
+
+    /// `generateDeviceTopologyHints`.
+    fn generate_hints(
+        &self,
+        r: &str,
+        available: &BTreeSet<String>,
+        reusable: &BTreeSet<String>,
+        request: usize,
+        numa_nodes: &[u32],
+    ) -> Vec<crate::topologymanager::TopologyHint> {
+        use crate::topologymanager::{TopologyHint, iterate_masks};
+        let topo = self.topology.get(r);
+        let nodes_of = |d: &String| topo.and_then(|t| t.get(d)).cloned().unwrap_or_default();
+        let any_set = |mask: u64, nodes: &[i64]| nodes.iter().any(|n| *n >= 0 && *n < 64 && mask & (1u64 << *n) != 0);
+        let mut min_size = numa_nodes.len() as u32;
+        let mut hints = vec![];
+        iterate_masks(numa_nodes, |mask| {
+            let in_mask = topo.into_iter().flatten().filter(|(_, n)| any_set(mask, n)).count();
+            if in_mask >= request && mask.count_ones() < min_size {
+                min_size = mask.count_ones();
+            }
+            let mut matching = 0;
+            for d in reusable {
+                let n = nodes_of(d);
+                if n.is_empty() {
+                    continue;
+                }
+                if !any_set(mask, &n) {
+                    return;
+                }
+                matching += 1;
+            }
+            matching += available.iter().filter(|d| any_set(mask, &nodes_of(d))).count();
+            if matching >= request {
+                hints.push(TopologyHint { affinity: Some(mask), preferred: false });
+            }
+        });
+        for h in &mut hints {
+            h.preferred = h.affinity.map(|m| m.count_ones()) == Some(min_size);
+        }
+        hints
+    }
+
     /// Whether `r` is served by a device plugin (`isDevicePluginResource`).
     pub fn is_device_resource(&self, r: &str) -> bool {
         self.healthy.contains_key(r) || self.allocated.contains_key(r)
@@ -312,10 +394,37 @@ impl State {
         reusable: &[String],
         available: &[String],
         preferred: &[String],
+        affinity: Option<u64>,
     ) -> Vec<String> {
         let mut picked: Vec<String> = reusable.iter().take(needed).cloned().collect();
         let free: BTreeSet<&String> = available.iter().collect();
-        for d in preferred.iter().filter(|d| free.contains(d)).chain(available.iter()) {
+        // With the topology manager's affinity (`filterByAffinity`): the devices of its NUMA nodes first (the
+        // plugin's preference among them when they are more than needed), then the plugin's preference, then the
+        // devices of other nodes, then those without a node.
+        let order: Vec<&String> = match affinity.filter(|_| self.has_topology(&key.2)) {
+            None => preferred.iter().filter(|d| free.contains(d)).chain(available.iter()).collect(),
+            Some(mask) => {
+                let nodes = |d: &String| self.topology.get(&key.2).and_then(|t| t.get(d)).cloned().unwrap_or_default();
+                let in_mask = |n: &i64| *n >= 0 && *n < 64 && mask & (1u64 << *n) != 0;
+                let aligned: Vec<&String> = available.iter().filter(|d| nodes(d).iter().any(in_mask)).collect();
+                let unaligned: Vec<&String> =
+                    available.iter().filter(|d| !nodes(d).is_empty() && !nodes(d).iter().any(in_mask)).collect();
+                let none: Vec<&String> = available.iter().filter(|d| nodes(d).is_empty()).collect();
+                let still = needed.saturating_sub(picked.len());
+                let mut order: Vec<&String> = vec![];
+                if still < aligned.len() {
+                    order.extend(preferred.iter().filter(|d| aligned.contains(d)));
+                    order.extend(aligned);
+                } else {
+                    order.extend(aligned);
+                    order.extend(preferred.iter().filter(|d| free.contains(d)));
+                    order.extend(unaligned);
+                    order.extend(none);
+                }
+                order
+            }
+        };
+        for d in order {
             if picked.len() >= needed {
                 break;
             }

@@ -368,7 +368,7 @@ fn allocation_errors_are_upstreams() {
         "no healthy devices present; cannot allocate unhealthy devices example.com/resource"
     );
     s.devices(R, &[dev("d1", true), dev("d2", true)]);
-    s.choose(&key, 1, &[], &["d1".into()], &[]);
+    s.choose(&key, 1, &[], &["d1".into()], &[], None);
     assert_eq!(
         s.plan(&key, 2, &BTreeSet::new(), false).unwrap_err(),
         r#"pod "u" container "c" changed request for resource "example.com/resource" from 1 to 2"#
@@ -395,4 +395,30 @@ async fn a_container_admitted_before_its_plugin_registered_gets_its_devices_when
     let o = m.run_options(&p, container(&p, "app0")).await.unwrap();
     assert_eq!(o.envs, vec![("DEVICES".to_string(), "d1".to_string())]);
     assert_eq!(stub.allocs.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn device_hints_and_the_aligned_choice_follow_the_devices_numa_nodes() {
+    use crate::topologymanager::TopologyHint;
+    use std::collections::BTreeSet;
+    let mut s = State::default();
+    let r = "example.com/gpu".to_string();
+    s.healthy.insert(r.clone(), ["a", "b", "c"].iter().map(|d| d.to_string()).collect());
+    s.topology
+        .insert(r.clone(), [("a".to_string(), vec![0]), ("b".to_string(), vec![1]), ("c".to_string(), vec![1])].into());
+    let h = |m: u64, preferred| TopologyHint { affinity: Some(m), preferred };
+    let none = BTreeSet::new();
+    assert_eq!(s.device_hints(&r, 1, &none, &none, &[0, 1]), Some(vec![h(0b01, true), h(0b10, true), h(0b11, false)]));
+    assert_eq!(s.device_hints(&r, 2, &none, &none, &[0, 1]), Some(vec![h(0b10, true), h(0b11, false)]));
+    assert_eq!(s.device_hints(&r, 4, &none, &none, &[0, 1]), Some(vec![]), "too few devices: no placement");
+    assert_eq!(s.device_hints("other", 1, &none, &none, &[0, 1]), None, "no topology: no preference");
+    let key = ("u".to_string(), "app".to_string(), r.clone());
+    let picked = s.choose(&key, 1, &[], &["a".into(), "b".into(), "c".into()], &[], Some(0b10));
+    assert_eq!(picked, ["b"], "the device of the chosen NUMA node");
+    let mine: BTreeSet<String> = ["b".to_string()].into();
+    assert_eq!(
+        s.device_hints(&r, 1, &mine, &none, &[0, 1]),
+        Some(vec![h(0b10, true), h(0b11, false)]),
+        "its own device's"
+    );
 }
