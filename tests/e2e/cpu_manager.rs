@@ -155,3 +155,58 @@ async fn the_topology_manager_admits_what_fits_one_numa_node_and_refuses_the_res
     assert!(node.log().contains("Creating topology manager with policy per scope"));
     node.stop_and_clean(&rt).await;
 }
+
+/// The memory manager's static policy on this machine's NUMA node 0, with `reservedMemory` matching the 100Mi hard
+/// eviction threshold: a Guaranteed pod's memory is recorded on node 0 in `memory_manager_state` (upstream's format,
+/// read back with its checksum) and its container pinned there (`cpuset.mems`); a Guaranteed pod asking more memory
+/// than any node holds is refused with upstream's message; a restart keeps the assignment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_memory_manager_pins_guaranteed_memory_to_a_numa_node_and_refuses_what_no_node_holds() {
+    let (_g, rt) = fresh_runtime().await;
+    let limits = |mem: &str| {
+        format!(
+            "      requests:\n        cpu: 100m\n        memory: {mem}\n      limits:\n        cpu: 100m\n        memory: {mem}\n"
+        )
+    };
+    let pinned = cpu_pod("pinned", &limits("64Mi"));
+    let huge = cpu_pod("huge", &limits("64Ti"));
+    let mut node = Node::start_with(&[("pinned.yaml", &pinned), ("huge.yaml", &huge)], |n| {
+        std::fs::read_to_string(&n.config).unwrap()
+            + "memoryManagerPolicy: Static\nreservedMemory:\n- numaNode: 0\n  limits:\n    memory: 100Mi\n"
+    });
+    let p = node.wait_running("pinned-e2e-node").await;
+    let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
+    let h = node.wait_phase("huge-e2e-node", "Failed").await;
+    assert_eq!(h["status"]["reason"], "UnexpectedAdmissionError", "{}", h["status"]);
+    assert_eq!(
+        h["status"]["message"],
+        "Pod was rejected: Allocate failed due to [memorymanager] failed to get the default NUMA affinity, no NUMA nodes \
+         with enough memory is available, which is unexpected"
+    );
+    let state_file = node.root.join("memory_manager_state");
+    let read = || {
+        let bytes = std::fs::read(&state_file).unwrap();
+        kubelet_cm::memorymanager::state::decode("Static", &bytes).expect("upstream's format and checksum")
+    };
+    let state = read();
+    let blocks = &state.assignments[&uid]["app"];
+    assert_eq!(
+        (blocks[0].kind.as_str(), blocks[0].size, blocks[0].numa_affinity.clone()),
+        ("memory", 64 << 20, vec![0])
+    );
+    assert_eq!(state.machine[&0].memory["memory"].system_reserved, 100 << 20);
+    assert_eq!(state.machine[&0].memory["memory"].reserved, 64 << 20);
+    let c = containers_of(&rt, "pinned-e2e-node").await.into_iter().find(|c| c.state == 1).unwrap();
+    let out = rt
+        .exec_sync(&c.id, vec!["cat".into(), "/sys/fs/cgroup/cpuset/cpuset.mems".into()], Duration::from_secs(10))
+        .await;
+    if let Some(out) = out.ok().filter(|o| o.exit_code == 0) {
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0");
+    }
+    node.kill9();
+    node.spawn();
+    node.wait_healthy().await;
+    node.wait_running("pinned-e2e-node").await;
+    assert_eq!(read().assignments[&uid]["app"], *blocks, "kept across a restart");
+    node.stop_and_clean(&rt).await;
+}

@@ -8,6 +8,7 @@ pub mod checksum;
 pub mod cpumanager;
 pub mod devicemanager;
 pub mod dra;
+pub mod memorymanager;
 pub mod podresources;
 pub mod topologymanager;
 pub mod uds_authority;

@@ -532,6 +532,10 @@ impl RuntimeManager {
             let linux = config.linux.get_or_insert_with(Default::default);
             linux.resources.get_or_insert_with(Default::default).cpuset_cpus = cpuset;
         }
+        if let Some(mems) = self.mems.container_created(pod, c) {
+            let linux = config.linux.get_or_insert_with(Default::default);
+            linux.resources.get_or_insert_with(Default::default).cpuset_mems = mems;
+        }
         let userns = self.user_namespace(pod).map_err(|m| err("CreateContainerConfigError", m))?;
         config_gen::set_container_user_namespace(&mut config, userns);
         // The container is made with its resources: they are what the runtime was last told.

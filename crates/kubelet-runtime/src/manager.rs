@@ -184,6 +184,8 @@ pub struct RuntimeManager {
     pub(crate) devices: Arc<dyn crate::devices::ContainerDevices>,
     /// The CPU manager: each container's cpuset.
     pub(crate) cpus: Arc<dyn crate::cpus::ContainerCpus>,
+    /// The memory manager: each container's memory nodes.
+    pub(crate) mems: Arc<dyn crate::cpus::ContainerMems>,
     /// The pod cgroups, for in-place resizes.
     pub(crate) pod_cgroups: Arc<dyn crate::resize::PodCgroupResizer>,
     /// What the runtime was last told of each container's resources (`actuated_pods_state`).
@@ -254,6 +256,7 @@ impl RuntimeManager {
             image_volumes_in_use: Default::default(),
             devices: Arc::new(crate::devices::NoDevices),
             cpus: Arc::new(crate::cpus::NoCpus),
+            mems: Arc::new(crate::cpus::NoMems),
             pod_cgroups: Arc::new(crate::resize::NoPodCgroups),
             actuated: Arc::new(kubelet_cm::allocation_state::PodResourceState::in_memory()),
         }
@@ -262,6 +265,12 @@ impl RuntimeManager {
     /// Gives containers the devices `devices` allocated them (device nodes, mounts, variables, CDI names).
     pub fn with_devices(mut self, devices: Arc<dyn crate::devices::ContainerDevices>) -> Self {
         self.devices = devices;
+        self
+    }
+
+    /// Gives containers the memory NUMA nodes `mems` assigns them.
+    pub fn with_mems(mut self, mems: Arc<dyn crate::cpus::ContainerMems>) -> Self {
+        self.mems = mems;
         self
     }
 

@@ -80,9 +80,9 @@ impl crate::topology::HintProvider for Cpus {
         &self,
         pod: &Pod,
         c: &k8s_openapi::api::core::v1::Container,
-        affinity: Option<kubelet_cm::topologymanager::Mask>,
+        hint: kubelet_cm::topologymanager::TopologyHint,
     ) -> Result<(), AdmitResult> {
-        self.0.allocate_container(pod, c, affinity).map_err(unexpected)
+        self.0.allocate_container(pod, c, hint.affinity).map_err(unexpected)
     }
 }
 

@@ -87,9 +87,9 @@ impl crate::topology::HintProvider for Devices {
         &self,
         pod: &Pod,
         c: &Container,
-        affinity: Option<kubelet_cm::topologymanager::Mask>,
+        hint: kubelet_cm::topologymanager::TopologyHint,
     ) -> Result<(), AdmitResult> {
-        self.manager.allocate_for(pod, c, affinity).await.map_err(|e| AdmitResult {
+        self.manager.allocate_for(pod, c, hint.affinity).await.map_err(|e| AdmitResult {
             reason: "UnexpectedAdmissionError".into(),
             message: format!("Allocate failed due to {e}, which is unexpected"),
         })

@@ -21,6 +21,7 @@ pub mod devices;
 pub mod events;
 pub mod fake_node;
 pub mod gc;
+pub mod memory;
 pub mod mirror;
 pub mod node_allocatable;
 pub mod nodeshutdown;

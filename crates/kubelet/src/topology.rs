@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use kubelet_cm::topologymanager::{
-    Mask, Policy, PolicyKind, ProviderHints, TOPOLOGY_AFFINITY_ERROR, TOPOLOGY_AFFINITY_MESSAGE, TopologyHint,
+    Policy, PolicyKind, ProviderHints, TOPOLOGY_AFFINITY_ERROR, TOPOLOGY_AFFINITY_MESSAGE, TopologyHint,
 };
 use tracing::info;
 
@@ -50,8 +50,8 @@ pub trait HintProvider: Send + Sync + 'static {
     fn hints(&self, pod: &Pod, c: &Container) -> ProviderHints;
     /// The placements of the pod's resources (`GetPodTopologyHints`).
     fn pod_hints(&self, pod: &Pod) -> ProviderHints;
-    /// Allocates container `c`'s resources along `affinity` (`Allocate`).
-    async fn allocate(&self, pod: &Pod, c: &Container, affinity: Option<Mask>) -> Result<(), AdmitResult>;
+    /// Allocates container `c`'s resources along `hint` (`Allocate` with the store's `GetAffinity`).
+    async fn allocate(&self, pod: &Pod, c: &Container, hint: TopologyHint) -> Result<(), AdmitResult>;
 }
 
 /// The topology manager.
@@ -79,9 +79,9 @@ impl TopologyManager {
         AdmitResult { reason: TOPOLOGY_AFFINITY_ERROR.into(), message: TOPOLOGY_AFFINITY_MESSAGE.into() }
     }
 
-    async fn allocate_aligned(&self, pod: &Pod, c: &Container, affinity: Option<Mask>) -> Result<(), AdmitResult> {
+    async fn allocate_aligned(&self, pod: &Pod, c: &Container, hint: TopologyHint) -> Result<(), AdmitResult> {
         for p in &self.providers {
-            p.allocate(pod, c, affinity).await?;
+            p.allocate(pod, c, hint).await?;
         }
         Ok(())
     }
@@ -97,7 +97,7 @@ impl TopologyManager {
         let name = kubelet_types::pod_update::pod_ref(pod);
         if self.policy.kind == PolicyKind::None {
             for c in containers {
-                self.allocate_aligned(pod, c, None).await?;
+                self.allocate_aligned(pod, c, TopologyHint::default()).await?;
             }
             return Ok(());
         }
@@ -111,7 +111,7 @@ impl TopologyManager {
                         return Err(Self::refuse());
                     }
                     self.remember(pod, c, best);
-                    self.allocate_aligned(pod, c, best.affinity).await.inspect_err(|_| {
+                    self.allocate_aligned(pod, c, best).await.inspect_err(|_| {
                         kubelet_metrics::kubelet::TOPOLOGY_ADMISSION_ERRORS.inc(&[]);
                     })?;
                 }
@@ -125,7 +125,7 @@ impl TopologyManager {
                 }
                 for c in containers {
                     self.remember(pod, c, best);
-                    self.allocate_aligned(pod, c, best.affinity).await.inspect_err(|_| {
+                    self.allocate_aligned(pod, c, best).await.inspect_err(|_| {
                         kubelet_metrics::kubelet::TOPOLOGY_ADMISSION_ERRORS.inc(&[]);
                     })?;
                 }

@@ -1,6 +1,6 @@
 use super::*;
 use k8s_openapi::api::core::v1::PodSpec;
-use kubelet_cm::topologymanager::{NumaInfo, PolicyOptions};
+use kubelet_cm::topologymanager::{Mask, NumaInfo, PolicyOptions};
 
 /// A provider with fixed hints for each container (and the pod), recording what it allocated.
 struct Fixed {
@@ -25,8 +25,8 @@ impl HintProvider for Fixed {
     fn pod_hints(&self, _: &Pod) -> ProviderHints {
         self.hints.get("pod").map(|h| [(self.resource.to_string(), Some(h.clone()))].into()).unwrap_or_default()
     }
-    async fn allocate(&self, _: &Pod, c: &Container, affinity: Option<Mask>) -> Result<(), AdmitResult> {
-        self.allocated.lock().unwrap().push((c.name.clone(), affinity));
+    async fn allocate(&self, _: &Pod, c: &Container, hint: TopologyHint) -> Result<(), AdmitResult> {
+        self.allocated.lock().unwrap().push((c.name.clone(), hint.affinity));
         Ok(())
     }
 }
@@ -157,4 +157,56 @@ async fn on_a_two_numa_machine_single_numa_node_keeps_each_pods_cpus_on_one_node
     let r = m.allocate(&c, &[a.clone(), b.clone()]).await.unwrap();
     assert_eq!(r.reason, "TopologyAffinityError", "no node has two free CPUs left");
     assert_eq!(m.affinity("a", "app"), Some(TopologyHint { affinity: Some(0b10), preferred: true }));
+}
+
+#[tokio::test]
+async fn cpus_and_memory_are_aligned_on_one_numa_node() {
+    use kubelet_cm::memorymanager::{
+        MemoryManager,
+        policy::{NumaMemory, StaticPolicy as MemoryPolicy},
+    };
+    let sys = two_numa_sysfs();
+    let topo = kubelet_cm::cpumanager::topology::Topology::discover(sys.path()).unwrap();
+    let numa = NumaInfo::read(sys.path()).unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let cpu_policy = kubelet_cm::cpumanager::policy::StaticPolicy::new(topo, 1, None).unwrap();
+    let cpus = Arc::new(kubelet_cm::cpumanager::manager::CpuManager::new(root.path(), Some(cpu_policy)).unwrap());
+    // Node 0 has 1 GiB free for pods, node 1 4 GiB.
+    let gi = 1u64 << 30;
+    let nodes = vec![
+        NumaMemory { id: 0, memory: 2 * gi, hugepages: vec![] },
+        NumaMemory { id: 1, memory: 4 * gi, hugepages: vec![] },
+    ];
+    let reserved = [(0, [("memory".to_string(), gi)].into()), (1, Default::default())].into();
+    let memory = Arc::new(MemoryManager::new(root.path(), Some(MemoryPolicy::new(nodes, reserved).unwrap())).unwrap());
+    let providers: Vec<Arc<dyn HintProvider>> =
+        vec![Arc::new(crate::cpus::Cpus(cpus.clone())), Arc::new(crate::memory::Memory(memory.clone()))];
+    let m = TopologyManager::new(
+        Policy { kind: PolicyKind::SingleNumaNode, numa, options: PolicyOptions::default() },
+        Scope::Container,
+        providers,
+    );
+    // One CPU fits either node, 2 GiB only node 1: both go to node 1.
+    let mut a = guaranteed("a", "1");
+    a.spec.as_mut().unwrap().containers[0]
+        .resources
+        .as_mut()
+        .unwrap()
+        .requests
+        .as_mut()
+        .unwrap()
+        .insert("memory".into(), k8s_openapi::apimachinery::pkg::api::resource::Quantity("2Gi".into()));
+    a.spec.as_mut().unwrap().containers[0]
+        .resources
+        .as_mut()
+        .unwrap()
+        .limits
+        .as_mut()
+        .unwrap()
+        .insert("memory".into(), k8s_openapi::apimachinery::pkg::api::resource::Quantity("2Gi".into()));
+    assert_eq!(m.allocate(&a, &[]).await, None);
+    let cpu = cpus.cpuset("a", "app").unwrap();
+    assert!(cpu == "2" || cpu == "3", "a CPU of node 1: {cpu}");
+    let c = &a.spec.as_ref().unwrap().containers[0];
+    assert_eq!(memory.container_created(&a, c).as_deref(), Some("1"), "cpuset.mems");
 }

@@ -258,6 +258,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     // The Node admission reads: the initial one until the apiserver's is known (`getNodeAnyWay`).
     let inputs = node::node_inputs(&cfg, &node_name, &host_ips, &root_dir, runtime_version);
     let resize_facts = crate::node::resize_facts(&cfg, &inputs);
+    let memory_inputs = inputs.clone();
     let mut initial_node =
         kubelet::nodestatus::setters::initial_node_with_status(&inputs, &cli.node_labels, &cfg.register_with_taints);
     kubelet::nodestatus::setters::set_runtime_status(&mut initial_node, &runtime_state.runtime_info());
@@ -510,9 +511,14 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         cfg.cpu_manager_reconcile_period.0,
         cancel.clone(),
     ));
+    // The memory manager: its state file read now (one of another policy stops the start, as upstream's).
+    let memory = Arc::new(kubelet::memory::Memory(Arc::new(
+        crate::node::memory_manager(&cfg, &memory_inputs, &root_dir).context("start memory manager error")?,
+    )));
     let runtime = RuntimeManager::new(remote.clone(), remote.clone(), rm_cfg, clock.clone())
         .with_devices(devices.clone())
         .with_cpus(cpus.clone())
+        .with_mems(memory.clone())
         .with_pod_cgroups(pod_cgroups)
         .with_actuated_state(Arc::new(
             kubelet_cm::allocation_state::PodResourceState::open(
@@ -800,7 +806,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         allocator: Some(Arc::new(kubelet::topology::TopologyManager::new(
             topology_policy,
             topology_scope,
-            vec![devices.clone(), cpus],
+            vec![devices.clone(), cpus, memory],
         ))),
         allocate_after,
         status: status.clone(),

@@ -199,6 +199,40 @@ pub fn topology_manager(
     Ok((Policy { kind, numa, options }, scope))
 }
 
+/// The memory manager (`memorymanager.NewManager` and `Start`): the None policy, or Static with `reservedMemory`
+/// checked against the node allocatable reservation; its state file read now (one of another policy stops the start,
+/// as upstream's).
+pub fn memory_manager(
+    cfg: &kubelet_config::kubelet_config::KubeletConfiguration,
+    inputs: &kubelet::nodestatus::setters::NodeInputs,
+    root: &std::path::Path,
+) -> anyhow::Result<kubelet_cm::memorymanager::MemoryManager> {
+    use kubelet_cm::memorymanager::{MemoryManager, NONE, STATIC, numa_memory, policy::StaticPolicy, system_reserved};
+    let policy = match cfg.memory_manager_policy.as_str() {
+        NONE | "" => None,
+        STATIC => {
+            let nodes = numa_memory(std::path::Path::new("/sys"), memory_capacity());
+            let reservations: Vec<(i64, std::collections::BTreeMap<String, u64>)> = cfg
+                .reserved_memory
+                .iter()
+                .map(|r| {
+                    let limits = r
+                        .limits
+                        .iter()
+                        .map(|(k, q)| (k.clone(), kubelet_types::quantity::parse_quantity(&q.0).unwrap_or(0.0) as u64))
+                        .collect();
+                    (i64::from(r.numa_node), limits)
+                })
+                .collect();
+            let reservation = kubelet::nodestatus::setters::memory_reservation(inputs);
+            let reserved = system_reserved(&nodes, &reservation, &reservations).map_err(anyhow::Error::msg)?;
+            Some(StaticPolicy::new(nodes, reserved).map_err(anyhow::Error::msg)?)
+        }
+        other => anyhow::bail!("unknown policy: {other:?}"),
+    };
+    MemoryManager::new(root, policy).map_err(anyhow::Error::msg)
+}
+
 /// The graceful node shutdown's groups from the configuration (empty: disabled).
 pub fn shutdown_groups(
     cfg: &kubelet_config::kubelet_config::KubeletConfiguration,

@@ -1,5 +1,5 @@
 //! Settings of the v1.35 `KubeletConfiguration` that rkubelet does not carry out yet (issue 30: the CPU manager's
-//! policy options, the memory manager). Upstream's kubelet acts on each; running as
+//! policy options). Upstream's kubelet acts on each; running as
 //! if they were absent would silently drop what the operator asked for (pods without their NUMA
 //! alignment), so start-up stops with an error naming the field and what to set
 //! instead. Called once by `main` after the configuration is loaded and validated.
@@ -17,10 +17,6 @@ pub fn refuse(cfg: &KubeletConfiguration) -> Result<(), String> {
     if let Some((name, _)) = cfg.cpu_manager_policy_options.iter().next() {
         let what = "the static policy's allocation would ignore it";
         return not_yet(&format!("cpuManagerPolicyOptions.{name}"), name, what, "no cpuManagerPolicyOptions");
-    }
-    if !cfg.memory_manager_policy.eq_ignore_ascii_case("none") {
-        let what = "Guaranteed pods would not get memory from their NUMA nodes";
-        return not_yet("memoryManagerPolicy", &cfg.memory_manager_policy, what, "memoryManagerPolicy: None");
     }
     Ok(())
 }
@@ -46,7 +42,7 @@ mod tests {
         );
         let mut c = cfg.clone();
         c.memory_manager_policy = "Static".into();
-        assert!(refuse(&c).unwrap_err().starts_with("invalid configuration: memoryManagerPolicy: \"Static\""));
+        assert_eq!(refuse(&c), Ok(()), "the memory manager is carried out");
         let mut c = cfg.clone();
         c.topology_manager_policy = "single-numa-node".into();
         assert_eq!(refuse(&c), Ok(()), "the topology manager is carried out");

@@ -136,6 +136,27 @@ pub fn allocatable(i: &NodeInputs) -> BTreeMap<String, Quantity> {
     a
 }
 
+/// The node allocatable reservation of memory types (`GetNodeAllocatableReservation`'s memory and huge pages): kube-
+/// and system-reserved plus, for memory, the hard eviction threshold; in bytes. What the memory manager's
+/// `reservedMemory` must add up to.
+pub fn memory_reservation(i: &NodeInputs) -> BTreeMap<String, u64> {
+    let mut out: BTreeMap<String, u64> = BTreeMap::new();
+    for m in [&i.kube_reserved, &i.system_reserved] {
+        for (k, v) in m.iter().filter(|(k, _)| k.as_str() == "memory" || k.starts_with("hugepages-")) {
+            *out.entry(k.clone()).or_default() += quantity::parse(v).unwrap_or(0.0) as u64;
+        }
+    }
+    let mem_evict = i
+        .eviction_hard
+        .get("memory.available")
+        .and_then(|v| quantity::threshold(v, i.machine.memory_capacity as f64))
+        .unwrap_or(0.0);
+    if mem_evict > 0.0 || out.contains_key("memory") {
+        *out.entry("memory".into()).or_default() += mem_evict as u64;
+    }
+    out
+}
+
 fn addresses(i: &NodeInputs) -> Vec<NodeAddress> {
     let mut v: Vec<NodeAddress> =
         i.node_ips.iter().map(|ip| NodeAddress { type_: "InternalIP".into(), address: ip.clone() }).collect();
