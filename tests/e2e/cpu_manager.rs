@@ -210,3 +210,37 @@ async fn the_memory_manager_pins_guaranteed_memory_to_a_numa_node_and_refuses_wh
     assert_eq!(read().assignments[&uid]["app"], *blocks, "kept across a restart");
     node.stop_and_clean(&rt).await;
 }
+
+/// `cpuManagerPolicyOptions` on this machine: with `strict-cpu-reservation` the reserved CPU 0 leaves the shared pool,
+/// so a Burstable pod runs on CPU 1 only (not on every CPU); `full-pcpus-only` admits whole cores (one thread per core
+/// here, so any count); an alpha option without its gate stops the start with upstream's text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn strict_cpu_reservation_keeps_the_reserved_cpu_out_of_the_shared_pool() {
+    if std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) < 2 {
+        println!("e2e_cpu_manager skipped: the machine has fewer than 2 CPUs");
+        return;
+    }
+    let (_g, rt) = fresh_runtime().await;
+    let shared = cpu_pod("shared", "      requests:\n        memory: 32Mi\n");
+    let mut node = Node::start_with(&[("shared.yaml", &shared)], |n| {
+        std::fs::read_to_string(&n.config).unwrap()
+            + "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\ncpuManagerPolicyOptions:\n  \
+               strict-cpu-reservation: \"true\"\n  full-pcpus-only: \"true\"\n"
+    });
+    node.wait_running("shared-e2e-node").await;
+    let all = std::thread::available_parallelism().unwrap().get();
+    let want = if all == 2 { "1".to_string() } else { format!("1-{}", all - 1) };
+    assert_eq!(allowed(&rt, "shared-e2e-node").await, want, "the reserved CPU 0 is not shared");
+    node.stop_and_clean(&rt).await;
+
+    let mut bad = Node::start_with(&[], |n| {
+        std::fs::read_to_string(&n.config).unwrap()
+            + "cpuManagerPolicy: static\nreservedSystemCPUs: \"0\"\ncpuManagerPolicyOptions:\n  align-by-socket: \"true\"\n"
+    });
+    let status = bad.wait_exit(Duration::from_secs(30)).await;
+    assert!(!status.success());
+    let log = bad.log();
+    let line = log.lines().find(|l| l.contains("CPU Manager Policy Alpha-level Options not enabled, but option"));
+    assert!(line.is_some_and(|l| l.contains("align-by-socket") && l.contains("provided")), "{}", tail(&log, 5));
+    bad.stop_and_clean(&rt).await;
+}

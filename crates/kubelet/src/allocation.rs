@@ -27,6 +27,8 @@ pub struct ResizeFacts {
     pub allocatable_memory: i64,
     /// `cpuManagerPolicy: static`: Guaranteed pods cannot change their CPU in place.
     pub static_cpu_policy: bool,
+    /// `memoryManagerPolicy: Static`: Guaranteed pods cannot change their memory in place.
+    pub static_memory_policy: bool,
 }
 
 /// The allocated resources of the pods.

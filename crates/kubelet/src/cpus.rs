@@ -44,17 +44,20 @@ pub struct Cpus(pub Arc<CpuManager>);
 impl ResourceAllocator for Cpus {
     async fn allocate(&self, pod: &Pod, others: &[Arc<Pod>]) -> Option<AdmitResult> {
         let e = self.0.allocate(pod, &active_containers(others)).err()?;
-        Some(AdmitResult {
-            reason: "UnexpectedAdmissionError".into(),
-            message: format!("Allocate failed due to {e}, which is unexpected"),
-        })
+        Some(unexpected(e))
     }
 }
 
-fn unexpected(e: String) -> AdmitResult {
-    AdmitResult {
-        reason: "UnexpectedAdmissionError".into(),
-        message: format!("Allocate failed due to {e}, which is unexpected"),
+/// An allocation error as admission reports it (`admission.GetPodAdmitResult`): `SMTAlignmentError` with its text,
+/// anything else as unexpected.
+fn unexpected(e: kubelet_cm::cpumanager::policy::AllocateError) -> AdmitResult {
+    use kubelet_cm::cpumanager::policy::AllocateError;
+    match e {
+        AllocateError::SmtAlignment(m) => AdmitResult { reason: "SMTAlignmentError".into(), message: m },
+        AllocateError::Other(e) => AdmitResult {
+            reason: "UnexpectedAdmissionError".into(),
+            message: format!("Allocate failed due to {e}, which is unexpected"),
+        },
     }
 }
 

@@ -158,6 +158,7 @@ impl FakeNode {
                 allocatable_cpu_milli: i64::MAX,
                 allocatable_memory: i64::MAX,
                 static_cpu_policy: false,
+                static_memory_policy: false,
             },
         });
         let sync_loop = match preemption {

@@ -158,11 +158,19 @@ impl SyncLoop {
     /// Whether the resize fits now (`canResizePod`): Err with `Infeasible` or `Deferred` and the message.
     async fn can_resize_pod(&mut self, pod: &Arc<Pod>) -> Result<(), (&'static str, String)> {
         let facts = self.deps.resize_facts;
-        if pod_qos(pod) == QosClass::Guaranteed && facts.static_cpu_policy && self.guaranteed_cpu_changes(pod) {
+        if pod_qos(pod) == QosClass::Guaranteed && facts.static_cpu_policy && self.guaranteed_changes(pod, "cpu") {
             kubelet_metrics::kubelet::POD_INFEASIBLE_RESIZES.inc(&["guaranteed_pod_cpu_manager_static_policy"]);
             return Err((
                 INFEASIBLE,
                 "Resize is infeasible for Guaranteed Pods alongside CPU Manager policy \"static\"".into(),
+            ));
+        }
+        if pod_qos(pod) == QosClass::Guaranteed && facts.static_memory_policy && self.guaranteed_changes(pod, "memory")
+        {
+            kubelet_metrics::kubelet::POD_INFEASIBLE_RESIZES.inc(&["guaranteed_pod_memory_manager_static_policy"]);
+            return Err((
+                INFEASIBLE,
+                "Resize is infeasible for Guaranteed Pods alongside Memory Manager policy \"Static\"".into(),
             ));
         }
         let cpu = kubelet_types::qos::milli_value(resource_request(pod, "cpu"));
@@ -186,16 +194,16 @@ impl SyncLoop {
         }
     }
 
-    /// Whether a resizable container of a Guaranteed pod asks for other CPU than allocated
+    /// Whether a resizable container of a Guaranteed pod asks for another request of `resource` than allocated
     /// (`guaranteedPodResourceResizeRequired`).
-    fn guaranteed_cpu_changes(&self, pod: &Pod) -> bool {
+    fn guaranteed_changes(&self, pod: &Pod, resource: &str) -> bool {
         let uid = pod.metadata.uid.as_deref().unwrap_or("");
         kubelet_runtime::resize::resizable_containers(pod).any(|(_, _, c)| {
-            let cpu = |r: Option<&k8s_openapi::api::core::v1::ResourceRequirements>| {
-                let q = r.and_then(|r| r.requests.as_ref()).and_then(|l| l.get("cpu"));
+            let amount = |r: Option<&k8s_openapi::api::core::v1::ResourceRequirements>| {
+                let q = r.and_then(|r| r.requests.as_ref()).and_then(|l| l.get(resource));
                 q.and_then(|q| kubelet_types::quantity::parse_quantity(&q.0)).unwrap_or(0.0)
             };
-            cpu(c.resources.as_ref()) != cpu(self.deps.allocations.container(uid, &c.name).as_ref())
+            amount(c.resources.as_ref()) != amount(self.deps.allocations.container(uid, &c.name).as_ref())
         })
     }
 

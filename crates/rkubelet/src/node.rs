@@ -255,6 +255,7 @@ pub fn resize_facts(
         allocatable_cpu_milli: a.cpu_milli.unwrap_or(inputs.machine.num_cores as i64 * 1000),
         allocatable_memory: a.memory.unwrap_or(memory_capacity() as i64),
         static_cpu_policy: cfg.cpu_manager_policy.eq_ignore_ascii_case("static"),
+        static_memory_policy: cfg.memory_manager_policy == kubelet_cm::memorymanager::STATIC,
     }
 }
 
@@ -329,7 +330,14 @@ pub fn cpu_manager(
         }
         reserved.len()
     };
-    let policy = StaticPolicy::new(topo, num_reserved, Some(reserved)).map_err(anyhow::Error::msg)?;
+    let options = kubelet_cm::cpumanager::policy::StaticPolicyOptions::parse(
+        &cfg.cpu_manager_policy_options,
+        cfg.feature_gate("CPUManagerPolicyAlphaOptions").unwrap_or(false),
+        cfg.feature_gate("CPUManagerPolicyBetaOptions").unwrap_or(true),
+    )
+    .map_err(|e| anyhow::anyhow!("new static policy error: {e}"))?;
+    let policy =
+        StaticPolicy::new(topo, num_reserved, Some(reserved)).map_err(anyhow::Error::msg)?.with_options(options);
     CpuManager::new(root, Some(policy)).map_err(anyhow::Error::msg)
 }
 

@@ -14,9 +14,20 @@ pub fn refuse(cfg: &KubeletConfiguration) -> Result<(), String> {
              run the upstream kubelet on this node"
         ))
     };
-    if let Some((name, _)) = cfg.cpu_manager_policy_options.iter().next() {
-        let what = "the static policy's allocation would ignore it";
-        return not_yet(&format!("cpuManagerPolicyOptions.{name}"), name, what, "no cpuManagerPolicyOptions");
+    // Options upstream would take (beta ones by default, alpha ones with their gate) that rkubelet does not carry
+    // out; others are refused by the CPU manager with upstream's text.
+    let alpha = cfg.feature_gate("CPUManagerPolicyAlphaOptions").unwrap_or(false);
+    let beta = cfg.feature_gate("CPUManagerPolicyBetaOptions").unwrap_or(true);
+    for (name, value) in &cfg.cpu_manager_policy_options {
+        let unimplemented = match name.as_str() {
+            "distribute-cpus-across-numa" | "prefer-align-cpus-by-uncorecache" => beta,
+            "align-by-socket" | "distribute-cpus-across-cores" => alpha,
+            _ => false,
+        };
+        if unimplemented && value != "false" && value != "0" {
+            let what = "the static policy's allocation would ignore it";
+            return not_yet(&format!("cpuManagerPolicyOptions.{name}"), name, what, "another option or none");
+        }
     }
     Ok(())
 }
@@ -34,11 +45,15 @@ mod tests {
         c.cpu_manager_policy = "static".into();
         assert_eq!(refuse(&c), Ok(()), "the static policy is carried out");
         c.cpu_manager_policy_options.insert("full-pcpus-only".into(), "true".into());
+        c.cpu_manager_policy_options.insert("strict-cpu-reservation".into(), "true".into());
+        c.cpu_manager_policy_options.insert("align-by-socket".into(), "true".into());
+        assert_eq!(refuse(&c), Ok(()), "carried out, or refused by the CPU manager with upstream's text (alpha)");
+        c.cpu_manager_policy_options.insert("distribute-cpus-across-numa".into(), "true".into());
         assert_eq!(
             refuse(&c).unwrap_err(),
-            "invalid configuration: cpuManagerPolicyOptions.full-pcpus-only: \"full-pcpus-only\" is not implemented \
-             by rkubelet yet (the static policy's allocation would ignore it); set no cpuManagerPolicyOptions or run \
-             the upstream kubelet on this node"
+            "invalid configuration: cpuManagerPolicyOptions.distribute-cpus-across-numa: \"distribute-cpus-across-numa\" \
+             is not implemented by rkubelet yet (the static policy's allocation would ignore it); set another option or \
+             none or run the upstream kubelet on this node"
         );
         let mut c = cfg.clone();
         c.memory_manager_policy = "Static".into();

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use kubelet_types::cpuset::CpuSet;
 use tracing::info;
 
-use super::policy::StaticPolicy;
+use super::policy::{AllocateError, StaticPolicy};
 use super::state::{Checkpoint, State};
 use crate::topologymanager::{Mask, TopologyHint};
 
@@ -99,7 +99,7 @@ impl CpuManager {
 
     /// Gives the init and app containers of `pod` their exclusive CPUs, if any (`Allocate` of each container);
     /// `active` are the containers of the pods already admitted, whose CPUs stay. The error is upstream's.
-    pub fn allocate(&self, pod: &Pod, active: &BTreeSet<(String, String)>) -> Result<(), String> {
+    pub fn allocate(&self, pod: &Pod, active: &BTreeSet<(String, String)>) -> Result<(), AllocateError> {
         self.prepare(pod, active);
         let spec = pod.spec.as_ref();
         for c in spec.into_iter().flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers)) {
@@ -125,7 +125,7 @@ impl CpuManager {
     /// Gives container `c` of `pod` its exclusive CPUs, if any, those of the NUMA nodes of `affinity` first
     /// (`Allocate`). The CPUs of the init containers that ran to completion serve the containers after them
     /// (`updateCPUsToReuse`); a sidecar (restartable init container) keeps its own.
-    pub fn allocate_container(&self, pod: &Pod, c: &Container, affinity: Option<Mask>) -> Result<(), String> {
+    pub fn allocate_container(&self, pod: &Pod, c: &Container, affinity: Option<Mask>) -> Result<(), AllocateError> {
         let Some(p) = &self.policy else { return Ok(()) };
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let mut st = self.state.lock().unwrap();
@@ -143,7 +143,7 @@ impl CpuManager {
         *reusable = if init && !sidecar { reusable.union(&cpus) } else { reusable.difference(&cpus) };
         if !had {
             info!(podUID = %uid, containerName = %c.name, cpuset = %cpus, "exclusive CPUs allocated");
-            self.checkpoint.store(&st).map_err(|e| e.to_string())?;
+            self.checkpoint.store(&st).map_err(|e| AllocateError::Other(e.to_string()))?;
         }
         Ok(())
     }
@@ -248,7 +248,7 @@ mod tests {
             vec![("id-b".into(), CpuSet::parse("0").unwrap()), ("id-g".into(), CpuSet::parse("1").unwrap())]
         );
         let e = m.allocate(&pod("h", "1"), &BTreeSet::from([("g".into(), "app".into())])).unwrap_err();
-        assert_eq!(e, "not enough cpus available to satisfy request: requested=1, available=0");
+        assert_eq!(e.to_string(), "not enough cpus available to satisfy request: requested=1, available=0");
         // A restart keeps the assignment (the file), and upstream's text refuses another policy.
         let again = CpuManager::new(dir.path(), Some(StaticPolicy::new(two(), 1, None).unwrap())).unwrap();
         assert_eq!(again.cpuset("g", "app").as_deref(), Some("1"));

@@ -185,11 +185,79 @@ impl Accumulator<'_> {
     }
 }
 
+/// `cpuManagerPolicyOptions` rkubelet carries out (`StaticPolicyOptions`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StaticPolicyOptions {
+    /// `full-pcpus-only`: exclusive CPUs in whole physical cores only.
+    pub full_pcpus_only: bool,
+    /// `strict-cpu-reservation`: the reserved CPUs out of the shared pool too.
+    pub strict_cpu_reservation: bool,
+}
+
+/// Option names by maturity (`policy_options.go`).
+const ALPHA_OPTIONS: [&str; 2] = ["align-by-socket", "distribute-cpus-across-cores"];
+const BETA_OPTIONS: [&str; 3] =
+    ["strict-cpu-reservation", "distribute-cpus-across-numa", "prefer-align-cpus-by-uncorecache"];
+const STABLE_OPTIONS: [&str; 1] = ["full-pcpus-only"];
+
+impl StaticPolicyOptions {
+    /// Parses the options as upstream (`CheckPolicyOptionAvailable`, `NewStaticPolicyOptions`); `alpha` and `beta` are
+    /// the `CPUManagerPolicyAlphaOptions` and `CPUManagerPolicyBetaOptions` gates. Options rkubelet does not carry out
+    /// are refused by the caller before.
+    pub fn parse(options: &BTreeMap<String, String>, alpha: bool, beta: bool) -> Result<Self, String> {
+        let mut o = Self::default();
+        for (name, value) in options {
+            let n = name.as_str();
+            if !ALPHA_OPTIONS.contains(&n) && !BETA_OPTIONS.contains(&n) && !STABLE_OPTIONS.contains(&n) {
+                return Err(format!("unknown CPU Manager Policy option: {name:?}"));
+            }
+            if ALPHA_OPTIONS.contains(&n) && !alpha {
+                return Err(format!(
+                    "CPU Manager Policy Alpha-level Options not enabled, but option {name:?} provided"
+                ));
+            }
+            if BETA_OPTIONS.contains(&n) && !beta {
+                return Err(format!("CPU Manager Policy Beta-level Options not enabled, but option {name:?} provided"));
+            }
+            let v = crate::topologymanager::go_parse_bool(value).ok_or_else(|| {
+                format!("bad value for option {name:?}: strconv.ParseBool: parsing {value:?}: invalid syntax")
+            })?;
+            match n {
+                "full-pcpus-only" => o.full_pcpus_only = v,
+                "strict-cpu-reservation" => o.strict_cpu_reservation = v,
+                _ if !v => {}
+                _ => return Err(format!("unsupported cpumanager option: {name:?} ({value})")),
+            }
+        }
+        Ok(o)
+    }
+}
+
+/// Why exclusive CPUs could not be given (`SMTAlignmentError`, or another error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AllocateError {
+    /// `SMTAlignmentError`: the request does not fill whole physical cores.
+    #[error("{0}")]
+    SmtAlignment(String),
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl From<String> for AllocateError {
+    fn from(s: String) -> Self {
+        AllocateError::Other(s)
+    }
+}
+
 /// The static policy of one machine.
 #[derive(Clone, Debug)]
 pub struct StaticPolicy {
     topo: Topology,
     reserved: CpuSet,
+    /// The reserved CPUs and their core siblings (`reservedPhysicalCPUs`).
+    reserved_physical: CpuSet,
+    options: StaticPolicyOptions,
 }
 
 impl StaticPolicy {
@@ -206,7 +274,17 @@ impl StaticPolicy {
                  {num_reserved})"
             ));
         }
-        Ok(Self { topo, reserved })
+        let cores: std::collections::BTreeSet<(u32, u32)> =
+            reserved.iter().filter_map(|c| topo.cpus.get(&c)).map(|i| (i.socket, i.core)).collect();
+        let reserved_physical =
+            CpuSet::of(topo.cpus.iter().filter(|(_, i)| cores.contains(&(i.socket, i.core))).map(|(id, _)| *id));
+        Ok(Self { topo, reserved, reserved_physical, options: StaticPolicyOptions::default() })
+    }
+
+    /// With `cpuManagerPolicyOptions`.
+    pub fn with_options(mut self, options: StaticPolicyOptions) -> Self {
+        self.options = options;
+        self
     }
 
     /// The reserved CPUs.
@@ -221,7 +299,10 @@ impl StaticPolicy {
 
     /// Checks a restored state and fills a fresh one (`validateState`): every CPU in the shared pool at first.
     pub fn validate(&self, state: &mut State) -> Result<(), String> {
-        let all = self.topo.all();
+        let mut all = self.topo.all();
+        if self.options.strict_cpu_reservation {
+            all = all.difference(&self.reserved);
+        }
         if state.default_cpu_set.is_empty() {
             if state.assignments.is_empty() {
                 state.default_cpu_set = all;
@@ -229,7 +310,16 @@ impl StaticPolicy {
             }
             return Err("default cpuset cannot be empty".into());
         }
-        if !self.reserved.is_subset_of(&state.default_cpu_set) {
+        if self.options.strict_cpu_reservation {
+            let both = self.reserved.intersection(&state.default_cpu_set);
+            if !both.is_empty() {
+                return Err(format!(
+                    "some of strictly reserved cpus: {:?} are present in defaultCpuSet: {:?}",
+                    both.to_string(),
+                    state.default_cpu_set.to_string()
+                ));
+            }
+        } else if !self.reserved.is_subset_of(&state.default_cpu_set) {
             return Err(format!(
                 "not all reserved cpus: {:?} are present in defaultCpuSet: {:?}",
                 self.reserved.to_string(),
@@ -269,10 +359,25 @@ impl StaticPolicy {
         c: &Container,
         reusable: &CpuSet,
         affinity: Option<Mask>,
-    ) -> Result<Option<CpuSet>, String> {
+    ) -> Result<Option<CpuSet>, AllocateError> {
         let n = guaranteed_cpus(pod, c);
         if n == 0 {
             return Ok(None);
+        }
+        if self.options.full_pcpus_only {
+            let per_core = self.topo.cpus_per_core().max(1);
+            if !n.is_multiple_of(per_core) {
+                return Err(AllocateError::SmtAlignment(format!(
+                    "SMT Alignment Error: requested {n} cpus not multiple cpus per core = {per_core}"
+                )));
+            }
+            let physical = state.default_cpu_set.difference(&self.reserved_physical).len();
+            if n > physical {
+                return Err(AllocateError::SmtAlignment(format!(
+                    "SMT Alignment Error: not enough free physical CPUs: available physical CPUs = {physical}, requested \
+                     CPUs = {n}, CPUs per core = {per_core}"
+                )));
+            }
         }
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         if let Some(set) = state.assignments.get(&uid).and_then(|cs| cs.get(&c.name)) {
@@ -482,7 +587,7 @@ mod tests {
         let h = pod("h", &[("app", "2")]);
         assert_eq!(
             p.allocate(&mut st, &h, &h.spec.as_ref().unwrap().containers[0], &CpuSet::default(), None).unwrap_err(),
-            "not enough cpus available to satisfy request: requested=2, available=1"
+            AllocateError::Other("not enough cpus available to satisfy request: requested=2, available=1".into())
         );
         p.remove(&mut st, "g", "app");
         assert_eq!(st.default_cpu_set.to_string(), "0-3");
@@ -531,5 +636,60 @@ mod tests {
             Some(vec![hint(0b01, true), hint(0b11, false)])
         );
         assert_eq!(pod_guaranteed_cpus(&pod("two", &[("a", "1"), ("b", "2")])), 3);
+    }
+
+    #[test]
+    fn policy_options_are_parsed_and_carried_out_as_upstream() {
+        let opts = |v: &[(&str, &str)]| v.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let o = StaticPolicyOptions::parse(
+            &opts(&[("full-pcpus-only", "true"), ("strict-cpu-reservation", "true")]),
+            false,
+            true,
+        )
+        .unwrap();
+        assert!(o.full_pcpus_only && o.strict_cpu_reservation);
+        assert_eq!(
+            StaticPolicyOptions::parse(&opts(&[("x", "1")]), true, true).unwrap_err(),
+            "unknown CPU Manager Policy option: \"x\""
+        );
+        assert_eq!(
+            StaticPolicyOptions::parse(&opts(&[("align-by-socket", "true")]), false, true).unwrap_err(),
+            "CPU Manager Policy Alpha-level Options not enabled, but option \"align-by-socket\" provided"
+        );
+        assert_eq!(
+            StaticPolicyOptions::parse(&opts(&[("strict-cpu-reservation", "yes")]), false, true).unwrap_err(),
+            "bad value for option \"strict-cpu-reservation\": strconv.ParseBool: parsing \"yes\": invalid syntax"
+        );
+        // One socket, 2 cores of 2 threads: 0/2 on core 0, 1/3 on core 1. CPU 0 reserved: core 0 is not whole.
+        let ht = Topology::from_rows(&[(0, 0, 0, 0), (1, 1, 0, 0), (2, 0, 0, 0), (3, 1, 0, 0)]);
+        let p = StaticPolicy::new(ht, 1, None).unwrap().with_options(o);
+        let mut st = State::default();
+        p.validate(&mut st).unwrap();
+        assert_eq!(st.default_cpu_set.to_string(), "1-3", "strict: the reserved CPU is not in the shared pool");
+        let odd = pod("odd", &[("app", "1")]);
+        assert_eq!(
+            p.allocate(&mut st, &odd, &odd.spec.as_ref().unwrap().containers[0], &CpuSet::default(), None),
+            Err(AllocateError::SmtAlignment(
+                "SMT Alignment Error: requested 1 cpus not multiple cpus per core = 2".into()
+            ))
+        );
+        let four = pod("four", &[("app", "4")]);
+        assert_eq!(
+            p.allocate(&mut st, &four, &four.spec.as_ref().unwrap().containers[0], &CpuSet::default(), None),
+            Err(AllocateError::SmtAlignment(
+                "SMT Alignment Error: not enough free physical CPUs: available physical CPUs = 2, requested CPUs = 4, CPUs per core = 2".into()
+            ))
+        );
+        let two = pod("two", &[("app", "2")]);
+        let cpus = p
+            .allocate(&mut st, &two, &two.spec.as_ref().unwrap().containers[0], &CpuSet::default(), None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(cpus.to_string(), "1,3", "a whole core");
+        let mut tampered = State { default_cpu_set: set("0-3"), ..Default::default() };
+        assert_eq!(
+            p.validate(&mut tampered).unwrap_err(),
+            "some of strictly reserved cpus: \"0\" are present in defaultCpuSet: \"0-3\""
+        );
     }
 }
