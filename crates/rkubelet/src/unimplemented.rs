@@ -14,13 +14,11 @@ pub fn refuse(cfg: &KubeletConfiguration) -> Result<(), String> {
              run the upstream kubelet on this node"
         ))
     };
-    // Options upstream would take (beta ones by default, alpha ones with their gate) that rkubelet does not carry
-    // out; others are refused by the CPU manager with upstream's text.
+    // Options upstream would take (alpha ones with their gate) that rkubelet does not carry out; others are refused
+    // by the CPU manager with upstream's text.
     let alpha = cfg.feature_gate("CPUManagerPolicyAlphaOptions").unwrap_or(false);
-    let beta = cfg.feature_gate("CPUManagerPolicyBetaOptions").unwrap_or(true);
     for (name, value) in &cfg.cpu_manager_policy_options {
         let unimplemented = match name.as_str() {
-            "distribute-cpus-across-numa" | "prefer-align-cpus-by-uncorecache" => beta,
             "align-by-socket" | "distribute-cpus-across-cores" => alpha,
             _ => false,
         };
@@ -49,11 +47,13 @@ mod tests {
         c.cpu_manager_policy_options.insert("align-by-socket".into(), "true".into());
         assert_eq!(refuse(&c), Ok(()), "carried out, or refused by the CPU manager with upstream's text (alpha)");
         c.cpu_manager_policy_options.insert("distribute-cpus-across-numa".into(), "true".into());
+        assert_eq!(refuse(&c), Ok(()));
+        c.feature_gates.insert("CPUManagerPolicyAlphaOptions".into(), true);
         assert_eq!(
             refuse(&c).unwrap_err(),
-            "invalid configuration: cpuManagerPolicyOptions.distribute-cpus-across-numa: \"distribute-cpus-across-numa\" \
-             is not implemented by rkubelet yet (the static policy's allocation would ignore it); set another option or \
-             none or run the upstream kubelet on this node"
+            "invalid configuration: cpuManagerPolicyOptions.align-by-socket: \"align-by-socket\" is not implemented by \
+             rkubelet yet (the static policy's allocation would ignore it); set another option or none or run the \
+             upstream kubelet on this node"
         );
         let mut c = cfg.clone();
         c.memory_manager_policy = "Static".into();

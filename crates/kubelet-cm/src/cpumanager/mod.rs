@@ -5,6 +5,7 @@
 //! upstream's topology-aware best fit). Not wired into the kubelet yet: rkubelet refuses `cpuManagerPolicy:
 //! static` at start until admission, container creation and the reconcile loop use it (issue 30).
 
+pub mod distribute;
 pub mod manager;
 pub mod policy;
 pub mod state;

@@ -56,6 +56,12 @@ pub fn pod_guaranteed_cpus(pod: &Pod) -> usize {
 
 /// The packed best fit (`takeByTopologyNUMAPacked`) of `n` CPUs out of `available`.
 pub fn take_by_topology(topo: &Topology, available: &CpuSet, n: usize) -> Result<CpuSet, String> {
+    take_packed(topo, available, n, false)
+}
+
+/// `takeByTopologyNUMAPacked`, with `prefer-align-cpus-by-uncorecache` when `uncore`: after whole NUMA nodes and
+/// sockets, whole free uncore caches, then the free cores of one uncore cache when they hold the rest.
+pub fn take_packed(topo: &Topology, available: &CpuSet, n: usize, uncore: bool) -> Result<CpuSet, String> {
     let mut acc = Accumulator {
         topo,
         details: topo.cpus.iter().filter(|(c, _)| available.contains(**c)).map(|(c, i)| (*c, *i)).collect(),
@@ -76,6 +82,12 @@ pub fn take_by_topology(topo: &Topology, available: &CpuSet, n: usize) -> Result
         if numa_first { [|c| c.numa, |c| c.socket] } else { [|c| c.socket, |c| c.numa] };
     for level in levels {
         acc.take_full(level, numa_first);
+        if acc.needed < 1 {
+            return Ok(acc.result);
+        }
+    }
+    if uncore {
+        acc.take_uncore_caches(numa_first);
         if acc.needed < 1 {
             return Ok(acc.result);
         }
@@ -164,9 +176,56 @@ impl Accumulator<'_> {
         numas.into_iter().flat_map(|n| self.sort(self.units(|c| c.core, |c| c.numa == n), |c| c.core)).collect()
     }
 
+    /// The uncore caches with free CPUs, NUMA node by NUMA node, fewest free first (`sortAvailableUncoreCaches`).
+    fn sorted_uncores(&self, numa_first: bool) -> Vec<u32> {
+        self.sorted_numas(numa_first)
+            .into_iter()
+            .flat_map(|n| self.sort(self.units(|c| c.uncore, |c| c.numa == n), |c| c.uncore))
+            .collect()
+    }
+
+    /// `takeUncoreCache`: whole free uncore caches the request covers, then the first uncore cache whose free cores
+    /// hold the rest (`takePartialUncore`).
+    fn take_uncore_caches(&mut self, numa_first: bool) {
+        let caches = self.topo.num_uncore_caches().max(1);
+        let per_uncore = self.topo.cpus.len() / caches;
+        let per_core = self.topo.cpus_per_core().max(1);
+        for u in self.sorted_uncores(numa_first) {
+            if self.needed >= per_uncore {
+                for free in self.sorted_uncores(numa_first) {
+                    let all: Vec<u32> =
+                        self.topo.cpus.iter().filter(|(_, c)| c.uncore == free).map(|(id, _)| *id).collect();
+                    let have = self.details.values().filter(|c| c.uncore == free).count();
+                    if have == all.len() && self.needed >= all.len() {
+                        self.take(all);
+                    }
+                }
+            }
+            if self.needed < 1 {
+                return;
+            }
+            // The free cores of this cache, lowest ids first, as many as the rest needs.
+            let cores_needed = self.needed.div_ceil(per_core);
+            let cores: std::collections::BTreeSet<u32> =
+                self.details.values().filter(|c| c.uncore == u).map(|c| c.core).collect();
+            let cores: Vec<u32> = cores.into_iter().take(cores_needed).collect();
+            let mut cpus: Vec<u32> =
+                self.details.iter().filter(|(_, c)| cores.contains(&c.core)).map(|(id, _)| *id).collect();
+            if !self.needed.is_multiple_of(2) && per_core > 1 && cpus.len() > self.needed {
+                cpus.pop();
+            }
+            if cpus.len() == self.needed {
+                self.take(cpus);
+            }
+            if self.needed < 1 {
+                return;
+            }
+        }
+    }
+
     /// Takes whole free NUMA nodes or sockets (`unit`) that the request covers.
     fn take_full(&mut self, unit: fn(&CpuInfo) -> u32, numa_first: bool) {
-        let is_numa = unit(&CpuInfo { core: 0, socket: 0, numa: 1 }) == 1;
+        let is_numa = unit(&CpuInfo { core: 0, socket: 0, numa: 1, uncore: 0 }) == 1;
         let ids = if is_numa { self.sorted_numas(numa_first) } else { self.sorted_sockets(numa_first) };
         let size = |id: u32| self.topo.cpus.values().filter(|c| unit(c) == id).count();
         let free: Vec<u32> = ids
@@ -192,6 +251,10 @@ pub struct StaticPolicyOptions {
     pub full_pcpus_only: bool,
     /// `strict-cpu-reservation`: the reserved CPUs out of the shared pool too.
     pub strict_cpu_reservation: bool,
+    /// `distribute-cpus-across-numa`: a request over several NUMA nodes split evenly between them.
+    pub distribute_cpus_across_numa: bool,
+    /// `prefer-align-cpus-by-uncorecache`: a request packed into last-level cache groups.
+    pub prefer_align_by_uncore_cache: bool,
 }
 
 /// Option names by maturity (`policy_options.go`).
@@ -225,9 +288,18 @@ impl StaticPolicyOptions {
             match n {
                 "full-pcpus-only" => o.full_pcpus_only = v,
                 "strict-cpu-reservation" => o.strict_cpu_reservation = v,
+                "distribute-cpus-across-numa" => o.distribute_cpus_across_numa = v,
+                "prefer-align-cpus-by-uncorecache" => o.prefer_align_by_uncore_cache = v,
                 _ if !v => {}
                 _ => return Err(format!("unsupported cpumanager option: {name:?} ({value})")),
             }
+        }
+        if o.prefer_align_by_uncore_cache && o.distribute_cpus_across_numa {
+            return Err(
+                "static policy options prefer-align-cpus-by-uncorecache and distribute-cpus-across-numa can not be used \
+                 at the same time"
+                    .into(),
+            );
         }
         Ok(o)
     }
@@ -387,13 +459,22 @@ impl StaticPolicy {
         let mut cpus = CpuSet::default();
         if let Some(mask) = affinity {
             let aligned = available.intersection(&self.topo.cpus_in_numa_mask(mask));
-            cpus = take_by_topology(&self.topo, &aligned, n.min(aligned.len()))?;
+            cpus = self.take(&aligned, n.min(aligned.len()))?;
         }
-        let rest = take_by_topology(&self.topo, &available.difference(&cpus), n - cpus.len())?;
+        let rest = self.take(&available.difference(&cpus), n - cpus.len())?;
         let cpus = cpus.union(&rest);
         state.default_cpu_set = state.default_cpu_set.difference(&cpus);
         state.assignments.entry(uid).or_default().insert(c.name.clone(), cpus.clone());
         Ok(Some(cpus))
+    }
+
+    /// `takeByTopology` with the policy's options.
+    fn take(&self, available: &CpuSet, n: usize) -> Result<CpuSet, String> {
+        if self.options.distribute_cpus_across_numa {
+            let group = if self.options.full_pcpus_only { self.topo.cpus_per_core() } else { 1 };
+            return super::distribute::take_distributed(&self.topo, available, n, group);
+        }
+        take_packed(&self.topo, available, n, self.options.prefer_align_by_uncore_cache)
     }
 
     /// The NUMA placements of `request` CPUs out of `available` and `reusable` (`generateCPUTopologyHints`): every
@@ -494,202 +575,5 @@ impl StaticPolicy {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// One socket, 4 cores with 2 threads: CPUs 0-3 are the first threads of cores 0-3, CPUs 4-7 their siblings.
-    fn single_socket_ht() -> Topology {
-        Topology::from_rows(&(0..8).map(|cpu| (cpu, cpu % 4, 0, 0)).collect::<Vec<_>>())
-    }
-
-    fn set(s: &str) -> CpuSet {
-        CpuSet::parse(s).unwrap()
-    }
-
-    #[test]
-    fn the_best_fit_is_upstreams() {
-        // pkg/kubelet/cm/cpumanager/cpu_assignment_test.go and policy_static_test.go, topoSingleSocketHT.
-        let t = single_socket_ht();
-        let take = |free: &str, n| take_by_topology(&t, &set(free), n).map(|s| s.to_string());
-        assert_eq!(take("1-7", 1).unwrap(), "4", "the sibling of the partly used core");
-        assert_eq!(take("1,4-5", 2).unwrap(), "1,5", "the first free whole core (CPU 0 reserved)");
-        assert_eq!(take("0-7", 1).unwrap(), "0");
-        assert_eq!(take("0-7", 2).unwrap(), "0,4");
-        assert_eq!(take("0-7", 8).unwrap(), "0-7", "the whole socket");
-        assert_eq!(take("1,3,5-7", 1).unwrap(), "6", "partly used core 2 first");
-        assert_eq!(take("0-3,6", 2).unwrap(), "2,6", "the only whole free core");
-        assert_eq!(
-            take("1-7", 8).unwrap_err(),
-            "not enough cpus available to satisfy request: requested=8, available=7"
-        );
-        // topoDualSocketHT: cores i and i+6 are siblings, even cores on socket 0 (also NUMA node 0).
-        let dual = Topology::from_rows(&(0..12).map(|cpu| (cpu, cpu % 6, cpu % 2, cpu % 2)).collect::<Vec<_>>());
-        let take2 = |free: &str, n| take_by_topology(&dual, &set(free), n).map(|s| s.to_string());
-        assert_eq!(take2("0-11", 6).unwrap(), "0,2,4,6,8,10", "a whole socket");
-        assert_eq!(take2("1-5,7-11", 1).unwrap(), "2", "a core of socket 0");
-        assert_eq!(take2("0-11", 8).unwrap(), "0-2,4,6-8,10", "3 cores of NUMA node 0, then 1 of node 1");
-        // Without SMT: ascending.
-        let flat = Topology::from_rows(&(0..4).map(|cpu| (cpu, cpu, 0, 0)).collect::<Vec<_>>());
-        assert_eq!(take_by_topology(&flat, &set("1-3"), 2).unwrap().to_string(), "1-2");
-    }
-
-    fn pod(uid: &str, containers: &[(&str, &str)]) -> Pod {
-        use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
-        use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-        let c = |(name, cpu): &(&str, &str)| {
-            let r = std::collections::BTreeMap::from([
-                ("cpu".to_string(), Quantity(cpu.to_string())),
-                ("memory".to_string(), Quantity("100Mi".into())),
-            ]);
-            Container {
-                name: name.to_string(),
-                resources: Some(ResourceRequirements {
-                    requests: Some(r.clone()),
-                    limits: Some(r),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }
-        };
-        Pod {
-            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
-                uid: Some(uid.into()),
-                ..Default::default()
-            },
-            spec: Some(PodSpec { containers: containers.iter().map(c).collect(), ..Default::default() }),
-            ..Default::default()
-        }
-    }
-
-    #[test]
-    fn guaranteed_containers_with_whole_cpus_get_them_and_give_them_back() {
-        let flat = Topology::from_rows(&(0..4).map(|cpu| (cpu, cpu, 0, 0)).collect::<Vec<_>>());
-        let p = StaticPolicy::new(flat, 1, None).unwrap();
-        assert_eq!(p.reserved().to_string(), "0");
-        assert_eq!(p.allocatable().to_string(), "1-3");
-        let mut st = State::default();
-        p.validate(&mut st).unwrap();
-        assert_eq!(st.default_cpu_set.to_string(), "0-3", "every CPU shared at first, the reserved one too");
-        let g = pod("g", &[("app", "2"), ("side", "500m")]);
-        let app = &g.spec.as_ref().unwrap().containers[0];
-        let side = &g.spec.as_ref().unwrap().containers[1];
-        assert_eq!(guaranteed_cpus(&g, side), 0, "a fraction: the shared pool");
-        assert_eq!(p.allocate(&mut st, &g, app, &CpuSet::default(), None).unwrap().unwrap().to_string(), "1-2");
-        assert_eq!(
-            p.allocate(&mut st, &g, app, &CpuSet::default(), None).unwrap().unwrap().to_string(),
-            "1-2",
-            "idempotent"
-        );
-        assert_eq!(p.allocate(&mut st, &g, side, &CpuSet::default(), None).unwrap(), None);
-        assert_eq!(st.default_cpu_set.to_string(), "0,3");
-        assert_eq!(p.cpuset_of(&st, "g", "side").to_string(), "0,3");
-        p.validate(&mut st.clone()).unwrap();
-        let h = pod("h", &[("app", "2")]);
-        assert_eq!(
-            p.allocate(&mut st, &h, &h.spec.as_ref().unwrap().containers[0], &CpuSet::default(), None).unwrap_err(),
-            AllocateError::Other("not enough cpus available to satisfy request: requested=2, available=1".into())
-        );
-        p.remove(&mut st, "g", "app");
-        assert_eq!(st.default_cpu_set.to_string(), "0-3");
-        assert!(st.assignments.is_empty());
-        let mut bad = State { default_cpu_set: set("1-3"), ..Default::default() };
-        assert_eq!(
-            p.validate(&mut bad).unwrap_err(),
-            "not all reserved cpus: \"0\" are present in defaultCpuSet: \"1-3\""
-        );
-        assert_eq!(
-            StaticPolicy::new(Topology::from_rows(&[(0, 0, 0, 0)]), 2, None).unwrap_err(),
-            "[cpumanager] unable to reserve the required amount of CPUs (size of  did not equal 2)"
-        );
-    }
-
-    #[test]
-    fn numa_hints_and_allocation_along_the_chosen_nodes_are_upstreams() {
-        // Two NUMA nodes of two single-thread cores each; CPU 0 reserved.
-        let topo = Topology::from_rows(&[(0, 0, 0, 0), (1, 1, 0, 0), (2, 2, 1, 1), (3, 3, 1, 1)]);
-        let p = StaticPolicy::new(topo, 1, None).unwrap();
-        let available = CpuSet::parse("1-3").unwrap();
-        let hint = |m: u64, preferred| TopologyHint { affinity: Some(m), preferred };
-        let none = CpuSet::default();
-        assert_eq!(p.cpu_hints(&available, &none, 1), [hint(0b01, true), hint(0b10, true), hint(0b11, false)]);
-        assert_eq!(p.cpu_hints(&available, &none, 2), [hint(0b10, true), hint(0b11, false)], "node 0 has one free CPU");
-        assert_eq!(p.cpu_hints(&available, &none, 3), [hint(0b11, true)]);
-        assert_eq!(
-            p.cpu_hints(&available, &CpuSet::parse("1").unwrap(), 2),
-            [hint(0b01, true), hint(0b11, false)],
-            "reusable CPUs stay"
-        );
-        let mut st = State { default_cpu_set: CpuSet::parse("0-3").unwrap(), ..Default::default() };
-        let g = pod("g", &[("app", "2")]);
-        let app = &g.spec.as_ref().unwrap().containers[0];
-        assert_eq!(p.topology_hints(&st, &g, app, &none), Some(vec![hint(0b10, true), hint(0b11, false)]));
-        let cpus = p.allocate(&mut st, &g, app, &none, Some(0b10)).unwrap().unwrap();
-        assert_eq!(cpus.to_string(), "2-3", "the chosen node's CPUs");
-        assert_eq!(
-            p.topology_hints(&st, &g, app, &none),
-            Some(vec![hint(0b10, true), hint(0b11, false)]),
-            "regenerated from its CPUs"
-        );
-        let b = pod("b", &[("app", "1")]);
-        assert_eq!(
-            p.topology_hints(&st, &b, &b.spec.as_ref().unwrap().containers[0], &none),
-            Some(vec![hint(0b01, true), hint(0b11, false)])
-        );
-        assert_eq!(pod_guaranteed_cpus(&pod("two", &[("a", "1"), ("b", "2")])), 3);
-    }
-
-    #[test]
-    fn policy_options_are_parsed_and_carried_out_as_upstream() {
-        let opts = |v: &[(&str, &str)]| v.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let o = StaticPolicyOptions::parse(
-            &opts(&[("full-pcpus-only", "true"), ("strict-cpu-reservation", "true")]),
-            false,
-            true,
-        )
-        .unwrap();
-        assert!(o.full_pcpus_only && o.strict_cpu_reservation);
-        assert_eq!(
-            StaticPolicyOptions::parse(&opts(&[("x", "1")]), true, true).unwrap_err(),
-            "unknown CPU Manager Policy option: \"x\""
-        );
-        assert_eq!(
-            StaticPolicyOptions::parse(&opts(&[("align-by-socket", "true")]), false, true).unwrap_err(),
-            "CPU Manager Policy Alpha-level Options not enabled, but option \"align-by-socket\" provided"
-        );
-        assert_eq!(
-            StaticPolicyOptions::parse(&opts(&[("strict-cpu-reservation", "yes")]), false, true).unwrap_err(),
-            "bad value for option \"strict-cpu-reservation\": strconv.ParseBool: parsing \"yes\": invalid syntax"
-        );
-        // One socket, 2 cores of 2 threads: 0/2 on core 0, 1/3 on core 1. CPU 0 reserved: core 0 is not whole.
-        let ht = Topology::from_rows(&[(0, 0, 0, 0), (1, 1, 0, 0), (2, 0, 0, 0), (3, 1, 0, 0)]);
-        let p = StaticPolicy::new(ht, 1, None).unwrap().with_options(o);
-        let mut st = State::default();
-        p.validate(&mut st).unwrap();
-        assert_eq!(st.default_cpu_set.to_string(), "1-3", "strict: the reserved CPU is not in the shared pool");
-        let odd = pod("odd", &[("app", "1")]);
-        assert_eq!(
-            p.allocate(&mut st, &odd, &odd.spec.as_ref().unwrap().containers[0], &CpuSet::default(), None),
-            Err(AllocateError::SmtAlignment(
-                "SMT Alignment Error: requested 1 cpus not multiple cpus per core = 2".into()
-            ))
-        );
-        let four = pod("four", &[("app", "4")]);
-        assert_eq!(
-            p.allocate(&mut st, &four, &four.spec.as_ref().unwrap().containers[0], &CpuSet::default(), None),
-            Err(AllocateError::SmtAlignment(
-                "SMT Alignment Error: not enough free physical CPUs: available physical CPUs = 2, requested CPUs = 4, CPUs per core = 2".into()
-            ))
-        );
-        let two = pod("two", &[("app", "2")]);
-        let cpus = p
-            .allocate(&mut st, &two, &two.spec.as_ref().unwrap().containers[0], &CpuSet::default(), None)
-            .unwrap()
-            .unwrap();
-        assert_eq!(cpus.to_string(), "1,3", "a whole core");
-        let mut tampered = State { default_cpu_set: set("0-3"), ..Default::default() };
-        assert_eq!(
-            p.validate(&mut tampered).unwrap_err(),
-            "some of strictly reserved cpus: \"0\" are present in defaultCpuSet: \"0-3\""
-        );
-    }
-}
+#[path = "policy_tests.rs"]
+mod tests;

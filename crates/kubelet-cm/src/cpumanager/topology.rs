@@ -18,6 +18,8 @@ pub struct CpuInfo {
     pub socket: u32,
     /// Its NUMA node.
     pub numa: u32,
+    /// Its last-level (uncore, L3) cache (the socket where sysfs tells none).
+    pub uncore: u32,
 }
 
 /// The CPUs of the machine.
@@ -37,7 +39,9 @@ impl Topology {
         }
         let cpus = rows
             .iter()
-            .map(|&(cpu, core, socket, numa)| (cpu, CpuInfo { core: lowest[&(socket, core)], socket, numa }))
+            .map(|&(cpu, core, socket, numa)| {
+                (cpu, CpuInfo { core: lowest[&(socket, core)], socket, numa, uncore: socket })
+            })
             .collect();
         Self { cpus }
     }
@@ -74,6 +78,11 @@ impl Topology {
     /// The CPUs of the NUMA nodes in `mask` (`CPUsInNUMANodes`).
     pub fn cpus_in_numa_mask(&self, mask: u64) -> CpuSet {
         CpuSet::of(self.cpus.iter().filter(|(_, c)| mask & (1u64 << c.numa) != 0).map(|(id, _)| *id))
+    }
+
+    /// Uncore caches (`NumUncoreCache`).
+    pub fn num_uncore_caches(&self) -> usize {
+        self.distinct(|c| c.uncore)
     }
 
     /// Hardware threads per core (`CPUsPerCore`; 0 without CPUs).
@@ -134,7 +143,14 @@ impl Topology {
         if rows.is_empty() {
             return Err("could not detect number of cpus".into());
         }
-        Ok(Self::from_rows(&rows))
+        let mut t = Self::from_rows(&rows);
+        for (cpu, info) in t.cpus.iter_mut() {
+            let id = sys.join(format!("devices/system/cpu/cpu{cpu}/cache/index3/id"));
+            if let Some(u) = read(&id).ok().and_then(|v| v.parse().ok()) {
+                info.uncore = u;
+            }
+        }
+        Ok(t)
     }
 }
 
@@ -157,9 +173,15 @@ mod tests {
             std::fs::create_dir_all(sys.path().join(format!("devices/system/node/node0/cpu{cpu}"))).unwrap();
         }
         w("devices/system/cpu/online", "0-2\n");
+        w("devices/system/cpu/cpu1/cache/index3/id", "7\n");
         let t = Topology::discover(sys.path()).unwrap();
+        assert_eq!(
+            (t.cpus[&1].uncore, t.cpus[&0].uncore, t.num_uncore_caches()),
+            (7, 0, 2),
+            "L3 ids, the socket without"
+        );
         assert_eq!(t.all().to_string(), "0-2");
-        assert_eq!(t.cpus[&2], CpuInfo { core: 0, socket: 0, numa: 0 });
+        assert_eq!(t.cpus[&2], CpuInfo { core: 0, socket: 0, numa: 0, uncore: 0 });
         assert_eq!(t.cpus[&1].core, 1);
         assert_eq!((t.num_cores(), t.num_sockets(), t.num_numa_nodes()), (2, 1, 1));
         assert_eq!(Topology::discover(&sys.path().join("none")).unwrap_err(), "could not detect number of cpus");
