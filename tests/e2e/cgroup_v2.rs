@@ -143,6 +143,14 @@ async fn pods_on_cgroup_v2_get_weight_max_and_pids_files_and_stats() {
     let p = &s["pods"][0];
     assert!(p["memory"]["workingSetBytes"].as_u64().unwrap_or(0) > 0, "pod memory from memory.current: {p}");
     assert!(p["containers"][0]["cpu"]["usageCoreNanoSeconds"].as_u64().is_some(), "container cpu from cpu.stat: {p}");
+    // Swap figures (NodeSwap): the machine's and each cgroup's, as cAdvisor gives them.
+    assert!(s["node"]["swap"]["swapUsageBytes"].as_u64().is_some(), "{}", s["node"]);
+    assert!(p["containers"][0]["swap"]["swapUsageBytes"].as_u64().is_some(), "{p}");
+    // NoSwap (the default) on cgroup v2: no swap for the container where the kernel has the swap controller.
+    let swap_max = vm.exec(&["cat", &format!("{dir}/{id}/memory.swap.max")]);
+    if !swap_max.trim().is_empty() {
+        assert_eq!(swap_max.trim(), "0", "memory.swap.max of the container");
+    }
 
     pod_level_resources_and_huge_pages(&vm, &named("plr"), &named("huge")).await;
     assert!(!log().contains("panicked"));

@@ -85,6 +85,23 @@ pub struct NodeStats {
     /// Process limits.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rlimit: Option<RlimitStats>,
+    /// Swap (`swap`, NodeSwap).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapStats>,
+}
+
+/// `statsapi.SwapStats`.
+#[derive(Clone, Debug, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SwapStats {
+    /// When sampled.
+    pub time: Time,
+    /// The swap the limit still allows (none without a limit).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap_available_bytes: Option<u64>,
+    /// Swap in use.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap_usage_bytes: Option<u64>,
 }
 
 /// The runtime's filesystems.
@@ -151,6 +168,9 @@ pub struct PodStats {
     /// Processes.
     #[serde(rename = "process_stats", skip_serializing_if = "Option::is_none")]
     pub process_stats: Option<ProcessStats>,
+    /// Swap (`swap`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapStats>,
 }
 
 /// Processes of a pod.
@@ -181,6 +201,9 @@ pub struct ContainerStats {
     /// Its log files.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub logs: Option<FsStats>,
+    /// Swap (`swap`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapStats>,
 }
 
 /// CPU usage.

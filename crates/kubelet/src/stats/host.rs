@@ -42,6 +42,10 @@ pub struct Memory {
     pub pgmajfault: u64,
     /// The limit (`None` when unlimited).
     pub limit: Option<u64>,
+    /// Swap in use (v2 `memory.swap.current`; v1 memory+swap less memory usage).
+    pub swap_usage: u64,
+    /// The swap limit (v2 `memory.swap.max`; v1 `memory.memsw.limit_in_bytes`, as cAdvisor reads it), when limited.
+    pub swap_limit: Option<u64>,
 }
 
 /// A small file's text (no `stat` for a size hint: cgroup and proc files report 0 or 4096 anyway).
@@ -271,6 +275,8 @@ pub fn cgroup_memory(paths: &HostPaths, cgroup: &str) -> Option<Memory> {
         m.pgfault = keyed(&stat, "pgfault").unwrap_or(0);
         m.pgmajfault = keyed(&stat, "pgmajfault").unwrap_or(0);
         m.limit = read(&d.join("memory.max")).and_then(|s| num(&s));
+        m.swap_usage = read(&d.join("memory.swap.current")).and_then(|s| num(&s)).unwrap_or(0);
+        m.swap_limit = read(&d.join("memory.swap.max")).and_then(|s| num(&s));
     } else {
         let d = v1_dir(paths, "memory", cgroup)?;
         let stat = read(&d.join("memory.stat"))?;
@@ -280,9 +286,17 @@ pub fn cgroup_memory(paths: &HostPaths, cgroup: &str) -> Option<Memory> {
         m.pgfault = keyed(&stat, "total_pgfault").unwrap_or(0);
         m.pgmajfault = keyed(&stat, "total_pgmajfault").unwrap_or(0);
         m.limit = read(&d.join("memory.limit_in_bytes")).and_then(|s| num(&s)).filter(|l| *l <= 1 << 62);
+        if let Some(memsw) = read(&d.join("memory.memsw.usage_in_bytes")).and_then(|s| num(&s)) {
+            m.swap_usage = memsw.saturating_sub(m.usage);
+        }
+        m.swap_limit = read(&d.join("memory.memsw.limit_in_bytes")).and_then(|s| num(&s)).filter(|l| *l <= 1 << 62);
     }
     if root {
         m.limit = meminfo(paths, "MemTotal");
+        // The machine's swap (cAdvisor's root container: its swap capacity).
+        let total = meminfo(paths, "SwapTotal").unwrap_or(0);
+        m.swap_usage = total.saturating_sub(meminfo(paths, "SwapFree").unwrap_or(0));
+        m.swap_limit = Some(total);
     }
     Some(m)
 }
@@ -388,7 +402,10 @@ mod tests {
             std::fs::create_dir_all(f.parent().unwrap()).unwrap();
             std::fs::write(f, s).unwrap();
         };
-        w("proc/meminfo", "MemTotal:        2048000 kB\nMemFree:          100 kB\n");
+        w(
+            "proc/meminfo",
+            "MemTotal:        2048000 kB\nMemFree:          100 kB\nSwapTotal:  1000 kB\nSwapFree:  400 kB\n",
+        );
         w("proc/stat", "cpu  100 0 50 1000 0 0 0 0 0 0\nbtime 1700000000\n");
         w("proc/loadavg", "0.10 0.20 0.30 2/3518 12345\n");
         w("proc/sys/kernel/pid_max", "4194304\n");
@@ -405,6 +422,8 @@ mod tests {
             w("cg/kubepods/memory.current", "4096\n");
             w("cg/kubepods/memory.max", "max\n");
             w("cg/kubepods/memory.stat", "anon 3000\nfile 1096\ninactive_file 96\n");
+            w("cg/kubepods/memory.swap.current", "512\n");
+            w("cg/kubepods/memory.swap.max", "2048\n");
         } else {
             w("cg/cpuacct/cpuacct.usage", "123456789\n");
             w("cg/memory/memory.usage_in_bytes", "10000\n");
@@ -416,6 +435,8 @@ mod tests {
             w("cg/memory/kubepods/memory.usage_in_bytes", "8000\n");
             w("cg/memory/kubepods/memory.limit_in_bytes", "1048576\n");
             w("cg/memory/kubepods/memory.stat", "total_inactive_file 1000\ntotal_rss 5000\n");
+            w("cg/memory/kubepods/memory.memsw.usage_in_bytes", "8300\n");
+            w("cg/memory/kubepods/memory.memsw.limit_in_bytes", "2097152\n");
         }
         (d, p)
     }
@@ -429,6 +450,8 @@ mod tests {
         assert_eq!(m.limit, Some(2048000 * 1024), "the root is limited by the machine's memory");
         let k = cgroup_memory(&p, "/kubepods").unwrap();
         assert_eq!((k.working_set, k.limit), (7000, Some(1048576)));
+        assert_eq!((k.swap_usage, k.swap_limit), (300, Some(2097152)), "memory+swap less memory");
+        assert_eq!((m.swap_usage, m.swap_limit), (600 * 1024, Some(1000 * 1024)), "the machine's swap");
     }
 
     #[test]
@@ -439,6 +462,7 @@ mod tests {
         assert_eq!((m.usage, m.working_set, m.rss), (4000, 3500, 1000), "root usage is anon + file");
         let k = cgroup_memory(&p, "/kubepods").unwrap();
         assert_eq!((k.usage, k.working_set, k.limit), (4096, 4000, None));
+        assert_eq!((k.swap_usage, k.swap_limit), (512, Some(2048)));
         assert_eq!(cgroup_cpu(&p, "/kubepods"), Some(Cpu { usage_ns: 1_000_000 }));
     }
 

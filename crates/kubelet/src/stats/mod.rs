@@ -35,7 +35,7 @@ use kubelet_cri::{CriError, ImageService, RuntimeService, api as cri};
 use kubelet_server::host::HostError;
 use kubelet_server::stats::{
     ContainerStats, CpuStats, FsStats, InterfaceStats, MemoryStats, NetworkStats, NodeStats, PodReference, PodStats,
-    ProcessStats, RlimitStats, RuntimeStats, StatsProvider, Summary, Time, VolumeStats,
+    ProcessStats, RlimitStats, RuntimeStats, StatsProvider, Summary, SwapStats, Time, VolumeStats,
 };
 use kubelet_types::Clock;
 use tokio_util::sync::CancellationToken;
@@ -133,6 +133,15 @@ fn host_interface((name, rx_bytes, rx_errors, tx_bytes, tx_errors): host::Interf
         rx_errors: Some(rx_errors),
         tx_bytes: Some(tx_bytes),
         tx_errors: Some(tx_errors),
+    }
+}
+
+/// `cadvisorInfoToSwapStats`: the swap in use, and what the limit still allows when there is one.
+fn host_swap(m: &host::Memory, t: Time) -> SwapStats {
+    SwapStats {
+        time: t,
+        swap_available_bytes: m.swap_limit.map(|l| l.saturating_sub(m.swap_usage)),
+        swap_usage_bytes: Some(m.swap_usage),
     }
 }
 
@@ -352,16 +361,21 @@ impl SummaryProvider {
             .map(Time::at)
             .unwrap_or_default();
         n.cpu = host::node_cpu(&self.d.paths).map(|c| self.cpu("node", t, Some(c.usage_ns), None));
-        n.memory = host::cgroup_memory(&self.d.paths, "/").map(|m| host_memory(m, t));
+        let root = host::cgroup_memory(&self.d.paths, "/");
+        n.swap = root.as_ref().map(|m| host_swap(m, t));
+        n.memory = root.map(|m| host_memory(m, t));
         if let Some(cg) = &self.pods_cgroup() {
             let cpu = host::cgroup_cpu(&self.d.paths, cg).map(|c| self.cpu("pods", t, Some(c.usage_ns), None));
-            let memory = host::cgroup_memory(&self.d.paths, cg).map(|m| host_memory(m, t));
+            let m = host::cgroup_memory(&self.d.paths, cg);
+            let swap = m.as_ref().map(|m| host_swap(m, t));
+            let memory = m.map(|m| host_memory(m, t));
             if cpu.is_some() || memory.is_some() {
                 n.system_containers.push(ContainerStats {
                     name: "pods".into(),
                     start_time: n.start_time,
                     cpu,
                     memory,
+                    swap,
                     ..Default::default()
                 });
             }
@@ -444,12 +458,15 @@ impl SummaryProvider {
                     .as_deref()
                     .and_then(|cg| host::cgroup_cpu(paths, cg))
                     .map(|cpu| self.cpu(&c.id, t, Some(cpu.usage_ns), None));
-                let memory = cg.as_deref().and_then(|cg| host::cgroup_memory(paths, cg)).map(|m| host_memory(m, t));
+                let m = cg.as_deref().and_then(|cg| host::cgroup_memory(paths, cg));
+                let swap = m.as_ref().map(|m| host_swap(m, t));
+                let memory = m.map(|m| host_memory(m, t));
                 let mut cs = ContainerStats {
                     name: name.clone(),
                     start_time: time_ns(c.created_at),
                     cpu,
                     memory,
+                    swap,
                     ..Default::default()
                 };
                 if !only {
@@ -481,7 +498,9 @@ impl SummaryProvider {
             if let Some(cg) = &pod_cg {
                 let key = format!("pod:{}", meta.uid);
                 pod.cpu = host::cgroup_cpu(paths, cg).map(|c| self.cpu(&key, t, Some(c.usage_ns), None));
-                pod.memory = host::cgroup_memory(paths, cg).map(|m| host_memory(m, t));
+                let m = host::cgroup_memory(paths, cg);
+                pod.swap = m.as_ref().map(|m| host_swap(m, t));
+                pod.memory = m.map(|m| host_memory(m, t));
             }
             if !only {
                 // The pod's network namespace is its sandbox's: read it through the pause process.
