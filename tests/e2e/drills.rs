@@ -301,7 +301,41 @@ async fn rkubelet_killed_or_signalled_while_creating_and_while_deleting_thirty_p
         c.runtime_leaks
     ));
     // A start containerd cancelled (the kill's own victims) is made again under the next attempt: only those count.
-    assert_eq!(c.restarts, c.runtime_leaks as i64, "no container ran twice");
+    if c.restarts != c.runtime_leaks as i64 {
+        // What the runtime holds of the pods that restarted, for the failure's message (state, attempt, start, reason).
+        use kubelet_cri::RuntimeService;
+        let mut lines = vec![];
+        for x in rt.list_containers(None).await.unwrap_or_default() {
+            if x.labels.get("io.kubernetes.pod.namespace") != Some(&ns) {
+                continue;
+            }
+            let attempt = x.metadata.as_ref().map(|m| m.attempt).unwrap_or(0);
+            let pod = x.labels.get("io.kubernetes.pod.name").cloned().unwrap_or_default();
+            let same_pod = |y: &kubelet_cri::api::Container| y.labels.get("io.kubernetes.pod.name") == Some(&pod);
+            let all = rt.list_containers(None).await.unwrap_or_default();
+            if attempt == 0 && all.iter().filter(|y| same_pod(y)).count() < 2 {
+                continue;
+            }
+            let st = rt.container_status(&x.id).await.ok();
+            lines.push(format!(
+                "{pod} {} attempt {attempt} state {} created {} started {} finished {} reason {:?} message {:?}",
+                x.id,
+                x.state,
+                x.created_at,
+                st.as_ref().map(|s| s.started_at).unwrap_or(0),
+                st.as_ref().map(|s| s.finished_at).unwrap_or(0),
+                st.as_ref().map(|s| s.reason.clone()).unwrap_or_default(),
+                st.as_ref().map(|s| s.message.clone()).unwrap_or_default(),
+            ));
+        }
+        panic!(
+            "no container ran twice: {} restarts, {} cancelled starts; the containers of the pods concerned:\n{}\n{}",
+            c.restarts,
+            c.runtime_leaks,
+            lines.join("\n"),
+            tail(&node.log(), 40)
+        );
+    }
 
     drill::delete_runtime_leaks(&rt, &ns).await;
 
