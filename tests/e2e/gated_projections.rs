@@ -1,4 +1,8 @@
-//! End to end: projected volume sources behind feature gates (`clusterTrustBundle`, `podCertificate`) are never
+//! End to end: feature gates. `featureGates` is resolved against upstream's v1.35 registry: an unknown gate stops
+//! start-up with upstream's message, and a gate turned off turns its behaviour off (`PodLevelResources`: a pod with
+//! pod-level resources is refused at admission, as upstream's kubelet refuses it with the gate off).
+//!
+//! Projected volume sources behind feature gates (`clusterTrustBundle`, `podCertificate`) are never
 //! skipped. With the kubelet's gates off (the default) the mount fails with upstream's text, the pod waits in
 //! `ContainerCreating` with `FailedMount` events and nothing of it runs; with a gate on, rkubelet (which does not
 //! serve them yet) fails the mount saying so.
@@ -24,6 +28,47 @@ async fn assert_waiting_for_volumes(rt: &kubelet_cri::RemoteRuntime, p: &Value, 
     let waiting = &p["status"]["containerStatuses"][0]["state"]["waiting"]["reason"];
     assert_eq!(waiting, "ContainerCreating", "{p}");
     assert!(sandboxes_of(rt, name).await.is_empty(), "no sandbox was made for a pod without its volumes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_gate_stops_the_start_and_a_gate_turned_off_turns_its_behaviour_off() {
+    let (_g, rt) = fresh_runtime().await;
+    let env = TestEnv::new().await;
+    // Anonymous requests allowed, to read /configz.
+    let gates = |gates: &'static str| {
+        move |n: &Node| {
+            let config = std::fs::read_to_string(&n.config).unwrap();
+            config.replace("anonymous:\n    enabled: false", "anonymous:\n    enabled: true") + gates
+        }
+    };
+    let mut node = env.start_node_with(&[], gates("featureGates:\n  PodLevelResource: false\n"), vec![]);
+    assert!(!node.wait_exit(Duration::from_secs(30)).await.success(), "an unknown gate must stop the start");
+    let log = node.log();
+    assert!(log.contains("unrecognized feature gate: PodLevelResource"), "{log}");
+
+    let config = std::fs::read_to_string(&node.config).unwrap().replace("PodLevelResource:", "PodLevelResources:");
+    std::fs::write(&node.config, config).unwrap();
+    node.spawn();
+    env.wait_node_ready(&mut node).await;
+    // `/configz` shows the gates as set.
+    let (code, configz) = common::kubelet_api::KubeletApi::new(secure_port()).get("/configz").await;
+    assert_eq!(code, 200, "{configz}");
+    let configz: Value = serde_json::from_str(&configz).unwrap();
+    assert_eq!(configz["kubeletconfig"]["featureGates"], json!({"PodLevelResources": false}), "{configz}");
+    let plr = env.pod_yaml("plr", &[("app", SERVE)], "  resources:\n    limits: {cpu: 100m, memory: 32Mi}\n");
+    env.create(&plr).await;
+    let refused = node
+        .wait_for("pod plr Failed", Duration::from_secs(60), || async {
+            env.pod("plr").await.filter(|p| p["status"]["phase"] == "Failed")
+        })
+        .await;
+    assert_eq!(refused["status"]["reason"], "PodLevelResourcesNotSupported", "{refused}");
+    assert_eq!(refused["status"]["message"], "Pod was rejected: PodLevelResources feature gate is disabled");
+    assert!(sandboxes_of(&rt, "plr").await.is_empty(), "nothing of a refused pod runs");
+    // Without pod-level resources a pod runs as usual.
+    env.create(&env.pod_yaml("plain", &[("app", SERVE)], "")).await;
+    env.wait_pod_running(&mut node, "plain").await;
+    node.stop_and_clean(&rt).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

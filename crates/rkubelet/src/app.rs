@@ -116,7 +116,7 @@ fn signals(cancel: CancellationToken) -> anyhow::Result<()> {
 /// Which gated projected sources upstream would serve here (`kubelet.go`: the gate on and an apiserver client);
 /// rkubelet serves none yet and fails their mounts either way, with upstream's text when the gate is off.
 fn gated_projections(cfg: &KubeletConfiguration, api: bool) -> kubelet_volume::GatedProjections {
-    let on = |gate| api && cfg.feature_gate(gate) == Some(true);
+    let on = |gate| api && cfg.gate(gate);
     let gated = kubelet_volume::GatedProjections {
         cluster_trust_bundle: on(kubelet_volume::sources::CLUSTER_TRUST_BUNDLE_PROJECTION),
         pod_certificate: on(kubelet_volume::sources::POD_CERTIFICATE_REQUEST),
@@ -392,9 +392,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
             plugin_resources: Some(Arc::new(kubelet::devices::PluginResources(device_manager.clone()))),
         }),
         Arc::new(kubelet::admission::AppArmor { host_enabled: kubelet_runtime::security::host_app_armor_enabled() }),
-        Arc::new(kubelet::admission::PodFeatures {
-            pod_level_resources: cfg.feature_gate("PodLevelResources").unwrap_or(true),
-        }),
+        Arc::new(kubelet::admission::PodFeatures { pod_level_resources: cfg.gate("PodLevelResources") }),
         Arc::new(kubelet::cm::hugetlb::HugePagesAdmit::new("/sys/fs/cgroup", systemd)),
         Arc::new(kubelet::admission::SupportedVolumes),
         Arc::new(kubelet::admission_fields::UnsupportedPodFields),
@@ -411,7 +409,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         &root_dir,
         cli.image_credential_provider_config.as_ref(),
         cli.image_credential_provider_bin_dir.as_ref(),
-        cfg.feature_gate("KubeletServiceAccountTokenForCredentialProviders").unwrap_or(true),
+        cfg.gate("KubeletServiceAccountTokenForCredentialProviders"),
         service_accounts.clone(),
     )?;
     // CSI drivers: the node's information about them and the CSIDriver objects need the apiserver, given once it
@@ -442,7 +440,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     let _ = csi_stats.set(Arc::new(kubelet::stats::csi::CsiVolumes::new(
         volumes.clone(),
         recorder.clone(),
-        cfg.feature_gate("CSIVolumeHealth") == Some(true),
+        cfg.gate("CSIVolumeHealth"),
     )));
     tracker.spawn(runtime_state.clone().run(remote.clone() as Arc<dyn RuntimeService>, cancel.clone()));
     {
@@ -458,7 +456,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     let dra =
         kubelet_cm::dra::manager::DraManager::new(&root_dir, kubelet_cm::dra::registry::DraPlugins::new(&node_name))
             .context("start the DRA manager")?;
-    if cfg.feature_gate("ResourceHealthStatus") == Some(true) {
+    if cfg.gate("ResourceHealthStatus") {
         warn!(
             "feature gate ResourceHealthStatus is on: rkubelet does not watch its drivers' device health yet, and \
              reports no allocatedResourcesStatus in the pods' container statuses"
@@ -550,7 +548,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     let mut pleg = GenericPleg::new(runtime.clone(), cache.clone(), pleg_tx, pleg_health.clone(), RELIST_PERIOD);
     // Container events drive the relist unless the operator turned the gate off explicitly (upstream's Evented
     // PLEG is alpha and off; rkubelet's event-woken relist is on unless `EventedPLEG: false`).
-    if cfg.feature_gate("EventedPLEG") == Some(false) {
+    if cfg.feature_gates.get("EventedPLEG") == Some(&false) {
         pleg = pleg.without_events();
     }
     tracker.spawn(pleg.run(cancel.clone()));

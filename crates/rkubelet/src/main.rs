@@ -111,6 +111,9 @@ fn main() -> ExitCode {
         }
     };
     init_tracing(cfg.logging.verbosity);
+    for warning in kubelet_config::kubelet_config::gate_warnings(&cfg.feature_gates) {
+        tracing::warn!("{warning}");
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -190,7 +190,9 @@ pub fn topology_manager(
     use kubelet_cm::topologymanager::{NumaInfo, Policy, PolicyKind, PolicyOptions};
     let kind = PolicyKind::parse(&cfg.topology_manager_policy).map_err(anyhow::Error::msg)?;
     let scope = kubelet::topology::Scope::parse(&cfg.topology_manager_scope).map_err(anyhow::Error::msg)?;
-    let options = PolicyOptions::parse(&cfg.topology_manager_policy_options).map_err(anyhow::Error::msg)?;
+    let options =
+        PolicyOptions::parse(&cfg.topology_manager_policy_options, cfg.gate("TopologyManagerPolicyBetaOptions"))
+            .map_err(anyhow::Error::msg)?;
     let numa = NumaInfo::read(sys).map_err(|e| anyhow::anyhow!("cannot discover NUMA topology: {e}"))?;
     if kind != PolicyKind::None && numa.nodes.len() > options.max_allowable_numa_nodes {
         anyhow::bail!("unsupported on machines with more than {} NUMA Nodes", options.max_allowable_numa_nodes);
@@ -332,8 +334,8 @@ pub fn cpu_manager(
     };
     let options = kubelet_cm::cpumanager::policy::StaticPolicyOptions::parse(
         &cfg.cpu_manager_policy_options,
-        cfg.feature_gate("CPUManagerPolicyAlphaOptions").unwrap_or(false),
-        cfg.feature_gate("CPUManagerPolicyBetaOptions").unwrap_or(true),
+        cfg.gate("CPUManagerPolicyAlphaOptions"),
+        cfg.gate("CPUManagerPolicyBetaOptions"),
     )
     .map_err(|e| anyhow::anyhow!("new static policy error: {e}"))?;
     let policy =

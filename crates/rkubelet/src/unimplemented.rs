@@ -1,13 +1,59 @@
-//! Settings of the v1.35 `KubeletConfiguration` that rkubelet does not carry out yet (issue 30: the CPU manager's
-//! policy options). Upstream's kubelet acts on each; running as
-//! if they were absent would silently drop what the operator asked for (pods without their NUMA
-//! alignment), so start-up stops with an error naming the field and what to set
-//! instead. Called once by `main` after the configuration is loaded and validated.
+//! Settings of the v1.35 `KubeletConfiguration` that rkubelet does not carry out yet: the CPU manager's alpha policy
+//! options, and feature gates set to a value whose behaviour rkubelet lacks ([`GATES`]). Upstream's kubelet acts on
+//! each; running as if they were absent would silently drop what the operator asked for (pods without their NUMA
+//! alignment, a gate turned off whose behaviour stays on), so start-up stops with an error naming the field and what
+//! to set instead. Called once by `main` after the configuration is loaded and validated.
+//!
+//! Gates not listed here either turn their behaviour on and off in rkubelet as upstream, or do nothing in a kubelet
+//! (the apiserver's, scheduler's and controllers' gates share upstream's registry), or govern pod fields that
+//! rkubelet refuses at admission when a pod sets them (`kubelet_types::pod_fields`).
 
 use kubelet_config::kubelet_config::KubeletConfiguration;
 
+/// Feature gates whose value (the second field) would ask for behaviour rkubelet lacks, and what upstream would do.
+const GATES: &[(&str, bool, &str)] = &[
+    ("ComponentFlagz", true, "the kubelet would serve /flagz"),
+    ("ComponentStatusz", true, "the kubelet would serve /statusz"),
+    ("GracefulNodeShutdown", false, "the kubelet would not watch for the node's shutdown"),
+    ("InPlacePodVerticalScaling", false, "the kubelet would not resize running pods"),
+    ("InPlacePodVerticalScalingExclusiveCPUs", true, "pods with exclusive CPUs would be resized"),
+    ("InPlacePodVerticalScalingExclusiveMemory", true, "pods with NUMA-pinned memory would be resized"),
+    ("KubeletCrashLoopBackOffMax", true, "crashLoopBackOff.maxContainerRestartPeriod would cap the back-off"),
+    ("KubeletEnsureSecretPulledImages", true, "images pulled with a secret would be verified for each pod"),
+    ("KubeletFineGrainedAuthz", false, "/configz, /healthz and /pods would be authorized as nodes/proxy"),
+    ("KubeletInUserNamespace", true, "the kubelet would tolerate running in a user namespace"),
+    ("KubeletPodResourcesDynamicResources", false, "the pod resources API would leave out DRA devices"),
+    ("KubeletPodResourcesGet", false, "the pod resources API would not answer Get"),
+    ("LocalStorageCapacityIsolationFSQuotaMonitoring", true, "emptyDir usage would be tracked with project quotas"),
+    ("MemoryQoS", true, "containers would get memory.min and memory.high"),
+    ("MutableCSINodeAllocatableCount", true, "CSINode allocatable counts would be refreshed"),
+    ("PodAndContainerStatsFromCRI", true, "pod and container stats would come from the runtime's CRI stats"),
+    ("PodObservedGenerationTracking", false, "pod status would leave out observedGeneration"),
+    ("PodReadyToStartContainersCondition", false, "pod status would leave out PodReadyToStartContainers"),
+    ("ProcMountType", false, "procMount would be ignored"),
+    ("QOSReserved", true, "qosReserved memory would be held back in the QoS cgroups"),
+    ("ReduceDefaultCrashLoopBackOffDecay", true, "the crash loop back-off would start at 1s and stop at 60s"),
+    ("ReloadKubeletServerCertificateFile", false, "the serving certificate would not be reloaded from its file"),
+    ("RuntimeClassInImageCriApi", true, "images would be pulled per runtime handler"),
+    ("SELinuxMount", true, "volumes would be mounted with their SELinux context"),
+    ("SupplementalGroupsPolicy", false, "supplementalGroupsPolicy would be ignored"),
+    ("UserNamespacesSupport", false, "hostUsers: false would be ignored"),
+];
+
 /// The first setting rkubelet cannot honour, as the start-up error's text.
 pub fn refuse(cfg: &KubeletConfiguration) -> Result<(), String> {
+    for (gate, value, what) in GATES {
+        // Set explicitly or through AllAlpha/AllBeta, as upstream resolves it.
+        if cfg.gate(gate) == *value
+            && kubelet_config::kubelet_config::gate_spec(gate).is_some_and(|s| s.default != *value)
+        {
+            return Err(format!(
+                "invalid configuration: featureGates.{gate}: {value} is not implemented by rkubelet yet ({what}); \
+                 leave the gate at its default ({}) or run the upstream kubelet on this node",
+                !value
+            ));
+        }
+    }
     let not_yet = |field: &str, value: &str, what: &str, instead: &str| {
         Err(format!(
             "invalid configuration: {field}: {value:?} is not implemented by rkubelet yet ({what}); set {instead} or \
@@ -16,7 +62,7 @@ pub fn refuse(cfg: &KubeletConfiguration) -> Result<(), String> {
     };
     // Options upstream would take (alpha ones with their gate) that rkubelet does not carry out; others are refused
     // by the CPU manager with upstream's text.
-    let alpha = cfg.feature_gate("CPUManagerPolicyAlphaOptions").unwrap_or(false);
+    let alpha = cfg.gate("CPUManagerPolicyAlphaOptions");
     for (name, value) in &cfg.cpu_manager_policy_options {
         let unimplemented = match name.as_str() {
             "align-by-socket" | "distribute-cpus-across-cores" => alpha,
@@ -67,5 +113,34 @@ mod tests {
         let mut c = cfg;
         c.shutdown_grace_period = std::time::Duration::from_secs(30).into();
         assert_eq!(refuse(&c), Ok(()), "graceful node shutdown is carried out");
+    }
+
+    #[test]
+    fn a_gate_set_to_a_value_whose_behaviour_rkubelet_lacks_stops_the_start_naming_it() {
+        let mut cfg = KubeletConfiguration::default();
+        cfg.set_defaults();
+        let with = |pairs: &[(&str, bool)]| {
+            let mut c = cfg.clone();
+            c.feature_gates = pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            refuse(&c)
+        };
+        assert_eq!(with(&[("PodLevelResources", false), ("KubeletPSI", false), ("EventedPLEG", true)]), Ok(()));
+        assert_eq!(with(&[("MemoryQoS", false), ("InPlacePodVerticalScaling", true)]), Ok(()), "defaults are fine");
+        assert_eq!(
+            with(&[("MemoryQoS", true)]).unwrap_err(),
+            "invalid configuration: featureGates.MemoryQoS: true is not implemented by rkubelet yet (containers would \
+             get memory.min and memory.high); leave the gate at its default (false) or run the upstream kubelet on \
+             this node"
+        );
+        let e = with(&[("AllAlpha", true), ("ComponentFlagz", false)]).unwrap_err();
+        assert!(
+            e.starts_with("invalid configuration: featureGates.ComponentStatusz: true"),
+            "AllAlpha turns it on: {e}"
+        );
+        let e = with(&[("AllBeta", false)]).unwrap_err();
+        assert!(e.starts_with("invalid configuration: featureGates.GracefulNodeShutdown: false"), "{e}");
+        for (gate, _, _) in GATES {
+            assert!(kubelet_config::kubelet_config::gate_spec(gate).is_some(), "{gate} is not a v1.35 gate");
+        }
     }
 }

@@ -128,10 +128,16 @@ impl Default for PolicyOptions {
 }
 
 impl PolicyOptions {
-    /// Parses the options as upstream (`NewPolicyOptions`; both are available by default in v1.35).
-    pub fn parse(options: &BTreeMap<String, String>) -> Result<Self, String> {
+    /// Parses the options as upstream (`NewPolicyOptions`): `prefer-closest-numa-nodes` is GA,
+    /// `max-allowable-numa-nodes` beta and refused with `TopologyManagerPolicyBetaOptions` (`beta`) off.
+    pub fn parse(options: &BTreeMap<String, String>, beta: bool) -> Result<Self, String> {
         let mut o = Self::default();
         for (name, value) in options {
+            if name == "max-allowable-numa-nodes" && !beta {
+                return Err(format!(
+                    "topology manager policy beta-level options not enabled, but option {name:?} provided"
+                ));
+            }
             match name.as_str() {
                 "prefer-closest-numa-nodes" => {
                     o.prefer_closest_numa = go_parse_bool(value).ok_or_else(|| {

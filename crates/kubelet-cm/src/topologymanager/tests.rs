@@ -72,14 +72,18 @@ fn masks_options_and_closest_numa_nodes() {
     assert_eq!(seen, [0b001, 0b010, 0b100, 0b011, 0b101, 0b110, 0b111]);
     assert!(is_narrower(0b01, 0b10) && is_narrower(0b10, 0b011) && !is_narrower(0b11, 0b01));
     let opts = [("prefer-closest-numa-nodes".to_string(), "true".to_string())].into();
-    assert!(PolicyOptions::parse(&opts).unwrap().prefer_closest_numa);
+    assert!(PolicyOptions::parse(&opts, false).unwrap().prefer_closest_numa);
     let bad = [("max-allowable-numa-nodes".to_string(), "4".to_string())].into();
     assert_eq!(
-        PolicyOptions::parse(&bad).unwrap_err(),
+        PolicyOptions::parse(&bad, true).unwrap_err(),
         "the minimum value of \"max-allowable-numa-nodes\" should not be less than 8"
     );
+    assert_eq!(
+        PolicyOptions::parse(&bad, false).unwrap_err(),
+        "topology manager policy beta-level options not enabled, but option \"max-allowable-numa-nodes\" provided"
+    );
     let unknown = [("x".to_string(), "1".to_string())].into();
-    assert_eq!(PolicyOptions::parse(&unknown).unwrap_err(), "unknown Topology Manager Policy option: \"x\"");
+    assert_eq!(PolicyOptions::parse(&unknown, true).unwrap_err(), "unknown Topology Manager Policy option: \"x\"");
     let n = NumaInfo {
         nodes: vec![0, 1, 2, 3],
         distances: [

@@ -31,6 +31,7 @@ mod decode;
 mod defaults;
 mod duration;
 mod gates;
+mod gates_table;
 mod nested;
 mod quantity;
 mod types;
@@ -54,6 +55,7 @@ pub use defaults::{
     MAX_CONTAINER_BACK_OFF,
 };
 pub use duration::{Duration, DurationParseError};
+pub use gates::{GateSpec, Stage, gate_errors, gate_spec, gate_warnings, known_gates};
 pub use nested::*;
 pub use types::KubeletConfiguration;
 pub use validation::ValidationError;

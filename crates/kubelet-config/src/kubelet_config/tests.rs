@@ -501,11 +501,15 @@ fn validation_of_gated_and_structural_rules() {
     ] {
         assert!(fields.iter().any(|f| f == want), "{want} missing from {fields:?}");
     }
-    // Checks depending on unknown gates are skipped.
+    // NodeLogQuery is beta and off by default, as upstream: the query needs the gate turned on.
     let c = defaulted("enableSystemLogQuery: true\n");
-    assert!(c.validate().is_ok(), "{:?}", c.validation_errors());
-    let c = defaulted("enableSystemLogQuery: true\nfeatureGates: {NodeLogQuery: false}\n");
     assert_eq!(messages(&c), ["invalid configuration: NodeLogQuery feature gate is required for enableSystemLogQuery"]);
+    let c = defaulted("enableSystemLogQuery: true\nfeatureGates: {NodeLogQuery: true}\n");
+    assert!(c.validate().is_ok(), "{:?}", c.validation_errors());
+    // Gate errors come alone, as upstream returns them first.
+    let c = defaulted("enableSystemLogQuery: true\nfeatureGates: {NodeLogQuer: true}\n");
+    assert_eq!(messages(&c), ["unrecognized feature gate: NodeLogQuer"]);
+    assert_eq!(c.validation_errors()[0].field, "featureGates.NodeLogQuer");
 }
 
 #[test]

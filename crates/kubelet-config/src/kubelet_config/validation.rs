@@ -8,8 +8,8 @@
 //! the offending value.
 //!
 //! Differences from upstream:
-//! - checks that depend on a feature gate run only when the gate's state is known (see
-//!   [`feature_gate`](KubeletConfiguration::feature_gate)); unknown gate names are accepted;
+//! - the feature gate errors (unknown, locked, dependencies) are upstream's `SetFromMap` errors, without the
+//!   `invalid configuration: ` prefix, and returned alone as upstream returns early;
 //! - the host checks of `validation_linux.go` (`failCgroupV1` and `singleProcessOOMKill`
 //!   on a cgroup v1 host) are left to the code that inspects the host;
 //! - `showHiddenMetricsForVersion` is only checked to have the form `<major>.<minor>`,
@@ -82,6 +82,18 @@ impl KubeletConfiguration {
 
     /// Every failed validation check; empty when the configuration is valid.
     pub fn validation_errors(&self) -> Vec<ValidationError> {
+        // Upstream applies `featureGates` first and returns its errors alone.
+        let gate_errors = gates::gate_errors(&self.feature_gates);
+        if !gate_errors.is_empty() {
+            let field = |message: &str| match message.split_whitespace().find(|w| self.feature_gates.contains_key(*w)) {
+                Some(gate) => format!("featureGates.{gate}"),
+                None => "featureGates".to_string(),
+            };
+            return gate_errors
+                .into_iter()
+                .map(|message| ValidationError { field: field(&message), message })
+                .collect();
+        }
         let mut errs = Errors::default();
         self.validate_general(&mut errs);
         self.validate_images(&mut errs);
