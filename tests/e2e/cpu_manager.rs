@@ -2,7 +2,8 @@
 //! this machine's CPUs (at least 2): with CPU 0 reserved (`reservedSystemCPUs`), a Guaranteed pod asking for 1 CPU
 //! gets CPU 1 alone while a Burstable pod's containers shrink to CPU 0 (`UpdateContainerResources`), and both are
 //! restored when the Guaranteed pod goes; `cpu_manager_state` holds the assignment in upstream's format and keeps
-//! it across an rkubelet restart.
+//! it across an rkubelet restart. The pinned container and its pod cgroup run without a CFS quota
+//! (`DisableCPUQuotaWithExclusiveCPUs`).
 
 mod common;
 
@@ -12,6 +13,16 @@ use common::*;
 use kubelet_cri::RuntimeService;
 use kubelet_types::cpuset::CpuSet;
 use serde_json::Value;
+
+/// The CFS quota of the running container of static pod `pod`, as it sees its cgroup (v1 `cpu.cfs_quota_us`, v2
+/// the first field of `cpu.max`).
+async fn quota(rt: &kubelet_cri::RemoteRuntime, pod: &str) -> String {
+    let c = containers_of(rt, pod).await.into_iter().find(|c| c.state == 1).expect("a running container");
+    let script = "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || cut -d' ' -f1 /sys/fs/cgroup/cpu.max";
+    let cmd = vec!["sh".to_string(), "-c".to_string(), script.to_string()];
+    let out = rt.exec_sync(&c.id, cmd, Duration::from_secs(10)).await.unwrap();
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
 
 /// The CPUs a container of static pod `pod` may run on (`Cpus_allowed_list` of its first process).
 async fn allowed(rt: &kubelet_cri::RemoteRuntime, pod: &str) -> String {
@@ -53,6 +64,13 @@ async fn a_guaranteed_pod_gets_a_cpu_alone_and_the_shared_pool_shrinks_and_grows
     let p = node.wait_running("pinned-e2e-node").await;
     let uid = p["metadata"]["uid"].as_str().unwrap().to_string();
     assert_eq!(allowed(&rt, "pinned-e2e-node").await, "1", "CPU 1 alone (CPU 0 is reserved)");
+    // DisableCPUQuotaWithExclusiveCPUs (beta, on): no CFS quota for a container with exclusive CPUs, nor for its pod
+    // cgroup (a 1-CPU limit is 100000 otherwise).
+    assert!(["-1", "max"].contains(&quota(&rt, "pinned-e2e-node").await.as_str()), "the pinned container's quota");
+    let pod_quota = std::path::Path::new("/sys/fs/cgroup/cpu/kubepods").join(format!("pod{uid}/cpu.cfs_quota_us"));
+    if pod_quota.exists() {
+        assert_eq!(std::fs::read_to_string(&pod_quota).unwrap().trim(), "-1", "the pod cgroup's quota");
+    }
     let without = CpuSet::parse(&all).unwrap().difference(&CpuSet::of([1])).to_string();
     node.wait_for("the shared pool without CPU 1", Duration::from_secs(30), || async {
         (allowed(&rt, "shared-e2e-node").await == without).then_some(())

@@ -532,6 +532,10 @@ impl RuntimeManager {
             let linux = config.linux.get_or_insert_with(Default::default);
             linux.resources.get_or_insert_with(Default::default).cpuset_cpus = cpuset;
         }
+        if self.cfg.cpu_cfs_quota && self.cfg.quota_lift.container(uid.as_str(), &c.name) {
+            let linux = config.linux.get_or_insert_with(Default::default);
+            linux.resources.get_or_insert_with(Default::default).cpu_quota = -1;
+        }
         if let Some(mems) = self.mems.container_created(pod, c) {
             let linux = config.linux.get_or_insert_with(Default::default);
             linux.resources.get_or_insert_with(Default::default).cpuset_mems = mems;

@@ -68,6 +68,8 @@ pub struct RuntimeManagerConfig {
     pub cpu_cfs_quota: bool,
     /// `cpuCFSQuotaPeriod` in microseconds.
     pub cpu_cfs_quota_period_us: i64,
+    /// No CFS quota for containers with exclusive CPUs, their pods and sandboxes (`DisableCPUQuotaWithExclusiveCPUs`).
+    pub quota_lift: crate::cpus::QuotaLift,
     /// Node memory capacity in bytes (for OOM score of Burstable pods).
     pub memory_capacity: u64,
     /// `seccompDefault`: containers without a profile get the runtime's default one.
@@ -96,6 +98,7 @@ impl Default for RuntimeManagerConfig {
             cgroup_root: "/".into(),
             cpu_cfs_quota: true,
             cpu_cfs_quota_period_us: 100_000,
+            quota_lift: Default::default(),
             memory_capacity: 8 << 30,
             seccomp_default: false,
             node_hosts_file: "/etc/hosts".into(),
@@ -733,6 +736,10 @@ impl RuntimeManager {
             }
         }
         let mut sandbox_config = config_gen::sandbox_config(&self.cfg, pod, actions.attempt);
+        if self.cfg.cpu_cfs_quota && self.cfg.quota_lift.pod(pod) {
+            let linux = sandbox_config.linux.get_or_insert_with(Default::default);
+            linux.resources.get_or_insert_with(Default::default).cpu_quota = -1;
+        }
         match self.user_namespace(pod) {
             Ok(ns) => config_gen::set_sandbox_user_namespace(&mut sandbox_config, ns),
             Err(m) => {

@@ -62,7 +62,8 @@ impl RuntimeManager {
 
     async fn resize_inner(&self, pod: &Pod, actions: &PodActions) -> Result<(), String> {
         let name = pod_ref(pod);
-        let desired = kubelet_types::qos::pod_resources(pod, self.cfg.cpu_cfs_quota, self.cfg.cpu_cfs_quota_period_us);
+        let enforce_cpu_limits = self.cfg.cpu_cfs_quota && !self.cfg.quota_lift.pod(pod);
+        let desired = kubelet_types::qos::pod_resources(pod, enforce_cpu_limits, self.cfg.cpu_cfs_quota_period_us);
         let current = self
             .pod_cgroups
             .pod_config(pod)
@@ -180,6 +181,9 @@ impl RuntimeManager {
         let mut resources = crate::resources::container_resources(&self.cfg, pod, &c);
         if let Some(cpuset) = self.cpus.cpuset(&uid, &c.name) {
             resources.cpuset_cpus = cpuset;
+        }
+        if self.cfg.cpu_cfs_quota && self.cfg.quota_lift.container(&uid, &c.name) {
+            resources.cpu_quota = -1;
         }
         self.runtime.update_container_resources(&u.id, resources).await.map_err(|e| {
             error!(pod = %pod_ref(pod), containerName = %u.name, containerID = %u.id, resourceName = resource.as_str(), error = %e, "updateContainerResources failed");

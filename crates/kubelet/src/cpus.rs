@@ -93,6 +93,10 @@ impl kubelet_runtime::cpus::ContainerCpus for Cpus {
     fn cpuset(&self, pod_uid: &str, container: &str) -> Option<String> {
         self.0.cpuset(pod_uid, container)
     }
+
+    fn exclusive(&self, pod_uid: &str, container: &str) -> bool {
+        self.0.has_exclusive(pod_uid, container)
+    }
 }
 
 /// The reconcile loop (`reconcileState`), every `period` until `cancel`.

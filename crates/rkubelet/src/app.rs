@@ -264,6 +264,15 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
     kubelet::nodestatus::setters::set_runtime_status(&mut initial_node, &runtime_state.runtime_info());
     let (node_tx, node_rx) = watch::channel(Some(initial_node));
 
+    // The CPU manager: its state file read now (one of another policy stops the start, as upstream's).
+    let cpu_manager = Arc::new(crate::node::cpu_manager(&cfg, &root_dir).context("start cpu manager error")?);
+    let cpus = Arc::new(kubelet::cpus::Cpus(cpu_manager.clone()));
+    let quota_lift = if cfg.gate("DisableCPUQuotaWithExclusiveCPUs") {
+        kubelet_runtime::cpus::QuotaLift::new(cpus.clone())
+    } else {
+        Default::default()
+    };
+
     let mut allocatable_events = vec![];
     let systemd = cfg.cgroup_driver == "systemd";
     let hugepage_sizes = kubelet_runtime::resources::node_hugepage_sizes(std::path::Path::new(
@@ -286,6 +295,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         let m = kubelet::cm::systemd::SystemdCgroups::new("/run/systemd/private", "/sys/fs/cgroup")
             .with_cgroup_root(cgroup_root)
             .with_limits(cfg.cpu_cfs_quota.unwrap_or(true), cfg.pod_pids_limit.unwrap_or(-1))
+            .with_quota_lift(quota_lift.clone())
             .with_pods_allocatable(pods.cpu_milli, pods.memory, pods.pids);
         m.setup_qos().context("create the kubepods slices through systemd")?;
         allocatable_events.push("Updated Node Allocatable limit across pods".to_string());
@@ -302,6 +312,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         let m = CgroupfsManager::new(&root)
             .with_cgroup_root(cgroup_root)
             .with_limits(cfg.cpu_cfs_quota.unwrap_or(true), cfg.pod_pids_limit.unwrap_or(-1))
+            .with_quota_lift(quota_lift.clone())
             .with_hugepage_sizes(hugepage_sizes.clone());
         m.setup_qos().context("create the kubepods QoS cgroups (is /sys/fs/cgroup writable?)")?;
         allocatable_events = crate::node::enforce_node_allocatable(&cfg, &inputs, &root)?;
@@ -334,6 +345,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         cgroup_root: cgroup_root.to_string(),
         cpu_cfs_quota: cfg.cpu_cfs_quota.unwrap_or(true),
         cpu_cfs_quota_period_us: cfg.cpu_cfs_quota_period.map(|d| d.0.as_micros() as i64).unwrap_or(100_000),
+        quota_lift,
         memory_capacity: node::memory_capacity(),
         seccomp_default: cfg.seccomp_default.unwrap_or(false),
         node_hosts_file: "/etc/hosts".into(),
@@ -498,9 +510,6 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
             .with_dra(dra.clone())
             .with_numa_nodes(topology_policy.numa.nodes.clone()),
     );
-    // The CPU manager: its state file read now (one of another policy stops the start, as upstream's).
-    let cpu_manager = Arc::new(crate::node::cpu_manager(&cfg, &root_dir).context("start cpu manager error")?);
-    let cpus = Arc::new(kubelet::cpus::Cpus(cpu_manager.clone()));
     tracker.spawn(kubelet::cpus::run_reconcile(
         cpu_manager,
         pods_rx.clone(),

@@ -172,6 +172,12 @@ impl CpuManager {
         (!set.is_empty()).then(|| set.to_string())
     }
 
+    /// Whether the container holds exclusive CPUs (`ContainerHasExclusiveCPUs`: an assignment in the state).
+    pub fn has_exclusive(&self, pod_uid: &str, container: &str) -> bool {
+        let st = self.state.lock().unwrap();
+        st.assignments.get(pod_uid).and_then(|c| c.get(container)).is_some_and(|set| !set.is_empty())
+    }
+
     /// The running containers whose cpuset differs from the last one sent to them (`reconcileState`), with the
     /// cpuset to send; forgets containers no longer running.
     pub fn reconcile(&self, running: &[RunningContainer]) -> Vec<(String, CpuSet)> {

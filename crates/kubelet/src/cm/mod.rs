@@ -46,6 +46,8 @@ pub struct CgroupfsManager {
     v2: bool,
     /// `cpuCFSQuota`.
     cfs_quota: bool,
+    /// Pods whose cgroup gets no CFS quota (`DisableCPUQuotaWithExclusiveCPUs`).
+    quota_lift: kubelet_runtime::cpus::QuotaLift,
     /// `podPidsLimit` (-1: none).
     pids_limit: i64,
     /// The node's huge page sizes (`2MB`, ...).
@@ -60,7 +62,15 @@ impl CgroupfsManager {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         let root = root.into();
         let v2 = root.join("cgroup.controllers").exists();
-        Self { root, pods: pods_cgroup("/"), v2, cfs_quota: true, pids_limit: -1, hugepage_sizes: vec![] }
+        Self {
+            root,
+            pods: pods_cgroup("/"),
+            v2,
+            cfs_quota: true,
+            quota_lift: Default::default(),
+            pids_limit: -1,
+            hugepage_sizes: vec![],
+        }
     }
 
     /// With `cgroupRoot` (`/kubeadm-node`): the pods cgroup is `<cgroupRoot>/kubepods` instead of `/kubepods`.
@@ -96,6 +106,12 @@ impl CgroupfsManager {
     pub fn with_limits(mut self, cfs_quota: bool, pids_limit: i64) -> Self {
         self.cfs_quota = cfs_quota;
         self.pids_limit = pids_limit;
+        self
+    }
+
+    /// Pods holding exclusive CPUs get no CFS quota on their cgroup (`DisableCPUQuotaWithExclusiveCPUs`).
+    pub fn with_quota_lift(mut self, lift: kubelet_runtime::cpus::QuotaLift) -> Self {
+        self.quota_lift = lift;
         self
     }
 
@@ -223,7 +239,7 @@ impl PodCgroups for CgroupfsManager {
         let uid = pod.metadata.uid.as_deref().unwrap_or("");
         let qos = pod_qos(pod);
         let path = pod_cgroup(&self.pods, qos, uid).to_cgroupfs();
-        let r = pod_resources(pod, self.cfs_quota, 100_000);
+        let r = pod_resources(pod, self.cfs_quota && !self.quota_lift.pod(pod), 100_000);
         for h in self.managed() {
             let dir = h.join(rel(&path));
             // Every sync comes here: a stat is cheaper than a mkdir that fails with EEXIST.

@@ -38,6 +38,8 @@ pub struct SystemdCgroups {
     pods: CgroupName,
     v2: bool,
     cfs_quota: bool,
+    /// Pods whose cgroup gets no CFS quota (`DisableCPUQuotaWithExclusiveCPUs`).
+    quota_lift: kubelet_runtime::cpus::QuotaLift,
     pids_limit: i64,
     pods_limits: Vec<(String, Value)>,
     conn: Mutex<Option<Connection>>,
@@ -64,6 +66,7 @@ impl SystemdCgroups {
             pods: pods_cgroup("/"),
             v2,
             cfs_quota: true,
+            quota_lift: Default::default(),
             pids_limit: -1,
             pods_limits: vec![],
             conn: Mutex::new(None),
@@ -81,6 +84,12 @@ impl SystemdCgroups {
     pub fn with_limits(mut self, cfs_quota: bool, pids_limit: i64) -> Self {
         self.cfs_quota = cfs_quota;
         self.pids_limit = pids_limit;
+        self
+    }
+
+    /// Pods holding exclusive CPUs get no CFS quota on their cgroup (`DisableCPUQuotaWithExclusiveCPUs`).
+    pub fn with_quota_lift(mut self, lift: kubelet_runtime::cpus::QuotaLift) -> Self {
+        self.quota_lift = lift;
         self
     }
 
@@ -299,7 +308,7 @@ impl PodCgroups for SystemdCgroups {
         if self.tracking_dir(&unit).is_dir() {
             return Ok(());
         }
-        let r = pod_resources(pod, self.cfs_quota, 100_000);
+        let r = pod_resources(pod, self.cfs_quota && !self.quota_lift.pod(pod), 100_000);
         let quota = r.cpu_quota.zip(r.cpu_period);
         self.start_slice(&unit, self.resource_props(Some(r.cpu_shares), quota, r.memory))
     }
