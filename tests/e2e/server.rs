@@ -1,6 +1,7 @@
 //! End to end: the kubelet API on the secure port (issue 7) — the real binary on the real containerd, called
 //! as the apiserver, metrics-server and Prometheus call it: container logs with every option, exec and
-//! port-forward over WebSocket through the runtime's streaming server, `/metrics` in the text format. The same API
+//! port-forward over WebSocket through the runtime's streaming server, `/metrics` in the text format, and
+//! `/debug/flags/v` changing the log verbosity of the running kubelet. The same API
 //! reached through the real apiserver, with its authentication and authorization, is in `cluster_kubelet_api.rs`.
 
 mod common;
@@ -316,5 +317,42 @@ async fn logs_exec_and_port_forward_through_the_kubelet_api() {
         "with a timestamp"
     );
 
+    node.stop_and_clean(&rt).await;
+}
+
+#[tokio::test]
+async fn debug_flags_v_changes_the_log_verbosity_of_the_running_kubelet() {
+    let (_g, rt) = fresh_runtime().await;
+    let sleeper =
+        |name: &str| manifest(name, &[], &[("app", "exec sleep 3600")], "  terminationGracePeriodSeconds: 1\n");
+    // Started at the default verbosity (info), without the tests' usual debug filter.
+    let env = vec![("RKUBELET_LOG".to_string(), "info".to_string())];
+    let mut node = Node::start_named_env(NODE, &[("a.yaml", &sleeper("a"))], anonymous_allowed, vec![], env);
+    node.wait_running("a-e2e-node").await;
+    let log_path = node.log_path();
+    assert!(!node.log().contains(" DEBUG "), "no debug lines at verbosity 0");
+
+    let api = KubeletApi::new(secure_port());
+    let set = |v: &'static str| {
+        let api = api.clone();
+        async move { api.request_body("PUT", "/debug/flags/v", v).await }
+    };
+    assert_eq!(set("4").await, (200, "successfully set klog.logging.verbosity to 4\n".into()));
+    node.write_manifest("b.yaml", &sleeper("b"));
+    node.wait_for("debug lines once the verbosity is 4", Duration::from_secs(30), || async {
+        std::fs::read_to_string(&log_path).unwrap_or_default().contains(" DEBUG ").then_some(())
+    })
+    .await;
+    node.wait_running("b-e2e-node").await;
+
+    assert_eq!(set("x").await, (400, "strconv.ParseUint: parsing \"x\": invalid syntax\n".into()));
+    assert_eq!(api.get("/debug/flags/v").await, (406, "unsupported http method\n".into()));
+    assert_eq!(set("2").await.0, 200);
+    let offset = node.log().len();
+    node.write_manifest("c.yaml", &sleeper("c"));
+    node.wait_running("c-e2e-node").await;
+    let after = node.log()[offset..].to_string();
+    assert!(after.contains("SyncLoop op=ADD"), "the new pod was logged at info: {after}");
+    assert!(!after.contains(" DEBUG "), "no debug lines once the verbosity is 2 again: {after}");
     node.stop_and_clean(&rt).await;
 }

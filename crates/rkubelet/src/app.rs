@@ -131,7 +131,11 @@ fn gated_projections(cfg: &KubeletConfiguration, api: bool) -> kubelet_volume::G
 }
 
 /// Runs the node agent until a signal.
-pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> {
+pub async fn run(
+    cli: Cli,
+    mut cfg: KubeletConfiguration,
+    verbosity: Arc<dyn kubelet_server::handlers::Verbosity>,
+) -> anyhow::Result<()> {
     let cancel = CancellationToken::new();
     signals(cancel.clone())?;
     let tracker = TaskTracker::new();
@@ -226,6 +230,7 @@ pub async fn run(cli: Cli, mut cfg: KubeletConfiguration) -> anyhow::Result<()> 
         clock: clock.clone(),
         probe_metrics: kubelet_metrics::prober::registry(),
         stats: stats.clone(),
+        verbosity,
     };
     crate::server::start_local(&cfg, &handlers, &tracker, &cancel).await?;
     // Without an apiserver the secure port needs nothing more; it is checked (and bound) before the runtime wait.

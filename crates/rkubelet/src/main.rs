@@ -57,22 +57,38 @@ fn load_config(cli: &Cli) -> anyhow::Result<KubeletConfiguration> {
     Ok(cfg)
 }
 
-fn init_tracing(v: u32) {
-    use tracing_subscriber::EnvFilter;
+/// The log filter of verbosity `v` (klog's `-v`): info up to 2, debug up to 5, trace beyond; `RKUBELET_LOG` (an
+/// `EnvFilter` directive) overrides it at start.
+fn log_filter(v: u32) -> tracing_subscriber::EnvFilter {
     let level = match v {
         0..=2 => "info",
         3..=5 => "debug",
         _ => "trace",
     };
-    let filter = EnvFilter::try_from_env("RKUBELET_LOG")
-        .unwrap_or_else(|_| EnvFilter::new(format!("{level},h2=info,hyper=info,tower=info,tonic=info,notify=info")));
+    tracing_subscriber::EnvFilter::new(format!("{level},h2=info,hyper=info,tower=info,tonic=info,notify=info"))
+}
+
+/// The running process's log verbosity, changed by `/debug/flags/v` (component-base's `GlogSetter`).
+struct LiveVerbosity(tracing_subscriber::reload::Handle<tracing_subscriber::EnvFilter, tracing_subscriber::Registry>);
+
+impl kubelet_server::handlers::Verbosity for LiveVerbosity {
+    fn set(&self, v: u32) -> Result<(), String> {
+        self.0.reload(log_filter(v)).map_err(|e| format!("failed set klog.logging.verbosity {v}: {e}"))
+    }
+}
+
+fn init_tracing(v: u32) -> LiveVerbosity {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RKUBELET_LOG").unwrap_or_else(|_| log_filter(v));
+    let (filter, handle) = tracing_subscriber::reload::Layer::new(filter);
     use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
-        .init();
+        .with_target(false);
+    tracing_subscriber::registry().with(filter).with(fmt).init();
+    LiveVerbosity(handle)
 }
 
 /// Raises the soft limit on open files to the hard one, as Go's runtime does at start-up for every Go program
@@ -110,7 +126,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    init_tracing(cfg.logging.verbosity);
+    let verbosity = std::sync::Arc::new(init_tracing(cfg.logging.verbosity));
     for warning in kubelet_config::kubelet_config::gate_warnings(&cfg.feature_gates) {
         tracing::warn!("{warning}");
     }
@@ -121,7 +137,7 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result = rt.block_on(app::run(cli, cfg));
+    let result = rt.block_on(app::run(cli, cfg, verbosity));
     // A blocking task still running (a disk usage walk, a file read) must not hold the exit up.
     rt.shutdown_timeout(std::time::Duration::from_millis(100));
     match result {

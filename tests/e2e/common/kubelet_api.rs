@@ -47,6 +47,18 @@ impl KubeletApi {
 
     /// Sends a request and returns the response with its body still streaming.
     pub async fn send(&self, method: &str, path: &str) -> hyper::Response<hyper::body::Incoming> {
+        self.send_body(method, path, "").await
+    }
+
+    /// A request with `body`: status and the whole response body.
+    pub async fn request_body(&self, method: &str, path: &str, body: &str) -> (u16, String) {
+        let resp = self.send_body(method, path, body).await;
+        let code = resp.status().as_u16();
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        (code, String::from_utf8_lossy(&body).into_owned())
+    }
+
+    async fn send_body(&self, method: &str, path: &str, body: &str) -> hyper::Response<hyper::body::Incoming> {
         let io = hyper_util::rt::TokioIo::new(self.connect().await);
         let (mut tx, conn) = hyper::client::conn::http1::handshake(io).await.unwrap();
         tokio::spawn(conn);
@@ -54,7 +66,8 @@ impl KubeletApi {
         if let Some(t) = &self.token {
             req = req.header("authorization", format!("Bearer {t}"));
         }
-        tx.send_request(req.body(http_body_util::Empty::<bytes::Bytes>::new()).unwrap()).await.unwrap()
+        let body = http_body_util::Full::new(bytes::Bytes::from(body.to_string()));
+        tx.send_request(req.body(body).unwrap()).await.unwrap()
     }
 
     /// GET `path`: status and body.

@@ -126,6 +126,7 @@ fn api() -> std::io::Result<Api> {
             node_name: "node-a".into(),
             enable_debugging_handlers: true,
             enable_system_log_handler: true,
+            enable_debug_flags_handler: true,
             system_log_dir: logs,
             pod_logs_dir: dir.path().join("containers"),
             streaming_idle_timeout: Duration::from_secs(1),
@@ -138,6 +139,7 @@ fn api() -> std::io::Result<Api> {
         streams: Arc::new(tokio::sync::Semaphore::new(2)),
         stats: Arc::new(NoStats),
         probe_metrics: Arc::new(kubelet_metrics::Registry::new()),
+        verbosity: Arc::new(kubelet_server::handlers::FixedVerbosity),
     };
     let auth = Arc::new(Auth {
         authenticator: Authenticator { anonymous: true, webhook: None },

@@ -5,11 +5,13 @@
 //!   authorization, and the debugging endpoints answering 405.
 //! - [`secure_router`] — `address:port` over TLS, every request through the authentication and authorization
 //!   filter; the debugging handlers (`/exec`, `/attach`, `/portForward`, `/run`, `/containerLogs`, `/logs/`,
-//!   `/configz`, `/runningpods/`) when `enableDebuggingHandlers`, else 405 `Debug endpoints are disabled.`.
+//!   `/configz`, `/runningpods/`, `/debug/flags/v`) when `enableDebuggingHandlers`, else 405 `Debug endpoints are
+//!   disabled.`.
 //!
 //! Unknown paths answer go-restful's `404: Page Not Found`, a known path with another method
 //! `405: Method Not Allowed`.
 
+mod debug;
 mod health;
 mod metrics;
 mod nodelogs;
@@ -39,6 +41,8 @@ pub struct Options {
     pub enable_debugging_handlers: bool,
     /// `enableSystemLogHandler`.
     pub enable_system_log_handler: bool,
+    /// `enableDebugFlagsHandler`: `/debug/flags/v`.
+    pub enable_debug_flags_handler: bool,
     /// The folder `/logs/` serves (`/var/log`).
     pub system_log_dir: std::path::PathBuf,
     /// `podLogsDir`: the folder container logs must lie in.
@@ -69,7 +73,11 @@ pub struct Handlers {
     pub stats: Arc<dyn crate::stats::StatsProvider>,
     /// What `/metrics/probes` serves.
     pub probe_metrics: Arc<kubelet_metrics::Registry>,
+    /// What `/debug/flags/v` changes.
+    pub verbosity: Arc<dyn Verbosity>,
 }
+
+pub use debug::{DEBUG_FLAG_PATH, FixedVerbosity, Verbosity};
 
 /// A plain-text answer as Go's `http.Error` writes it.
 pub(crate) fn text(code: StatusCode, body: impl Into<String>) -> Response {
@@ -216,7 +224,11 @@ async fn filter(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Resp
 /// The secure port.
 pub fn secure_router(h: Handlers, auth: Arc<Auth>) -> Router {
     let mut r = default_routes(Router::new());
-    r = if h.options.enable_debugging_handlers { pods::debug_routes(r) } else { disabled_routes(r) };
+    r = if h.options.enable_debugging_handlers {
+        debug::routes(pods::debug_routes(r), h.options.enable_debug_flags_handler)
+    } else {
+        disabled_routes(r)
+    };
     outer(finish(r, h).layer(axum::middleware::from_fn_with_state(auth, filter)), "readwrite")
 }
 

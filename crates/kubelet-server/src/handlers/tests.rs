@@ -104,6 +104,7 @@ pub(crate) fn handlers(host: Arc<FakeHost>, debugging: bool) -> Handlers {
             node_name: "node-a".into(),
             enable_debugging_handlers: debugging,
             enable_system_log_handler: true,
+            enable_debug_flags_handler: true,
             system_log_dir: PathBuf::from("/nonexistent"),
             pod_logs_dir: PathBuf::from("/"),
             streaming_idle_timeout: Duration::from_secs(3600),
@@ -116,7 +117,57 @@ pub(crate) fn handlers(host: Arc<FakeHost>, debugging: bool) -> Handlers {
         streams: Arc::new(tokio::sync::Semaphore::new(2)),
         probe_metrics: Arc::new(kubelet_metrics::Registry::new()),
         stats: Arc::new(crate::stats::tests::FixedStats(crate::stats::tests::sample())),
+        verbosity: Arc::new(FixedVerbosity),
     }
+}
+
+/// Records the verbosities set; refuses 99.
+#[derive(Default)]
+struct RecordedVerbosity(Mutex<Vec<u32>>);
+
+impl Verbosity for RecordedVerbosity {
+    fn set(&self, v: u32) -> Result<(), String> {
+        if v == 99 {
+            return Err("verbosity 99 refused".into());
+        }
+        self.0.lock().unwrap().push(v);
+        Ok(())
+    }
+}
+
+async fn put(r: &Router, uri: &str, body: &str) -> (u16, String) {
+    let mut req = HttpRequest::builder().method("PUT").uri(uri).body(Body::from(body.to_string())).unwrap();
+    req.extensions_mut().insert(ConnInfo { remote: None, peer: PeerCert::None });
+    let resp = r.clone().oneshot(req).await.unwrap();
+    let code = resp.status().as_u16();
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    (code, String::from_utf8_lossy(&body).into_owned())
+}
+
+#[tokio::test]
+async fn debug_flags_v_sets_the_verbosity_as_upstream_and_answers_disabled_when_turned_off() {
+    let recorded = Arc::new(RecordedVerbosity::default());
+    let mut h = handlers(Arc::new(FakeHost::default()), true);
+    h.verbosity = recorded.clone();
+    let r = secure_router(h.clone(), allow_all());
+    assert_eq!(put(&r, "/debug/flags/v", "4").await, (200, "successfully set klog.logging.verbosity to 4\n".into()));
+    assert_eq!(
+        put(&r, "/debug/flags/v", "four").await,
+        (400, "strconv.ParseUint: parsing \"four\": invalid syntax\n".into())
+    );
+    assert_eq!(put(&r, "/debug/flags/v", "99").await, (400, "verbosity 99 refused\n".into()));
+    assert_eq!(call(&r, "GET", "/debug/flags/v", PeerCert::None, &[]).await, (406, "unsupported http method\n".into()));
+    assert_eq!(*recorded.0.lock().unwrap(), [4], "only the valid value was applied");
+
+    let mut off = h.clone();
+    off.options = Arc::new(Options { enable_debug_flags_handler: false, ..(*h.options).clone() });
+    let r = secure_router(off, allow_all());
+    assert_eq!(put(&r, "/debug/flags/v", "2").await, (405, "flags endpoint is disabled.\n".into()));
+    let mut no_debugging = h.clone();
+    no_debugging.options = Arc::new(Options { enable_debugging_handlers: false, ..(*h.options).clone() });
+    let r = secure_router(no_debugging, allow_all());
+    assert_eq!(put(&r, "/debug/flags/v", "2").await.0, 404, "upstream installs it only with the debugging handlers");
+    assert_eq!(*recorded.0.lock().unwrap(), [4]);
 }
 
 pub(crate) async fn call(
