@@ -218,6 +218,7 @@ pub async fn run(
         volume_stats_period: cfg.volume_stats_agg_period.0,
         csi: csi_stats.clone(),
         clock: clock.clone(),
+        pressure: cfg.gate("KubeletPSI"),
     }));
     tracker.spawn(stats.clone().run(cancel.clone()));
     let options = crate::server::options(&cfg, &node_name);

@@ -1,4 +1,4 @@
-//! `/stats/summary` and `/metrics/resource` (`pkg/kubelet/server/stats/handler.go`,
+//! `/stats/summary`, `/metrics/resource` and the route of `/metrics/cadvisor` (`pkg/kubelet/server/stats/handler.go`,
 //! `pkg/kubelet/metrics/collectors/resource_metrics.go`), with the Summary API schema of
 //! `k8s.io/kubelet/pkg/apis/stats/v1alpha1` ([`Summary`]): what metrics-server, the eviction manager and
 //! monitoring agents read.
@@ -343,6 +343,11 @@ pub struct VolumeHealthStats {
 pub trait StatsProvider: Send + Sync + 'static {
     /// The whole summary, or (`only_cpu_and_memory`) the node's and pods' CPU and memory only.
     async fn summary(&self, only_cpu_and_memory: bool) -> Result<Summary, HostError>;
+
+    /// The `/metrics/cadvisor` text; none where the provider has no cgroups to read.
+    async fn cadvisor_metrics(&self) -> String {
+        String::new()
+    }
 }
 
 async fn summary(State(h): State<Handlers>, Query(q): Query<Vec<(String, String)>>) -> Response {
@@ -502,8 +507,15 @@ async fn resource(State(h): State<Handlers>) -> Response {
     (StatusCode::OK, [(header::CONTENT_TYPE, kubelet_metrics::TEXT_CONTENT_TYPE)], text).into_response()
 }
 
+async fn cadvisor(State(h): State<Handlers>) -> Response {
+    let text = h.stats.cadvisor_metrics().await;
+    (StatusCode::OK, [(header::CONTENT_TYPE, kubelet_metrics::TEXT_CONTENT_TYPE)], text).into_response()
+}
+
 pub(crate) fn routes(r: Router<Handlers>) -> Router<Handlers> {
-    r.route("/stats/summary", get(summary).post(summary)).route("/metrics/resource", get(resource))
+    r.route("/stats/summary", get(summary).post(summary))
+        .route("/metrics/resource", get(resource))
+        .route("/metrics/cadvisor", get(cadvisor))
 }
 
 #[cfg(test)]

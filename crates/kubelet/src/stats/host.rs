@@ -49,7 +49,7 @@ pub struct Memory {
 }
 
 /// A small file's text (no `stat` for a size hint: cgroup and proc files report 0 or 4096 anyway).
-fn read(p: &Path) -> Option<String> {
+pub(crate) fn read(p: &Path) -> Option<String> {
     use std::io::Read;
     let mut f = std::fs::File::open(p).ok()?;
     // `read` until the end rather than `read_to_string`, which asks for the size (`statx`, `lseek`) first.
@@ -65,12 +65,12 @@ fn read(p: &Path) -> Option<String> {
     String::from_utf8(buf).ok()
 }
 
-fn num(s: &str) -> Option<u64> {
+pub(crate) fn num(s: &str) -> Option<u64> {
     s.trim().parse().ok()
 }
 
 /// `key value` lines (memory.stat, cpu.stat).
-fn keyed(s: &str, key: &str) -> Option<u64> {
+pub(crate) fn keyed(s: &str, key: &str) -> Option<u64> {
     s.lines().find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(' ')).and_then(num))
 }
 
@@ -87,14 +87,14 @@ struct Layout {
 static LAYOUTS: std::sync::LazyLock<std::sync::Mutex<std::collections::HashMap<PathBuf, Layout>>> =
     std::sync::LazyLock::new(Default::default);
 
-fn unified(paths: &HostPaths) -> bool {
+pub(crate) fn unified(paths: &HostPaths) -> bool {
     let mut l = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner());
     let layout = l.entry(paths.cgroup.clone()).or_default();
     *layout.unified.get_or_insert_with(|| paths.cgroup.join("cgroup.controllers").exists())
 }
 
 /// The folder of `cgroup` in a v1 controller's hierarchy (not checked to exist: reading its files tells).
-fn v1_dir(paths: &HostPaths, controller: &str, cgroup: &str) -> Option<PathBuf> {
+pub(crate) fn v1_dir(paths: &HostPaths, controller: &str, cgroup: &str) -> Option<PathBuf> {
     let rel = cgroup.trim_start_matches('/');
     let mut l = LAYOUTS.lock().unwrap_or_else(|p| p.into_inner());
     let layout = l.entry(paths.cgroup.clone()).or_default();

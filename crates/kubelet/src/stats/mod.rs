@@ -21,6 +21,7 @@
 //! Called by the HTTP handlers at any time; a runtime error fails the pods part of the request (500), a missing
 //! host file only leaves its field out.
 
+pub mod cadvisor;
 pub mod csi;
 pub mod host;
 
@@ -72,6 +73,8 @@ pub struct SummaryDeps {
     pub csi: Arc<std::sync::OnceLock<Arc<csi::CsiVolumes>>>,
     /// Wall clock.
     pub clock: Arc<dyn Clock>,
+    /// `KubeletPSI`: pressure stall figures in the summary and `/metrics/cadvisor`.
+    pub pressure: bool,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -109,6 +112,8 @@ pub struct SummaryProvider {
     image_fs_warned: Mutex<Option<tokio::time::Instant>>,
     /// The pods' cgroup: [`SummaryDeps::pods_cgroup`] until the cgroup driver the runtime reports is known.
     pods_cgroup: Mutex<Option<String>>,
+    /// The runtime's sandbox image, once it answered.
+    sandbox_image: Mutex<Option<String>>,
 }
 
 fn time_ns(ns: i64) -> Time {
@@ -168,6 +173,7 @@ impl SummaryProvider {
             writable: Default::default(),
             measuring: Default::default(),
             image_fs_warned: Mutex::new(None),
+            sandbox_image: Mutex::new(None),
         }
     }
 
@@ -589,12 +595,55 @@ impl SummaryProvider {
     }
 }
 
+impl SummaryProvider {
+    /// The image the runtime runs sandboxes from: its verbose status (containerd 1.x `sandboxImage`), else the
+    /// first name of the image it pins (containerd 2.x pins the sandbox image). `None` until the runtime answers.
+    async fn find_sandbox_image(&self) -> Option<String> {
+        if let Ok(Some(image)) = self.d.runtime.sandbox_image().await {
+            return Some(image);
+        }
+        let images = self.d.images.list_images(None).await.ok()?;
+        Some(images.into_iter().find(|i| i.pinned).and_then(|i| i.repo_tags.into_iter().next()).unwrap_or_default())
+    }
+}
+
 #[async_trait]
 impl StatsProvider for SummaryProvider {
     async fn summary(&self, only_cpu_and_memory: bool) -> Result<Summary, HostError> {
         let node = self.node(only_cpu_and_memory).await;
         let pods = self.pods(only_cpu_and_memory).await?;
         Ok(Summary { node, pods: (!pods.is_empty()).then_some(pods) })
+    }
+
+    async fn cadvisor_metrics(&self) -> String {
+        let lists = tokio::try_join!(self.d.runtime.list_pod_sandbox(None), self.d.runtime.list_containers(None));
+        let known = match lists {
+            Ok((sandboxes, containers)) => {
+                let cached = self.sandbox_image.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let image = match cached {
+                    Some(i) => i,
+                    None => match self.find_sandbox_image().await {
+                        Some(i) => {
+                            *self.sandbox_image.lock().unwrap_or_else(|e| e.into_inner()) = Some(i.clone());
+                            i
+                        }
+                        None => String::new(),
+                    },
+                };
+                Some(cadvisor::Known::from_lists(&sandboxes, &containers, image))
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "couldn't get containers for /metrics/cadvisor");
+                None
+            }
+        };
+        let (paths, pods, pressure, clock) =
+            (self.d.paths.clone(), self.pods_cgroup(), self.d.pressure, self.d.clock.clone());
+        tokio::task::spawn_blocking(move || {
+            cadvisor::collect(&paths, clock.as_ref(), pods.as_deref(), known.as_ref(), pressure)
+        })
+        .await
+        .unwrap_or_default()
     }
 }
 

@@ -60,6 +60,7 @@ fn provider_with(
         volume_stats_period: Duration::from_secs(60),
         csi: Default::default(),
         clock,
+        pressure: true,
     })
 }
 
