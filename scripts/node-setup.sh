@@ -49,9 +49,10 @@ START_TIMEOUT="${RKUBELET_START_TIMEOUT:-30}"
 # (scripts/lib/systemd-ns.sh); the machine itself is not booted with it. qemu-system-x86: the cgroup v2 test boots a
 # VM with Debian's kernel (scripts/lib/vm-cgroup2.sh), as this machine binds cpu, memory and pids to cgroup v1.
 # docker-registry, apache2-utils: the private-registry tests run Debian's registry (distribution 2.8) behind TLS with
-# htpasswd (bcrypt) authentication.
+# htpasswd (bcrypt) authentication. prometheus: the /metrics/cadvisor test scrapes rkubelet with Debian's Prometheus
+# (started by the test on a loopback port; the package's own service is not used).
 PACKAGES=(containerd runc containernetworking-plugins busybox-static iptables iproute2 gcc libc6-dev util-linux etcd-server
-    systemd python3 qemu-system-x86 docker-registry apache2-utils)
+    systemd python3 qemu-system-x86 docker-registry apache2-utils prometheus)
 
 pkg_installed() {
     [[ "$(dpkg-query -W -f='${Status}' "$1" 2>/dev/null || true)" == "install ok installed" ]]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use common::cluster::TestEnv;
 use common::kubelet_api::KubeletApi;
-use common::prometheus::parse_prometheus;
+use common::prometheus::{PrometheusServer, parse_prometheus};
 use common::*;
 use test_cluster::CertPair;
 use tokio::io::AsyncBufReadExt;
@@ -219,6 +219,141 @@ async fn kubectl_logs_exec_attach_and_port_forward_through_the_apiserver() {
     for name in ["kubelet_pod_start_sli_duration_seconds_count", "kubelet_pod_start_total_duration_seconds_count"] {
         let n = fams.get(name).and_then(|f| f.1.first()).map(|s| s.1);
         assert!(n.is_some_and(|n| n >= 1.0), "{name}: {n:?}");
+    }
+    node.stop_and_clean(&rt).await;
+}
+
+/// A container's working set as its cgroup files say it (v1 `memory.usage_in_bytes` less `total_inactive_file`, v2
+/// `memory.current` less `inactive_file`), and its CPU time in seconds, `id` being the cgroup.
+fn cgroup_figures(id: &str) -> (f64, f64) {
+    let read = |p: String| std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{p}: {e}"));
+    let keyed = |text: &str, key: &str| {
+        text.lines().find_map(|l| l.strip_prefix(&format!("{key} "))).unwrap().trim().parse::<f64>().unwrap()
+    };
+    if std::path::Path::new("/sys/fs/cgroup/cgroup.controllers").exists() {
+        let d = format!("/sys/fs/cgroup{id}");
+        let usage: f64 = read(format!("{d}/memory.current")).trim().parse().unwrap();
+        let ws = usage - keyed(&read(format!("{d}/memory.stat")), "inactive_file");
+        (ws, keyed(&read(format!("{d}/cpu.stat")), "usage_usec") / 1e6)
+    } else {
+        let m = format!("/sys/fs/cgroup/memory{id}");
+        let usage: f64 = read(format!("{m}/memory.usage_in_bytes")).trim().parse().unwrap();
+        let ws = usage - keyed(&read(format!("{m}/memory.stat")), "total_inactive_file");
+        let cpu: f64 = read(format!("/sys/fs/cgroup/cpuacct{id}/cpuacct.usage")).trim().parse().unwrap();
+        (ws, cpu / 1e9)
+    }
+}
+
+/// Prometheus (Debian's, as kube-prometheus configures its kubelet job) scrapes `/metrics/cadvisor` through the
+/// authenticated port with a service account token allowed `nodes/metrics`, and the PromQL of the
+/// kubernetes-mixin "Kubernetes / Compute Resources / Pod" dashboard (CPU usage, throttling, memory, network)
+/// returns the pod's figures, equal to its cgroup files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prometheus_scrapes_cadvisor_with_a_token_and_the_pod_dashboard_queries_match_the_cgroup_files() {
+    let (_g, rt) = fresh_runtime().await;
+    let env = TestEnv::new().await;
+    let mut node = env.start_kubeadm_node().await;
+    env.wait_node_ready(&mut node).await;
+    let ns = env.ns.clone();
+    let rbac = format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: prometheus\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {ns}-prometheus\nrules:\n\
+         - apiGroups: [\"\"]\n  resources: [nodes/metrics]\n  verbs: [get]\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {ns}-prometheus\n\
+         roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: ClusterRole\n  name: {ns}-prometheus\nsubjects:\n\
+         - kind: ServiceAccount\n  name: prometheus\n  namespace: {ns}\n"
+    );
+    env.create(&rbac).await;
+    let token = env.kubectl(&["create", "token", "prometheus"]).await.trim().to_string();
+    // A container spinning under a 100m limit: CPU used, throttled in most periods.
+    let busy = env
+        .pod_yaml("busy", &[("spin", "while :; do :; done")], "")
+        .replace("    command:", "    resources:\n      limits: {cpu: 100m, memory: 64Mi}\n    command:");
+    env.create(&busy).await;
+    env.wait_pod_running(&mut node, "busy").await;
+
+    let job = format!(
+        "- job_name: kubelet\n  scheme: https\n  metrics_path: /metrics/cadvisor\n  bearer_token_file: {{dir}}/token\n  \
+         tls_config:\n    insecure_skip_verify: true\n  static_configs:\n  - targets: ['127.0.0.1:{}']\n  \
+         relabel_configs:\n  - source_labels: [__metrics_path__]\n    target_label: metrics_path\n",
+        secure_port()
+    );
+    let prom = PrometheusServer::start(&job, &[("token", &token)]).await;
+    let sel = format!("job=\"kubelet\", metrics_path=\"/metrics/cadvisor\", cluster=\"\", namespace=\"{ns}\"");
+    // The recording rule behind the dashboard's CPU panels (node_namespace_pod_container:...:sum_rate5m), without
+    // its join on kube-state-metrics' kube_pod_info, over a window that fits the test.
+    let cpu = format!(
+        "sum by (cluster, namespace, pod, container) (rate(container_cpu_usage_seconds_total{{{sel}, pod=\"busy\", image!=\"\"}}[10s]))"
+    );
+    let rows = node
+        .wait_for("a CPU rate over Prometheus's scrapes", Duration::from_secs(90), || async {
+            let up = prom.query("up{job=\"kubelet\"}").await;
+            assert!(up.iter().all(|(_, v)| *v == 1.0) || up.is_empty(), "the scrape failed: {up:?}\n{}", prom.log());
+            // rate() spreads what it sees over the whole window: wait until the window is full of scrapes.
+            let n = format!(
+                "count_over_time(container_cpu_usage_seconds_total{{{sel}, pod=\"busy\", container=\"spin\"}}[10s])"
+            );
+            if prom.query(&n).await.first().is_none_or(|(_, n)| *n < 9.0) {
+                return None;
+            }
+            let rows = prom.query(&cpu).await;
+            rows.iter().any(|(l, _)| l["container"] == "spin").then_some(rows)
+        })
+        .await;
+    let spin_cpu = rows.iter().find(|(l, _)| l["container"] == "spin").unwrap().1;
+    let samples = format!("container_cpu_usage_seconds_total{{{sel}, pod=\"busy\", container=\"spin\"}}[10s]");
+    assert!(
+        (0.03..=0.12).contains(&spin_cpu),
+        "a container spinning under 100m uses about 0.1 CPU: {spin_cpu}; samples: {}",
+        prom.query_text(&samples).await
+    );
+
+    let throttling = format!(
+        "sum(increase(container_cpu_cfs_throttled_periods_total{{{sel}, pod=\"busy\", container!=\"\"}}[10s])) by (container) \
+         /sum(increase(container_cpu_cfs_periods_total{{{sel}, pod=\"busy\", container!=\"\"}}[10s])) by (container)"
+    );
+    let t = prom.query(&throttling).await;
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert!(t[0].1 > 0.3, "a spinning container is throttled in most periods: {t:?}");
+
+    // Memory: the dashboard's panels, and the working set equal to the cgroup files.
+    for (family, extra) in [
+        ("container_memory_working_set_bytes", "container!=\"\", image!=\"\""),
+        ("container_memory_rss", "container != \"\", container != \"POD\""),
+        ("container_memory_cache", "container != \"\", container != \"POD\""),
+        ("container_memory_swap", "container != \"\", container != \"POD\""),
+    ] {
+        let q = format!(
+            "sum(max by (cluster, namespace, pod, container)({family}{{{sel}, pod=\"busy\", {extra}}})) by (container)"
+        );
+        let r = prom.query(&q).await;
+        assert_eq!(r.len(), 1, "{family}: {r:?}");
+        assert_eq!(r[0].0["container"], "spin");
+    }
+    let raw =
+        prom.query(&format!("container_memory_working_set_bytes{{{sel}, pod=\"busy\", container=\"spin\"}}")).await;
+    let id = raw[0].0["id"].as_str().unwrap().to_string();
+    let (ws_file, _) = cgroup_figures(&id);
+    assert!((raw[0].1 - ws_file).abs() <= 512.0 * 1024.0, "working set {} vs the cgroup's {ws_file}", raw[0].1);
+    let usage =
+        prom.query(&format!("container_cpu_usage_seconds_total{{{sel}, pod=\"busy\", container=\"spin\"}}")).await;
+    let (_, cpu_file) = cgroup_figures(&id);
+    // Read after the sample: ahead of it by what the container used since (at most 0.1 CPU for a few seconds).
+    assert!(cpu_file >= usage[0].1 && cpu_file - usage[0].1 < 1.0, "cpu {} vs the cgroup's {cpu_file}", usage[0].1);
+
+    // Network: the pod's sandbox carries the pod's interface.
+    for family in [
+        "container_network_receive_bytes_total",
+        "container_network_transmit_bytes_total",
+        "container_network_receive_packets_total",
+        "container_network_transmit_packets_total",
+        "container_network_receive_packets_dropped_total",
+        "container_network_transmit_packets_dropped_total",
+    ] {
+        let q = format!("sum(rate({family}{{{sel}, pod=~\"busy\"}}[10s])) by (pod)");
+        let r = prom.query(&q).await;
+        assert_eq!(r.len(), 1, "{family}: {r:?}");
+        assert_eq!(r[0].0["pod"], "busy");
     }
     node.stop_and_clean(&rt).await;
 }

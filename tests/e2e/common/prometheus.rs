@@ -84,3 +84,101 @@ pub fn parse_prometheus(text: &str) -> BTreeMap<String, (String, Vec<(String, f6
     }
     fams
 }
+
+/// A real Prometheus server (Debian's `prometheus`) for a test: its own configuration and data folder, on a
+/// loopback port of the lane; killed when dropped.
+pub struct PrometheusServer {
+    child: std::process::Child,
+    /// The port of its HTTP API.
+    pub port: u16,
+    _dir: tempfile::TempDir,
+}
+
+impl PrometheusServer {
+    /// Starts `prometheus` with `scrape_configs` (YAML list items, indented as under `scrape_configs:`) and waits
+    /// until it is ready. `files` are written into its folder first (a bearer token, ...); `{dir}` in the
+    /// configuration stands for that folder.
+    pub async fn start(scrape_configs: &str, files: &[(&str, &str)]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        for (name, text) in files {
+            std::fs::write(dir.path().join(name), text).unwrap();
+        }
+        let config = format!("global:\n  scrape_interval: 1s\nscrape_configs:\n{scrape_configs}")
+            .replace("{dir}", &dir.path().display().to_string());
+        std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
+        let port = 29090 + 100 * super::lane();
+        let log = std::fs::File::create(dir.path().join("prometheus.log")).unwrap();
+        let child = std::process::Command::new("prometheus")
+            .arg(format!("--config.file={}", dir.path().join("prometheus.yml").display()))
+            .arg(format!("--storage.tsdb.path={}", dir.path().join("data").display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start prometheus (Debian's package, installed by scripts/node-setup.sh)");
+        let p = PrometheusServer { child, port, _dir: dir };
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        while p.get("/-/ready").await.0 != 200 {
+            assert!(tokio::time::Instant::now() < deadline, "prometheus not ready: {}", p.log());
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        p
+    }
+
+    /// Its log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self._dir.path().join("prometheus.log")).unwrap_or_default()
+    }
+
+    async fn get(&self, path: &str) -> (u16, String) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await else {
+            return (0, String::new());
+        };
+        let req = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+        if s.write_all(req.as_bytes()).await.is_err() {
+            return (0, String::new());
+        }
+        let mut buf = vec![];
+        let _ = s.read_to_end(&mut buf).await;
+        let text = String::from_utf8_lossy(&buf).into_owned();
+        let code = text.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+        (code, body)
+    }
+
+    /// The API's answer to a query, as text (for failure messages).
+    pub async fn query_text(&self, promql: &str) -> String {
+        self.get(&format!("/api/v1/query?query={}", Self::encode(promql))).await.1
+    }
+
+    fn encode(promql: &str) -> String {
+        promql
+            .bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+                _ => format!("%{b:02X}"),
+            })
+            .collect()
+    }
+
+    /// An instant query: each result's labels and value.
+    pub async fn query(&self, promql: &str) -> Vec<(serde_json::Value, f64)> {
+        let (code, body) = self.get(&format!("/api/v1/query?query={}", Self::encode(promql))).await;
+        assert_eq!(code, 200, "query {promql}: {body}");
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+        v["data"]["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| (r["metric"].clone(), r["value"][1].as_str().unwrap().parse::<f64>().unwrap()))
+            .collect()
+    }
+}
+
+impl Drop for PrometheusServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
