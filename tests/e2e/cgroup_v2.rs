@@ -143,6 +143,32 @@ async fn pods_on_cgroup_v2_get_weight_max_and_pids_files_and_stats() {
     let p = &s["pods"][0];
     assert!(p["memory"]["workingSetBytes"].as_u64().unwrap_or(0) > 0, "pod memory from memory.current: {p}");
     assert!(p["containers"][0]["cpu"]["usageCoreNanoSeconds"].as_u64().is_some(), "container cpu from cpu.stat: {p}");
+    // Pressure (KubeletPSI, on by default) from the v2 `*.pressure` files: the total in µs, at most what the file says
+    // when read after.
+    let web_stats = s["pods"].as_array().unwrap().iter().find(|p| p["podRef"]["uid"] == uid).expect("the web pod");
+    let app_stats = web_stats["containers"].as_array().unwrap().iter().find(|c| c["name"] == "app").unwrap();
+    let psi_total = app_stats["cpu"]["psi"]["some"]["total"].as_u64().unwrap_or_else(|| panic!("psi: {app_stats}"));
+    let file = vm.exec(&["cat", &format!("{dir}/{id}/cpu.pressure")]);
+    let file_total: u64 = file.lines().next().unwrap().rsplit("total=").next().unwrap().trim().parse().unwrap();
+    assert!(psi_total <= file_total, "summary {psi_total} vs cpu.pressure {file}");
+    assert!(web_stats["io"]["psi"]["full"]["total"].as_u64().is_some(), "pod io psi: {web_stats}");
+    assert!(s["node"]["memory"]["psi"]["some"]["avg10"].as_f64().is_some(), "{}", s["node"]);
+    // /metrics/cadvisor from the same v2 files.
+    let (_, metrics) = http_get(RO_PORT, "/metrics/cadvisor").await.expect("cadvisor metrics");
+    let app_id = format!("id=\"/kubepods/burstable/pod{uid}/{id}\"");
+    let app_line = |family: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{family}{{")) && l.contains(&app_id) && l.contains("container=\"app\""))
+            .unwrap_or_else(|| panic!("{family} of container app:\n{metrics}"))
+            .to_string()
+    };
+    app_line("container_pressure_cpu_waiting_seconds_total");
+    app_line("container_memory_working_set_bytes");
+    // cAdvisor's shares of the container's cpu.weight (runc's conversion of 102 shares): 2 + (w - 1) × 262142 / 9999.
+    let weight: u64 = vm.exec(&["cat", &format!("{dir}/{id}/cpu.weight")]).parse().unwrap();
+    let shares = app_line("container_spec_cpu_shares");
+    assert!(shares.ends_with(&format!(" {}", 2 + (weight - 1) * 262_142 / 9_999)), "weight {weight}: {shares}");
     // Swap figures (NodeSwap): the machine's and each cgroup's, as cAdvisor gives them.
     assert!(s["node"]["swap"]["swapUsageBytes"].as_u64().is_some(), "{}", s["node"]);
     assert!(p["containers"][0]["swap"]["swapUsageBytes"].as_u64().is_some(), "{p}");

@@ -73,6 +73,9 @@ pub struct NodeStats {
     /// Memory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    /// I/O pressure (`KubeletPSI`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
     /// Network.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkStats>,
@@ -156,6 +159,9 @@ pub struct PodStats {
     /// Memory of the pod cgroup.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    /// I/O pressure (`KubeletPSI`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
     /// The pod's network namespace.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub network: Option<NetworkStats>,
@@ -195,6 +201,9 @@ pub struct ContainerStats {
     /// Memory.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub memory: Option<MemoryStats>,
+    /// I/O pressure (`KubeletPSI`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub io: Option<IoStats>,
     /// Its writable layer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rootfs: Option<FsStats>,
@@ -218,6 +227,46 @@ pub struct CpuStats {
     /// Cumulative, in core-nanoseconds.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage_core_nano_seconds: Option<u64>,
+    /// CPU pressure (`KubeletPSI`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
+}
+
+/// Pressure stall information of one resource (`PSIStats`).
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct PsiStats {
+    /// All tasks stalled.
+    pub full: PsiData,
+    /// Some tasks stalled.
+    pub some: PsiData,
+}
+
+/// One line of a `*.pressure` file (`PSIData`): the total stall time in µs as the kernel counts it, and the averages
+/// in percent.
+#[derive(Clone, Copy, Debug, Default, Serialize, PartialEq)]
+pub struct PsiData {
+    pub total: u64,
+    #[serde(serialize_with = "go_float")]
+    pub avg10: f64,
+    #[serde(serialize_with = "go_float")]
+    pub avg60: f64,
+    #[serde(serialize_with = "go_float")]
+    pub avg300: f64,
+}
+
+/// A float as Go's `encoding/json` writes it: a whole number without a fraction (`0`, not `0.0`).
+fn go_float<S: serde::Serializer>(v: &f64, s: S) -> Result<S::Ok, S::Error> {
+    if v.fract() == 0.0 && v.abs() < 1e15 { s.serialize_i64(*v as i64) } else { s.serialize_f64(*v) }
+}
+
+/// I/O (`IOStats`): its pressure.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct IoStats {
+    /// When measured.
+    pub time: Time,
+    /// I/O pressure (`KubeletPSI`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
 }
 
 /// Memory usage.
@@ -244,6 +293,9 @@ pub struct MemoryStats {
     /// Major page faults.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub major_page_faults: Option<u64>,
+    /// Memory pressure (`KubeletPSI`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub psi: Option<PsiStats>,
 }
 
 /// One network interface.

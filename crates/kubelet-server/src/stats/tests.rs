@@ -22,7 +22,12 @@ fn t(s: &str) -> Time {
 
 pub(crate) fn sample() -> Summary {
     let cpu = |n: u64| {
-        Some(CpuStats { time: t("2026-01-02T03:04:05.6Z"), usage_nano_cores: None, usage_core_nano_seconds: Some(n) })
+        Some(CpuStats {
+            time: t("2026-01-02T03:04:05.6Z"),
+            usage_nano_cores: None,
+            usage_core_nano_seconds: Some(n),
+            psi: None,
+        })
     };
     let mem = |w: u64| {
         Some(MemoryStats { time: t("2026-01-02T03:04:05.6Z"), working_set_bytes: Some(w), ..Default::default() })

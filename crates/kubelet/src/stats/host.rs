@@ -74,6 +74,45 @@ pub(crate) fn keyed(s: &str, key: &str) -> Option<u64> {
     s.lines().find_map(|l| l.strip_prefix(key).and_then(|r| r.strip_prefix(' ')).and_then(num))
 }
 
+/// The pressure stall figures of `cgroup` for cpu, memory and io (`*.pressure` of the unified hierarchy; for the
+/// root, `/proc/pressure/*` where the root cgroup has none). Zero where the kernel reports none: on cgroup v1,
+/// where cAdvisor (libcontainer's v1 reader) reports zeros as well.
+pub fn cgroup_pressure(paths: &HostPaths, cgroup: &str) -> [kubelet_server::stats::PsiStats; 3] {
+    let mut out = [kubelet_server::stats::PsiStats::default(); 3];
+    if !unified(paths) {
+        return out;
+    }
+    let dir = paths.cgroup.join(cgroup.trim_start_matches('/'));
+    let root = cgroup.trim_start_matches('/').is_empty();
+    for (i, resource) in ["cpu", "memory", "io"].into_iter().enumerate() {
+        let text = read(&dir.join(format!("{resource}.pressure")))
+            .or_else(|| if root { read(&paths.proc.join("pressure").join(resource)) } else { None });
+        if let Some(text) = text {
+            out[i] = parse_pressure(&text);
+        }
+    }
+    out
+}
+
+/// A `*.pressure` file: `some avg10=0.12 avg60=0.05 avg300=0.01 total=123456` and the `full` line.
+pub fn parse_pressure(text: &str) -> kubelet_server::stats::PsiStats {
+    let line = |kind: &str| {
+        let mut d = kubelet_server::stats::PsiData::default();
+        for field in text.lines().find(|l| l.starts_with(kind)).unwrap_or("").split_whitespace().skip(1) {
+            let Some((k, v)) = field.split_once('=') else { continue };
+            match k {
+                "avg10" => d.avg10 = v.parse().unwrap_or(0.0),
+                "avg60" => d.avg60 = v.parse().unwrap_or(0.0),
+                "avg300" => d.avg300 = v.parse().unwrap_or(0.0),
+                "total" => d.total = v.parse().unwrap_or(0),
+                _ => {}
+            }
+        }
+        d
+    };
+    kubelet_server::stats::PsiStats { some: line("some"), full: line("full") }
+}
+
 /// Whether the unified hierarchy holds the controllers (cgroup v2).
 /// How the cgroup mount at a root is laid out, found once per root: whether it is the unified hierarchy, and
 /// the folder of each v1 controller found so far (`cpuacct`, `cpu,cpuacct`, ...). A request then reads files

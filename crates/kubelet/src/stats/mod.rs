@@ -35,8 +35,8 @@ use chrono::{DateTime, Utc};
 use kubelet_cri::{CriError, ImageService, RuntimeService, api as cri};
 use kubelet_server::host::HostError;
 use kubelet_server::stats::{
-    ContainerStats, CpuStats, FsStats, InterfaceStats, MemoryStats, NetworkStats, NodeStats, PodReference, PodStats,
-    ProcessStats, RlimitStats, RuntimeStats, StatsProvider, Summary, SwapStats, Time, VolumeStats,
+    ContainerStats, CpuStats, FsStats, InterfaceStats, IoStats, MemoryStats, NetworkStats, NodeStats, PodReference,
+    PodStats, ProcessStats, RlimitStats, RuntimeStats, StatsProvider, Summary, SwapStats, Time, VolumeStats,
 };
 use kubelet_types::Clock;
 use tokio_util::sync::CancellationToken;
@@ -159,6 +159,7 @@ fn host_memory(m: host::Memory, t: Time) -> MemoryStats {
         rss_bytes: Some(m.rss),
         page_faults: Some(m.pgfault),
         major_page_faults: Some(m.pgmajfault),
+        psi: None,
     }
 }
 
@@ -215,7 +216,31 @@ impl SummaryProvider {
             time: t,
             usage_nano_cores: runtime_rate.filter(|r| *r > 0).or_else(|| self.rate(key)),
             usage_core_nano_seconds: usage_ns,
+            psi: None,
         }
+    }
+
+    /// With `KubeletPSI`, the pressure of `cgroup` into `cpu` and `memory`, and (unless `only` CPU and memory are
+    /// asked for, as upstream's `ListPodCPUAndMemoryStats` leaves I/O out) its I/O stats.
+    fn pressure(
+        &self,
+        cgroup: &str,
+        t: Time,
+        only: bool,
+        cpu: &mut Option<CpuStats>,
+        memory: &mut Option<MemoryStats>,
+    ) -> Option<IoStats> {
+        if !self.d.pressure {
+            return None;
+        }
+        let [c, m, io] = host::cgroup_pressure(&self.d.paths, cgroup);
+        if let Some(cpu) = cpu {
+            cpu.psi = Some(c);
+        }
+        if let Some(memory) = memory {
+            memory.psi = Some(m);
+        }
+        (!only).then_some(IoStats { time: t, psi: Some(io) })
     }
 
     /// Samples CPU every 10 s and measures volumes and logs every `volumeStatsAggPeriod`, until cancelled.
@@ -370,17 +395,20 @@ impl SummaryProvider {
         let root = host::cgroup_memory(&self.d.paths, "/");
         n.swap = root.as_ref().map(|m| host_swap(m, t));
         n.memory = root.map(|m| host_memory(m, t));
+        n.io = self.pressure("/", t, only, &mut n.cpu, &mut n.memory);
         if let Some(cg) = &self.pods_cgroup() {
-            let cpu = host::cgroup_cpu(&self.d.paths, cg).map(|c| self.cpu("pods", t, Some(c.usage_ns), None));
+            let mut cpu = host::cgroup_cpu(&self.d.paths, cg).map(|c| self.cpu("pods", t, Some(c.usage_ns), None));
             let m = host::cgroup_memory(&self.d.paths, cg);
             let swap = m.as_ref().map(|m| host_swap(m, t));
-            let memory = m.map(|m| host_memory(m, t));
+            let mut memory = m.map(|m| host_memory(m, t));
+            let io = self.pressure(cg, t, only, &mut cpu, &mut memory);
             if cpu.is_some() || memory.is_some() {
                 n.system_containers.push(ContainerStats {
                     name: "pods".into(),
                     start_time: n.start_time,
                     cpu,
                     memory,
+                    io,
                     swap,
                     ..Default::default()
                 });
@@ -460,18 +488,20 @@ impl SummaryProvider {
             for c in containers.iter().filter(running).filter(|c| c.pod_sandbox_id == sb.id) {
                 let name = c.metadata.as_ref().map(|m| m.name.clone()).unwrap_or_default();
                 let cg = pod_cg.as_ref().map(|p| host::container_cgroup(p, &c.id));
-                let cpu = cg
+                let mut cpu = cg
                     .as_deref()
                     .and_then(|cg| host::cgroup_cpu(paths, cg))
                     .map(|cpu| self.cpu(&c.id, t, Some(cpu.usage_ns), None));
                 let m = cg.as_deref().and_then(|cg| host::cgroup_memory(paths, cg));
                 let swap = m.as_ref().map(|m| host_swap(m, t));
-                let memory = m.map(|m| host_memory(m, t));
+                let mut memory = m.map(|m| host_memory(m, t));
+                let io = cg.as_deref().and_then(|cg| self.pressure(cg, t, only, &mut cpu, &mut memory));
                 let mut cs = ContainerStats {
                     name: name.clone(),
                     start_time: time_ns(c.created_at),
                     cpu,
                     memory,
+                    io,
                     swap,
                     ..Default::default()
                 };
@@ -507,6 +537,7 @@ impl SummaryProvider {
                 let m = host::cgroup_memory(paths, cg);
                 pod.swap = m.as_ref().map(|m| host_swap(m, t));
                 pod.memory = m.map(|m| host_memory(m, t));
+                pod.io = self.pressure(cg, t, only, &mut pod.cpu, &mut pod.memory);
             }
             if !only {
                 // The pod's network namespace is its sandbox's: read it through the pause process.

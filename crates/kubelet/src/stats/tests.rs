@@ -256,3 +256,46 @@ async fn a_pod_is_reported_once_whatever_its_sandboxes() {
     fake.kill_sandbox(&third);
     assert_eq!(names(&p.summary(true).await.unwrap()), ["web"], "no ready one: only the newest");
 }
+
+#[tokio::test]
+async fn pressure_is_reported_for_the_node_pods_and_containers_with_kubelet_psi() {
+    let clock = Arc::new(TestClock(Mutex::new(UNIX_EPOCH + Duration::from_secs(1_800_000_000))));
+    let fake = Arc::new(FakeRuntime::new(&["busybox"]));
+    let (_, ids) = pod(&fake, "web", &["app"]).await;
+    let host = Host::new();
+    host.write("cg/cgroup.controllers", "cpu memory io\n");
+    host.write("cg/cpu.stat", "usage_usec 1000\n");
+    host.write("cg/memory.stat", "anon 1\nfile 1\ninactive_file 0\n");
+    host.write("proc/pressure/cpu", "some avg10=0.00 avg60=0.00 avg300=0.00 total=7\n");
+    let pod_cg = "/kubepods/besteffort/poduid-web";
+    for cg in [pod_cg.to_string(), format!("{pod_cg}/{}", ids[0])] {
+        host.write(&format!("cg{cg}/cpu.stat"), "usage_usec 1000\n");
+        host.write(&format!("cg{cg}/memory.current"), "4096\n");
+        host.write(&format!("cg{cg}/memory.stat"), "anon 1\nfile 1\ninactive_file 0\n");
+        host.write(
+            &format!("cg{cg}/cpu.pressure"),
+            "some avg10=1.50 avg60=0.25 avg300=0.00 total=2500\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=1000\n",
+        );
+        host.write(
+            &format!("cg{cg}/io.pressure"),
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=30\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=20\n",
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let p = provider_with(fake.clone(), clock.clone(), dir.path(), host.paths(), Some("/kubepods"));
+    let s = p.summary(false).await.unwrap();
+    let web = &s.pods.as_ref().unwrap()[0];
+    let app = &web.containers.as_ref().unwrap()[0];
+    let psi = app.cpu.as_ref().unwrap().psi.unwrap();
+    assert_eq!((psi.some.total, psi.some.avg10, psi.some.avg60, psi.full.total), (2500, 1.5, 0.25, 1000));
+    assert_eq!(app.memory.as_ref().unwrap().psi, Some(Default::default()), "no memory.pressure: zeros, as cAdvisor's");
+    assert_eq!(app.io.as_ref().unwrap().psi.unwrap().some.total, 30);
+    assert_eq!(web.cpu.as_ref().unwrap().psi.unwrap().some.total, 2500);
+    assert_eq!(s.node.cpu.as_ref().unwrap().psi.unwrap().some.total, 7, "the root's from /proc/pressure");
+    let json = serde_json::to_string(&app.cpu).unwrap();
+    assert!(json.contains(r#""psi":{"full":{"total":1000,"avg10":0,"avg60":0,"avg300":0},"some":{"total":2500,"avg10":1.5,"avg60":0.25,"avg300":0}}"#), "{json}");
+    // Only CPU and memory: no I/O, as upstream's ListPodCPUAndMemoryStats.
+    let s = p.summary(true).await.unwrap();
+    assert!(s.pods.as_ref().unwrap()[0].io.is_none());
+    assert!(s.pods.as_ref().unwrap()[0].cpu.as_ref().unwrap().psi.is_some());
+}

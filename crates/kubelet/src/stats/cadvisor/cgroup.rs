@@ -92,18 +92,6 @@ fn weight_to_shares(weight: u64) -> u64 {
     if (1..=10_000).contains(&weight) { 2 + ((weight - 1) * 262_142) / 9_999 } else { 0 }
 }
 
-/// PSI totals of a `*.pressure` file: (some, full) `total=` in µs.
-fn psi(dir: &Path, name: &str) -> (u64, u64) {
-    let Some(s) = read(&dir.join(name)) else { return (0, 0) };
-    let total = |kind: &str| {
-        s.lines()
-            .find(|l| l.starts_with(kind))
-            .and_then(|l| l.split_whitespace().find_map(|f| f.strip_prefix("total=")).and_then(num))
-            .unwrap_or(0)
-    };
-    (total("some"), total("full"))
-}
-
 fn modified(p: &Path) -> Option<SystemTime> {
     std::fs::metadata(p).ok()?.modified().ok()
 }
@@ -179,7 +167,7 @@ fn read_v2(paths: &HostPaths, cgroup: &str, root: bool, f: &mut CgroupFigures, b
     f.threads = file_num(&d, "pids.current");
     let max = limit(&d, "pids.max");
     f.threads_max = if max == u64::MAX { 0 } else { max };
-    f.pressure = [psi(&d, "cpu.pressure"), psi(&d, "memory.pressure"), psi(&d, "io.pressure")];
+    f.pressure = host::cgroup_pressure(paths, cgroup).map(|p| (p.some.total, p.full.total));
     f.created = creation_time(&[d], true, boot);
 }
 
