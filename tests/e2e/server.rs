@@ -208,6 +208,20 @@ async fn logs_exec_and_port_forward_through_the_kubelet_api() {
     );
     assert!(fams.contains_key("prober_probe_duration_seconds") && fams.contains_key("process_start_time_seconds"));
 
+    // /metrics/slis: each check of a /healthz request, as component-base's SLI metrics.
+    assert_eq!(api.get("/healthz").await, (200, "ok".into()));
+    let (code, text) = api.get("/metrics/slis").await;
+    assert_eq!(code, 200);
+    let fams = parse_prometheus(&text);
+    for check in ["ping", "log", "syncloop", "pleg"] {
+        let labels = format!("name=\"{check}\",type=\"healthz\"");
+        assert_eq!(
+            fams["kubernetes_healthcheck"].1.iter().find(|(l, _)| *l == labels).map(|(_, v)| *v),
+            Some(1.0),
+            "{text}"
+        );
+    }
+
     // /stats/summary and /metrics/resource: the numbers move when a container allocates 64 MiB.
     let working_set = |s: &serde_json::Value, container: Option<&str>| -> Option<u64> {
         let pod = s["pods"].as_array()?.iter().find(|p| p["podRef"]["name"] == POD)?;

@@ -17,6 +17,7 @@ pub mod certs;
 pub mod kubelet;
 pub mod prober;
 pub mod process;
+pub mod slis;
 mod text;
 
 use std::collections::HashMap;
@@ -180,6 +181,11 @@ impl CounterVec {
     /// Forgets a label set.
     pub fn remove(&self, labels: &[&str]) {
         self.values.lock().unwrap().remove(&key(labels));
+    }
+
+    /// Forgets every label set.
+    pub fn reset(&self) {
+        self.values.lock().unwrap().clear();
     }
 }
 

@@ -1,6 +1,7 @@
 //! `/healthz` as `k8s.io/apiserver/pkg/server/healthz` installs it with the kubelet's checks: `ping`, `log`,
 //! then the host's (`syncloop`, `pleg`). `?verbose` lists every check, `?exclude=<name>` skips one, and
-//! `/healthz/<name>` runs a single check. A failure answers 500 with the reason withheld (it is logged).
+//! `/healthz/<name>` runs a single check. A failure answers 500 with the reason withheld (it is logged). Each check
+//! `/healthz` runs is recorded for `/metrics/slis` (`slis.ObserveHealthcheck`, type `healthz`).
 
 use std::collections::HashMap;
 
@@ -23,6 +24,9 @@ async fn all(State(h): State<Handlers>, Query(q): Query<Vec<(String, String)>>) 
     let verbose = q.iter().any(|(k, _)| k == "verbose");
     let excluded: Vec<&str> = q.iter().filter(|(k, _)| k == "exclude").map(|(_, v)| v.as_str()).collect();
     let results: Vec<HealthResult> = checks(&h).into_iter().filter(|(n, _)| !excluded.contains(n)).collect();
+    for (name, r) in &results {
+        kubelet_metrics::slis::observe(name, "healthz", r.is_ok());
+    }
     let failed = results.iter().any(|(_, r)| r.is_err());
     if !failed && !verbose {
         return text(StatusCode::OK, "ok");

@@ -1,5 +1,5 @@
 //! `/metrics` (the kubelet's own families and the process collector, `legacyregistry`), `/metrics/probes`
-//! (`prober_probe_*`), and the HTTP request metrics of both API ports (`pkg/kubelet/server/metrics`).
+//! (`prober_probe_*`), `/metrics/slis` (the health checks, component-base `slis`), and the HTTP request metrics of both API ports (`pkg/kubelet/server/metrics`).
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -22,8 +22,19 @@ async fn probes(State(h): State<Handlers>) -> Response {
     exposition(h.probe_metrics.gather())
 }
 
+/// `/metrics/slis` with reset (`SLIMetricsWithReset`): a `DELETE` forgets the health check figures.
+async fn slis(method: axum::http::Method) -> Response {
+    if method == axum::http::Method::DELETE {
+        kubelet_metrics::slis::reset();
+        return (StatusCode::OK, "metrics reset\n").into_response();
+    }
+    exposition(kubelet_metrics::slis::registry().gather())
+}
+
 pub(super) fn routes(r: Router<Handlers>) -> Router<Handlers> {
-    r.route("/metrics", get(metrics)).route("/metrics/probes", get(probes))
+    r.route("/metrics", get(metrics))
+        .route("/metrics/probes", get(probes))
+        .route("/metrics/slis", get(slis).delete(slis))
 }
 
 /// The first path segments the kubelet serves (`getURLRootPath` values).

@@ -189,8 +189,12 @@ pub(crate) async fn call(
     (code, String::from_utf8_lossy(&body).into_owned())
 }
 
+/// Held by the tests that run `/healthz`: they share `/metrics/slis`'s process-wide figures.
+static HEALTHZ: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn healthz_reports_each_check_as_the_apiserver_library_does() {
+    let _healthz = HEALTHZ.lock().await;
     let host = Arc::new(FakeHost::default());
     let r = healthz_router(handlers(host.clone(), true));
     assert_eq!(call(&r, "GET", "/healthz", PeerCert::None, &[]).await, (200, "ok".into()));
@@ -630,4 +634,32 @@ async fn a_peer_that_stops_reading_cannot_hold_a_stream() {
     super::streaming::pump(a, b, Duration::from_secs(600)).await;
     assert_eq!(t0.elapsed(), Duration::from_secs(600), "the idle timer ends it although a write is stuck");
     writer.abort();
+}
+
+#[tokio::test]
+async fn metrics_slis_records_each_healthz_check_and_resets_on_delete() {
+    let _healthz = HEALTHZ.lock().await;
+    let host = Arc::new(FakeHost::default());
+    let r = secure_router(handlers(host.clone(), true), allow_all());
+    host.syncloop_ok.store(false, Ordering::SeqCst);
+    assert_eq!(call(&r, "GET", "/healthz", PeerCert::None, &[]).await.0, 500);
+    let (code, text) = call(&r, "GET", "/metrics/slis", PeerCert::None, &[]).await;
+    assert_eq!(code, 200);
+    assert!(
+        text.contains(
+            "# HELP kubernetes_healthcheck [STABLE] This metric records the result of a single healthcheck.\n"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("kubernetes_healthcheck{name=\"ping\",type=\"healthz\"} 1\n"), "{text}");
+    assert!(text.contains("kubernetes_healthcheck{name=\"syncloop\",type=\"healthz\"} 0\n"), "{text}");
+    assert!(
+        text.contains("kubernetes_healthchecks_total{name=\"syncloop\",status=\"error\",type=\"healthz\"}"),
+        "{text}"
+    );
+    assert!(text.contains("# TYPE process_start_time_seconds gauge\n"), "{text}");
+    assert_eq!(call(&r, "DELETE", "/metrics/slis", PeerCert::None, &[]).await, (200, "metrics reset\n".into()));
+    let (_, text) = call(&r, "GET", "/metrics/slis", PeerCert::None, &[]).await;
+    assert!(!text.contains("kubernetes_healthcheck{"), "{text}");
+    assert!(text.contains("process_start_time_seconds "), "the start time is not reset: {text}");
 }
