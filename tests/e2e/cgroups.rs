@@ -1,5 +1,6 @@
 //! Node allocatable enforcement on the real cgroup hierarchy (`enforceNodeAllocatable: pods, system-reserved,
-//! kube-reserved`), with the real rkubelet and containerd.
+//! kube-reserved`), with the real rkubelet and containerd; the systemd cgroup driver and, under real systemd, the
+//! service notifications (`READY=1`, the `SystemdWatchdog` keep-alives).
 
 mod common;
 
@@ -353,4 +354,71 @@ async fn the_overhead_is_in_the_pod_cgroup_and_huge_pages_are_refused_without_a_
     })
     .await;
     node.stop_and_clean(&rt).await;
+}
+
+/// rkubelet as a `Type=notify` service with `WatchdogSec=4` under Debian's systemd (in its own namespaces): the
+/// unit turns active once rkubelet says `READY=1`, stays active past several watchdog timeouts because rkubelet
+/// sends `WATCHDOG=1` every 2 s while healthy, and is killed by systemd with `Result=watchdog` once rkubelet stops
+/// sending (frozen with SIGSTOP). A watchdog timeout of 1 s stops start-up with upstream's message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_systemd_rkubelet_says_ready_and_feeds_the_watchdog_until_it_stops() {
+    let _g = serial().await;
+    let standalone = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../config/kubelet-standalone.yaml");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_rkubelet"))
+        .arg(format!("--config={}", standalone.display()))
+        .env("WATCHDOG_USEC", "1000000")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("create health checker: configure watchdog timeout too small: 1s"), "{stderr}");
+    let ns = SystemdNs::start();
+    // The system bus, for `systemd-run --wait`.
+    ns.logind();
+    let config = ns.node_config("");
+    let log = PathBuf::from("/tmp/rksd-e2e-watchdog.log");
+    let _ = std::fs::remove_file(&log);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/lib/systemd-ns.sh");
+    let wrapper = PathBuf::from("/tmp/rksd-e2e-watchdog.sh");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\nexec bash {} exec /tmp/rksd-e2e systemd-run --unit=rk-watchdog --quiet --wait --same-dir \
+             -p Type=notify -p NotifyAccess=main -p WatchdogSec=4 -p StandardOutput=append:{log} \
+             -p StandardError=append:{log} -E RKUBELET_LOG=\"$RKUBELET_LOG\" \"$@\"\n",
+            script.display(),
+            log = log.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let env = vec![(WRAPPER_ENV.to_string(), wrapper.display().to_string())];
+    let mut node = Node::start_named_env("e2e-node", &[], config, vec![], env);
+    let show = |p: &str| ns.exec(&["systemctl", "show", "-p", p, "--value", "rk-watchdog"]).trim().to_string();
+    let rk_log = || std::fs::read_to_string(&log).unwrap_or_default();
+    node.wait_for("the unit active (READY=1)", Duration::from_secs(60), || async {
+        (show("ActiveState") == "active").then_some(())
+    })
+    .await;
+    assert!(rk_log().contains("Starting systemd watchdog with interval"), "{}", rk_log());
+    // Keep-alives: systemd records each; it sees several over two timeouts, and the unit stays up.
+    let mut seen = std::collections::BTreeSet::new();
+    node.wait_for("five watchdog keep-alives", Duration::from_secs(30), || {
+        seen.insert(show("WatchdogTimestampMonotonic"));
+        let n = seen.len();
+        async move { (n >= 5).then_some(()) }
+    })
+    .await;
+    assert_eq!((show("ActiveState").as_str(), show("NRestarts").as_str()), ("active", "0"), "{}", rk_log());
+
+    // Frozen, rkubelet stops feeding the watchdog: systemd kills it when the timeout runs out.
+    ns.exec(&["systemctl", "kill", "-s", "SIGSTOP", "rk-watchdog"]);
+    node.wait_for("systemd's watchdog killing the unit", Duration::from_secs(30), || async {
+        (show("Result") == "watchdog").then_some(())
+    })
+    .await;
+    ns.exec(&["systemctl", "reset-failed", "rk-watchdog"]);
+    node.kill9();
+    let _ = std::fs::remove_file(&wrapper);
 }

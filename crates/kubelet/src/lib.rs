@@ -43,4 +43,5 @@ pub mod sync_loop;
 pub mod syncer;
 pub mod topology;
 pub mod volumes;
+pub mod watchdog;
 pub mod watched_cache;

@@ -140,6 +140,19 @@ pub async fn run(
     signals(cancel.clone())?;
     let tracker = TaskTracker::new();
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    // SystemdWatchdog: a watchdog systemd set up wrongly stops the start (upstream's NewHealthChecker).
+    let watchdog_timeout = if cfg.gate("SystemdWatchdog") {
+        let env = |k| std::env::var(k).ok();
+        kubelet::watchdog::interval_from_env(
+            env("WATCHDOG_USEC").as_deref(),
+            env("WATCHDOG_PID").as_deref(),
+            std::process::id(),
+        )
+        .map_err(|e| anyhow::anyhow!("create health checker: {e}"))?
+    } else {
+        None
+    };
+    let notify_socket = Arc::new(kubelet::watchdog::NotifySocket::from_env());
 
     let node_name = node::node_name(cli.hostname_override.as_deref())?;
     let host_ips = node::node_ips(cli.node_ip.as_deref())?;
@@ -234,6 +247,18 @@ pub async fn run(
         verbosity,
     };
     crate::server::start_local(&cfg, &handlers, &tracker, &cancel).await?;
+    // The health server listens: tell systemd (Type=notify), and feed its watchdog while the sync loop turns.
+    kubelet::watchdog::notify(notify_socket.as_ref(), "READY=1");
+    match watchdog_timeout {
+        Some(timeout) => {
+            let syncloop = syncloop_health.clone();
+            let checks: kubelet::watchdog::Checks =
+                Arc::new(move || vec![("ping", Ok(())), ("log", Ok(())), ("syncloop", syncloop.healthy())]);
+            let w = kubelet::watchdog::Watchdog::new(timeout, notify_socket.clone(), checks);
+            tracker.spawn(w.run(cancel.clone()));
+        }
+        None => info!("Systemd watchdog is not enabled"),
+    }
     // Without an apiserver the secure port needs nothing more; it is checked (and bound) before the runtime wait.
     if kubeconfig.is_none() {
         crate::server::start_secure(&cfg, &cli.cert_dir, &node_name, &*clock, &handlers, None, None, &tracker, &cancel)
