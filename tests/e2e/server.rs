@@ -331,6 +331,21 @@ async fn logs_exec_and_port_forward_through_the_kubelet_api() {
         "with a timestamp"
     );
 
+    // /checkpoint (ContainerCheckpoint, on): through the runtime's CheckpointContainer, which this machine's containerd
+    // cannot carry out (no working CRIU): refused with upstream's message carrying the runtime's error.
+    let (code, body) = api.request("POST", &format!("/checkpoint/default/{POD}/app")).await;
+    assert_eq!(code, 500, "{body}");
+    assert!(body.starts_with(&format!("checkpointing of default/{POD}/app failed (rpc error: code = ")), "{body}");
+    assert_eq!(
+        api.request("POST", &format!("/checkpoint/default/{POD}/nope")).await,
+        (404, "container nope does not exist".into())
+    );
+    assert_eq!(api.request("POST", "/checkpoint/default/nope/app").await, (404, "pod does not exist".into()));
+    assert_eq!(
+        api.request("POST", &format!("/checkpoint/default/{POD}/app?timeout=soon")).await,
+        (404, "cannot parse value of timeout parameter".into())
+    );
+
     node.stop_and_clean(&rt).await;
 }
 

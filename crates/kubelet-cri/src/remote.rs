@@ -270,6 +270,18 @@ impl RuntimeService for RemoteRuntime {
         self.call("UpdateContainerResources", Some(self.timeout), c.update_container_resources(r)).await.map(|_| ())
     }
 
+    async fn checkpoint_container(&self, id: &str, location: &str, timeout: i64) -> CriResult<()> {
+        let mut c = self.runtime.clone();
+        // As upstream's client: a timeout above the request timeout is used as asked, else the request timeout.
+        let default = self.timeout.as_secs() as i64;
+        let (timeout, deadline) =
+            if timeout > default { (timeout, Duration::from_secs(timeout as u64)) } else { (default, self.timeout) };
+        let msg =
+            api::CheckpointContainerRequest { container_id: id.to_string(), location: location.to_string(), timeout };
+        let r = self.req(msg, Some(deadline));
+        self.call("CheckpointContainer", Some(deadline), c.checkpoint_container(r)).await.map(|_| ())
+    }
+
     async fn reopen_container_log(&self, id: &str) -> CriResult<()> {
         let mut c = self.runtime.clone();
         let r = self.req(api::ReopenContainerLogRequest { container_id: id.to_string() }, Some(self.timeout));

@@ -63,6 +63,12 @@ pub trait RuntimeService: Send + Sync + 'static {
         let _ = (id, resources);
         Err(crate::CriError::Unimplemented { op: "UpdateContainerResources" })
     }
+    /// Checkpoints a running container to the archive `location` (`CheckpointContainer`); `timeout` in seconds, as the
+    /// kubelet passes it (raised to the request timeout when below it). Runtimes without it answer Unimplemented.
+    async fn checkpoint_container(&self, id: &str, location: &str, timeout: i64) -> CriResult<()> {
+        let _ = (id, location, timeout);
+        Err(crate::CriError::Unimplemented { op: "CheckpointContainer" })
+    }
     /// The runtime's stream of container and sandbox lifecycle events (`GetContainerEvents`), open until the
     /// runtime ends it or the stream is dropped. Runtimes without it (containerd 1.6) answer Unimplemented.
     async fn container_events(&self) -> CriResult<ContainerEventStream> {

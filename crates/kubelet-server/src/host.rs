@@ -76,4 +76,10 @@ pub trait ContainerAccess: Send + Sync + 'static {
     async fn log_file(&self, container_id: &str) -> Result<PathBuf, HostError>;
     /// Whether the container still runs (a followed log ends when it does not).
     async fn is_running(&self, container_id: &str) -> bool;
+    /// Checkpoints container `container` of `pod` (`CheckpointContainer`) with the timeout asked for, if any; the
+    /// archive's path.
+    async fn checkpoint(&self, pod: &Pod, container: &str, timeout: Option<i64>) -> Result<String, HostError> {
+        let _ = (pod, container, timeout);
+        Err(HostError::Other("checkpointing is not supported".into()))
+    }
 }

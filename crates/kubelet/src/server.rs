@@ -65,6 +65,10 @@ pub struct KubeletHost {
     pub runtime: Arc<dyn RuntimeService>,
     /// The runtime's view of the pods, as the PLEG keeps it.
     pub cache: Arc<PodCache>,
+    /// `<root-dir>/checkpoints`, where container checkpoints go.
+    pub checkpoints_dir: PathBuf,
+    /// Wall clock (checkpoint names).
+    pub clock: Arc<dyn kubelet_types::Clock>,
 }
 
 /// A runtime error as `streaming.WriteError` answers it: NotFound 404, ResourceExhausted 429, else 500.
@@ -202,6 +206,29 @@ impl ContainerAccess for KubeletHost {
             .await
             .map_err(|e| HostError::Other(format!("unable to retrieve container logs for {container_id}: {e}")))?;
         Ok(PathBuf::from(st.log_path))
+    }
+
+    async fn checkpoint(&self, pod: &Pod, container: &str, timeout: Option<i64>) -> Result<String, HostError> {
+        let id = self
+            .running_container(pod, container)
+            .map_err(|_| HostError::Other(format!("container {container} not found")))?;
+        // `checkpoint-<pod full name>-<container>-<RFC 3339 time>.tar` in `<root-dir>/checkpoints`.
+        let full_name = format!(
+            "{}_{}",
+            pod.metadata.name.as_deref().unwrap_or(""),
+            pod.metadata.namespace.as_deref().unwrap_or("default")
+        );
+        let now = chrono::DateTime::<chrono::Utc>::from(self.clock.now()).format("%Y-%m-%dT%H:%M:%SZ");
+        let location = self.checkpoints_dir.join(format!("checkpoint-{full_name}-{container}-{now}.tar"));
+        std::fs::create_dir_all(&self.checkpoints_dir)
+            .map_err(|e| HostError::Other(format!("create {}: {e}", self.checkpoints_dir.display())))?;
+        let location = location.display().to_string();
+        // The runtime's error as Go's gRPC client prints it, as upstream's message carries it.
+        self.runtime
+            .checkpoint_container(&id, &location, timeout.unwrap_or(0))
+            .await
+            .map_err(|e| HostError::Other(e.grpc_text()))?;
+        Ok(location)
     }
 
     async fn is_running(&self, container_id: &str) -> bool {

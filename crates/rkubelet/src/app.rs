@@ -218,6 +218,8 @@ pub async fn run(
         status: status.clone(),
         runtime: remote.clone(),
         cache: cache.clone(),
+        checkpoints_dir: root_dir.join("checkpoints"),
+        clock: clock.clone(),
     });
     let csi_stats: Arc<std::sync::OnceLock<Arc<kubelet::stats::csi::CsiVolumes>>> = Arc::default();
     let stats = Arc::new(kubelet::stats::SummaryProvider::new(kubelet::stats::SummaryDeps {

@@ -34,6 +34,7 @@ pub fn options(cfg: &KubeletConfiguration, node_name: &str) -> Options {
         enable_debugging_handlers: cfg.enable_debugging_handlers.unwrap_or(true),
         enable_system_log_handler: cfg.enable_system_log_handler.unwrap_or(true),
         enable_debug_flags_handler: cfg.enable_debug_flags_handler.unwrap_or(true),
+        container_checkpoint: cfg.gate("ContainerCheckpoint"),
         system_log_dir: "/var/log".into(),
         pod_logs_dir: cfg.pod_logs_dir.clone().into(),
         streaming_idle_timeout: cfg.streaming_connection_idle_timeout.0,

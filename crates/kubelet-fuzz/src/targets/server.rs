@@ -127,6 +127,7 @@ fn api() -> std::io::Result<Api> {
             enable_debugging_handlers: true,
             enable_system_log_handler: true,
             enable_debug_flags_handler: true,
+            container_checkpoint: true,
             system_log_dir: logs,
             pod_logs_dir: dir.path().join("containers"),
             streaming_idle_timeout: Duration::from_secs(1),

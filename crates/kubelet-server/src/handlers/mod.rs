@@ -5,12 +5,13 @@
 //!   authorization, and the debugging endpoints answering 405.
 //! - [`secure_router`] — `address:port` over TLS, every request through the authentication and authorization
 //!   filter; the debugging handlers (`/exec`, `/attach`, `/portForward`, `/run`, `/containerLogs`, `/logs/`,
-//!   `/configz`, `/runningpods/`, `/debug/flags/v`) when `enableDebuggingHandlers`, else 405 `Debug endpoints are
-//!   disabled.`.
+//!   `/configz`, `/runningpods/`, `/debug/flags/v`, and `/checkpoint/` with `ContainerCheckpoint`) when
+//!   `enableDebuggingHandlers`, else 405 `Debug endpoints are disabled.`.
 //!
 //! Unknown paths answer go-restful's `404: Page Not Found`, a known path with another method
 //! `405: Method Not Allowed`.
 
+mod checkpoint;
 mod debug;
 mod health;
 mod metrics;
@@ -43,6 +44,8 @@ pub struct Options {
     pub enable_system_log_handler: bool,
     /// `enableDebugFlagsHandler`: `/debug/flags/v`.
     pub enable_debug_flags_handler: bool,
+    /// `ContainerCheckpoint`: `/checkpoint/...`.
+    pub container_checkpoint: bool,
     /// The folder `/logs/` serves (`/var/log`).
     pub system_log_dir: std::path::PathBuf,
     /// `podLogsDir`: the folder container logs must lie in.
@@ -225,7 +228,8 @@ async fn filter(State(auth): State<Arc<Auth>>, req: Request, next: Next) -> Resp
 pub fn secure_router(h: Handlers, auth: Arc<Auth>) -> Router {
     let mut r = default_routes(Router::new());
     r = if h.options.enable_debugging_handlers {
-        debug::routes(pods::debug_routes(r), h.options.enable_debug_flags_handler)
+        let r = debug::routes(pods::debug_routes(r), h.options.enable_debug_flags_handler);
+        if h.options.container_checkpoint { checkpoint::routes(r) } else { r }
     } else {
         disabled_routes(r)
     };

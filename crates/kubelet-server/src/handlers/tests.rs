@@ -105,6 +105,7 @@ pub(crate) fn handlers(host: Arc<FakeHost>, debugging: bool) -> Handlers {
             enable_debugging_handlers: debugging,
             enable_system_log_handler: true,
             enable_debug_flags_handler: true,
+            container_checkpoint: true,
             system_log_dir: PathBuf::from("/nonexistent"),
             pod_logs_dir: PathBuf::from("/"),
             streaming_idle_timeout: Duration::from_secs(3600),
@@ -662,4 +663,24 @@ async fn metrics_slis_records_each_healthz_check_and_resets_on_delete() {
     let (_, text) = call(&r, "GET", "/metrics/slis", PeerCert::None, &[]).await;
     assert!(!text.contains("kubernetes_healthcheck{"), "{text}");
     assert!(text.contains("process_start_time_seconds "), "the start time is not reset: {text}");
+}
+
+#[tokio::test]
+async fn checkpoint_is_served_only_with_its_gate_and_the_debugging_handlers() {
+    let h = handlers(Arc::new(FakeHost::default()), true);
+    let r = secure_router(h.clone(), allow_all());
+    let (code, body) = call(&r, "POST", "/checkpoint/default/web/app", PeerCert::None, &[]).await;
+    assert_eq!(
+        (code, body.as_str()),
+        (500, "checkpointing of default/web/app failed (checkpointing is not supported)")
+    );
+    assert_eq!(call(&r, "POST", "/checkpoint/default/web/nope", PeerCert::None, &[]).await.0, 404);
+    let mut off = h.clone();
+    off.options = Arc::new(Options { container_checkpoint: false, ..(*h.options).clone() });
+    let r = secure_router(off, allow_all());
+    assert_eq!(
+        call(&r, "POST", "/checkpoint/default/web/app", PeerCert::None, &[]).await,
+        (404, "404: Page Not Found".into()),
+        "ContainerCheckpoint off: no such path, as upstream"
+    );
 }
