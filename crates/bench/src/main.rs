@@ -182,6 +182,9 @@ fn main() -> anyhow::Result<()> {
                     .context("the upstream kubelet: neither $KUBELET nor ../shared/k8s/bin/kubelet.xz")?,
                 path => PathBuf::from(path),
             };
+            // cAdvisor in the upstream kubelet finds containerd at its default socket, as on a real node (it asks it
+            // for each container's labels and image): point it at the benchmark's containerd for this run.
+            let _socket = wholenode::DefaultSocket::link(&args.containerd_endpoint);
             Some(rt.block_on(wholenode::run(&node_opts(binary, "")))?)
         }
         _ => None,

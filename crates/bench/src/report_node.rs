@@ -95,6 +95,11 @@ pub fn json(r: &WholeNodeResults) -> Value {
         "floor": cpu_json(&r.floor), "cause_stats": cpu_json(&r.cause_stats), "cause_status": cpu_json(&r.cause_status),
         "sigterm_exit_ms": ms(r.sigterm_exit), "sandboxes_left": r.sandboxes_left,
         "container_exit_to_apiserver_ms": r.exit_latency.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
+        "cadvisor_scrapes": {
+            "pods": r.steady.pods, "scrapes": r.cadvisor.n, "bytes": r.cadvisor.bytes, "mean_ms": ms(r.cadvisor.mean),
+            "node_cpu_ms_per_scrape": r.cadvisor.cost_ms(&r.steady.cpu, None),
+            "kubelet_cpu_ms_per_scrape": r.cadvisor.cost_ms(&r.steady.cpu, Some("rkubelet")),
+        },
     })
 }
 
@@ -386,6 +391,28 @@ pub fn markdown_upstream(up: &WholeNodeResults, r: &WholeNodeResults) -> String 
         ));
     }
     rows.push(("SIGTERM → exit".into(), ms(r.sigterm_exit), ms(up.sigterm_exit), " ms"));
+    let n = r.steady.pods;
+    rows.extend([
+        (
+            format!("/metrics/cadvisor at {n} pods: node CPU per scrape"),
+            r.cadvisor.cost_ms(&r.steady.cpu, None),
+            up.cadvisor.cost_ms(&up.steady.cpu, None),
+            " ms",
+        ),
+        (
+            format!("/metrics/cadvisor at {n} pods: kubelet CPU per scrape"),
+            r.cadvisor.cost_ms(&r.steady.cpu, Some("rkubelet")),
+            up.cadvisor.cost_ms(&up.steady.cpu, Some("rkubelet")),
+            " ms",
+        ),
+        (
+            format!("/metrics/cadvisor at {n} pods: response"),
+            r.cadvisor.bytes as f64 / 1024.0,
+            up.cadvisor.bytes as f64 / 1024.0,
+            " KiB",
+        ),
+        (format!("/metrics/cadvisor at {n} pods: latency"), ms(r.cadvisor.mean), ms(up.cadvisor.mean), " ms"),
+    ]);
     let mut s = String::from(
         "\n### rkubelet and the upstream kubelet\n\nThe same scenario, runtime, pods and machine, in the same run, \
          with the upstream kubelet v1.35 (`../shared/k8s/bin/kubelet`, the same configuration file and flags). \

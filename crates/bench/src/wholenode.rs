@@ -125,6 +125,54 @@ pub struct Batch {
 }
 
 /// Everything measured.
+/// `/run/containerd/containerd.sock` linked to the benchmark's containerd while it lives, where no socket is there.
+pub struct DefaultSocket(Option<PathBuf>);
+
+impl DefaultSocket {
+    /// Links the default socket to `endpoint` (`unix:///...`) unless one exists.
+    pub fn link(endpoint: &str) -> Self {
+        let default = PathBuf::from("/run/containerd/containerd.sock");
+        let target = endpoint.trim_start_matches("unix://");
+        if default.exists() || default.symlink_metadata().is_ok() || std::path::Path::new(target) == default {
+            return DefaultSocket(None);
+        }
+        let _ = std::fs::create_dir_all("/run/containerd");
+        match std::os::unix::fs::symlink(target, &default) {
+            Ok(()) => DefaultSocket(Some(default)),
+            Err(e) => {
+                eprintln!("whole node: cannot link {} to {target}: {e}", default.display());
+                DefaultSocket(None)
+            }
+        }
+    }
+}
+
+impl Drop for DefaultSocket {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// `/metrics/cadvisor` scraped every second over a window at steady state.
+#[derive(Debug, Clone, Default)]
+pub struct Scrapes {
+    pub n: usize,
+    pub cpu: Cpu,
+    pub window: Duration,
+    pub bytes: usize,
+    pub mean: Duration,
+}
+
+impl Scrapes {
+    /// CPU milliseconds a scrape costs `group` (or the whole node for `None`) beyond the steady state `idle`.
+    pub fn cost_ms(&self, idle: &Cpu, group: Option<&str>) -> f64 {
+        let get = |c: &Cpu| group.map_or_else(|| c.node(), |g| c.group(g));
+        (get(&self.cpu) - get(idle)).max(0.0) * self.window.as_secs_f64() / self.n.max(1) as f64
+    }
+}
+
 #[derive(Debug, Clone, Default)]
 pub struct WholeNodeResults {
     /// The batch.
@@ -151,6 +199,7 @@ pub struct WholeNodeResults {
     /// For each container killed at steady pods: its `StopContainer` returned → its exit on the apiserver's watch,
     /// shortest first.
     pub exit_latency: Vec<Duration>,
+    pub cadvisor: Scrapes,
 }
 
 impl WholeNodeResults {
@@ -550,6 +599,23 @@ async fn floor_teardown(cri: &RemoteRuntime, ids: &[String]) -> anyhow::Result<D
 }
 
 /// CPU over `window` while `call` runs every `every`.
+/// Scrapes `/metrics/cadvisor` every second over `window`, measuring the node's CPU meanwhile.
+async fn scrape_cadvisor(node: &mut BinNode, window: Duration) -> anyhow::Result<Scrapes> {
+    let s0 = snapshot();
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let (mut n, mut bytes, mut total) = (0usize, 0usize, Duration::ZERO);
+    while s0.at.elapsed() < window {
+        tick.tick().await;
+        let t = Instant::now();
+        let text = crate::apiscrape::fetch(SECURE_PORT, "/metrics/cadvisor").await?;
+        total += t.elapsed();
+        n += 1;
+        bytes = text.len();
+    }
+    let cpu = cpu_since(&s0, Some(node.pid()));
+    Ok(Scrapes { n, cpu, window: s0.at.elapsed(), bytes, mean: total / n.max(1) as u32 })
+}
+
 async fn while_calling<F, Fut>(window: Duration, every: Duration, call: F) -> anyhow::Result<Cpu>
 where
     F: Fn() -> Fut,
@@ -718,6 +784,8 @@ pub async fn run(opts: &WholeNodeOpts) -> anyhow::Result<WholeNodeResults> {
     tokio::time::sleep(opts.settle).await;
     r.steady = steady(&mut node, opts.pods, opts.window).await?;
     eprintln!("whole node: steady {:?}", r.steady);
+    r.cadvisor = scrape_cadvisor(&mut node, opts.window).await?;
+    eprintln!("whole node: /metrics/cadvisor scraped {:?}", r.cadvisor);
     r.exit_latency = exit_latency(&cri, &ns, &watch, &mut node, &names[..opts.exits.min(names.len())]).await?;
     eprintln!("whole node: container exit → apiserver {:?}", r.exit_latency);
     r.sigterm_exit = node.stop().await;
