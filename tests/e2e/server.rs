@@ -385,3 +385,47 @@ async fn debug_flags_v_changes_the_log_verbosity_of_the_running_kubelet() {
     assert!(!after.contains(" DEBUG "), "no debug lines once the verbosity is 2 again: {after}");
     node.stop_and_clean(&rt).await;
 }
+
+/// `rkubelet check` with a node's configuration: the runtime answers, and the API port is named as taken while that
+/// node runs (exit status 1), free once it stopped (exit status 0).
+#[tokio::test]
+async fn rkubelet_check_reports_the_runtime_and_a_taken_port_with_what_to_do() {
+    let (_g, rt) = fresh_runtime().await;
+    let mut node = Node::start_with(&[], anonymous_allowed);
+    node.wait_healthy().await;
+    let check = |config: &std::path::Path| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_rkubelet"))
+            .arg("check")
+            .arg(format!("--config={}", config.display()))
+            .output()
+            .unwrap();
+        (out.status.code(), String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (code, text) = check(&node.config);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("[ok  ] configuration: loaded and valid"), "{text}");
+    assert!(text.contains("[ok  ] container runtime: containerd "), "{text}");
+    let port = format!("[FAIL] kubelet API port: 127.0.0.1:{} cannot be bound", secure_port());
+    assert!(text.contains(&port), "{text}");
+    assert!(text.contains("or change port (--port)"), "{text}");
+    assert!(text.ends_with("rkubelet check: FAILED\n"), "{text}");
+    node.kill9();
+    let (code, text) = check(&node.config);
+    assert_eq!(code, Some(0), "{text}");
+    assert!(text.contains(&format!("[ok  ] kubelet API port: 127.0.0.1:{} free", secure_port())), "{text}");
+    // A runtime that is not there is named, with what to do.
+    let config = node.config.with_extension("bad.yaml");
+    let yaml = std::fs::read_to_string(&node.config).unwrap();
+    let start = yaml.find("containerRuntimeEndpoint: ").unwrap();
+    let end = start + yaml[start..].find('\n').unwrap();
+    std::fs::write(
+        &config,
+        format!("{}containerRuntimeEndpoint: unix:///nonexistent.sock{}", &yaml[..start], &yaml[end..]),
+    )
+    .unwrap();
+    let (code, text) = check(&config);
+    assert_eq!(code, Some(1), "{text}");
+    assert!(text.contains("[FAIL] container runtime: unix:///nonexistent.sock"), "{text}");
+    assert!(text.contains("fix: start the container runtime"), "{text}");
+    node.stop_and_clean(&rt).await;
+}

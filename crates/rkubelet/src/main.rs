@@ -4,6 +4,7 @@
 
 mod app;
 mod certs;
+mod check;
 mod cli;
 mod cluster;
 mod dropin;
@@ -109,7 +110,23 @@ fn raise_open_files_limit() {
 fn main() -> ExitCode {
     residency::map_code_on_demand();
     raise_open_files_limit();
-    let cli = Cli::from_command_line(std::env::args_os()).unwrap_or_else(|e| e.exit());
+    let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // `rkubelet check [flags]`: the preflight, with the flags the kubelet would run with.
+    let check = args.get(1).is_some_and(|a| a == "check");
+    if check {
+        args.remove(1);
+    }
+    let cli = Cli::from_command_line(args).unwrap_or_else(|e| e.exit());
+    if check {
+        let cfg = load_config(&cli).map_err(|e| format!("{e:#}"));
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        let Ok(rt) = rt else { return ExitCode::from(1) };
+        #[allow(clippy::disallowed_methods)] // the report's own clock: certificate expiry against now
+        let now = std::time::SystemTime::now();
+        let (text, failed) = rt.block_on(check::run(&cli, cfg, now));
+        print!("{text}");
+        return if failed { ExitCode::from(1) } else { ExitCode::SUCCESS };
+    }
     for warning in &cli.warnings {
         eprintln!("{warning}");
     }
