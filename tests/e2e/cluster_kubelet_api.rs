@@ -357,3 +357,80 @@ async fn prometheus_scrapes_cadvisor_with_a_token_and_the_pod_dashboard_queries_
     }
     node.stop_and_clean(&rt).await;
 }
+
+/// `rkubelet explain` names the step each of five broken pods is blocked at, from a running rkubelet joined to the
+/// real cluster: an image that does not exist, a configMap volume whose configMap does not exist, a readiness probe
+/// that fails, a container that crashes, and a static pod asking for more CPU than the node has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rkubelet_explain_names_where_five_broken_pods_are_blocked() {
+    let (_g, rt) = fresh_runtime().await;
+    let env = TestEnv::new().await;
+    let greedy = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: greedy\n  namespace: default\nspec:\n  containers:\n  \
+                  - name: app\n    image: localhost/busybox:1\n    command: [\"sleep\", \"3600\"]\n    resources:\n      \
+                  requests: {cpu: \"100\"}\n";
+    let anonymous = |n: &Node| {
+        std::fs::read_to_string(&n.config)
+            .unwrap()
+            .replace("anonymous:\n    enabled: false", "anonymous:\n    enabled: true")
+    };
+    let mut node = env.start_node_with(&[("greedy.yaml", greedy)], anonymous, vec![]);
+    env.wait_node_ready(&mut node).await;
+    let ns = env.ns.clone();
+    let bad_image = env
+        .pod_yaml("badimage", &[("app", "sleep 3600")], "")
+        .replace("localhost/busybox:1", "localhost/nonexistent:1");
+    let no_cm = env.pod_yaml(
+        "nocm",
+        &[("app", "sleep 3600")],
+        "  volumes:\n  - name: cfg\n    configMap:\n      name: missing\n",
+    ) + "    volumeMounts:\n    - name: cfg\n      mountPath: /cfg\n";
+    let unready = env.pod_yaml("unready", &[("app", "sleep 3600")], "")
+        + "    readinessProbe:\n      exec:\n        command: [\"cat\", \"/nonexistent\"]\n      periodSeconds: 1\n";
+    let crashy = env.pod_yaml("crashy", &[("app", "echo bye; exit 3")], "");
+    for pod in [bad_image, no_cm, unready, crashy] {
+        env.create(&pod).await;
+    }
+    // `rkubelet explain [NAMESPACE/NAME]` against this node's port.
+    let explain = |pod: Option<String>| async move {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_rkubelet"))
+            .arg("explain")
+            .args(pod)
+            .arg(format!("--server=https://127.0.0.1:{}", secure_port()))
+            .output()
+            .await
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let expect = [
+        (format!("{ns}/badimage"), "image pull back-off", "localhost/nonexistent:1"),
+        (format!("{ns}/nocm"), "volume not mounted", "configmap \"missing\" not found"),
+        (format!("{ns}/unready"), "readiness probe failing", "Readiness probe failed"),
+        (format!("{ns}/crashy"), "crash loop back-off", "exited with code 3"),
+        // A static pod is critical: upstream's admission tries to preempt for it, and says it found nothing.
+        (
+            format!("default/greedy-{}", env.node),
+            "refused at admission",
+            "no set of running pods found to reclaim resources: [(res: cpu",
+        ),
+    ];
+    for (pod, step, detail) in &expect {
+        let text = node
+            .wait_for(&format!("{pod}: {step}"), Duration::from_secs(90), || {
+                let pod = pod.clone();
+                async move {
+                    let t = explain(Some(pod)).await;
+                    (t.starts_with("BLOCKED ") && t.contains(&format!("): {step}\n")) && t.contains(detail))
+                        .then_some(t)
+                }
+            })
+            .await;
+        println!("{text}");
+    }
+    let crash = explain(Some(format!("{ns}/crashy"))).await;
+    assert!(crash.contains("; next try at "), "the crash loop's next try: {crash}");
+    // Without a pod: every pod of the node, the five among them.
+    let all = explain(None).await;
+    assert_eq!(all.matches("BLOCKED ").count(), 5, "{all}");
+    node.stop_and_clean(&rt).await;
+}

@@ -46,6 +46,11 @@ pub trait PodsView: Send + Sync + 'static {
     fn pod(&self, namespace: &str, name: &str) -> Option<Pod>;
     /// The pods the runtime reports: name, namespace, UID and containers (name, image) only (`GetRunningPods`).
     async fn running_pods(&self) -> Result<Vec<Pod>, HostError>;
+    /// Where a pod of [`pods`](Self::pods) stands and why (`/debug/explain`), as JSON; none where unknown.
+    fn explain(&self, pod: &Pod) -> serde_json::Value {
+        let _ = pod;
+        serde_json::Value::Null
+    }
 }
 
 /// Which streams an exec or attach wants (`remotecommand.Options`).

@@ -19,6 +19,7 @@ pub mod container_deletor;
 pub mod cpus;
 pub mod devices;
 pub mod events;
+pub mod explain;
 pub mod fake_node;
 pub mod gc;
 pub mod memory;

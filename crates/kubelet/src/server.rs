@@ -69,6 +69,8 @@ pub struct KubeletHost {
     pub checkpoints_dir: PathBuf,
     /// Wall clock (checkpoint names).
     pub clock: Arc<dyn kubelet_types::Clock>,
+    /// The pods' recent events (`/debug/explain`).
+    pub events: Arc<crate::explain::EventLog>,
 }
 
 /// A runtime error as `streaming.WriteError` answers it: NotFound 404, ResourceExhausted 429, else 500.
@@ -130,6 +132,12 @@ impl PodsView for KubeletHost {
                     && p.metadata.name.as_deref() == Some(name)
             })
             .map(|p| self.with_status(p))
+    }
+
+    fn explain(&self, pod: &Pod) -> serde_json::Value {
+        let (ns, name) = (pod.metadata.namespace.as_deref().unwrap_or(""), pod.metadata.name.as_deref().unwrap_or(""));
+        let e = crate::explain::explain(pod, &self.events.of(ns, name), self.clock.now());
+        serde_json::to_value(e).unwrap_or_default()
     }
 
     async fn running_pods(&self) -> Result<Vec<Pod>, HostError> {

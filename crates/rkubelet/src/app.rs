@@ -153,6 +153,8 @@ pub async fn run(
         None
     };
     let notify_socket = Arc::new(kubelet::watchdog::NotifySocket::from_env());
+    // Each pod's recent events, for `/debug/explain` (every recorder below writes through it).
+    let event_log = Arc::new(kubelet::explain::EventLog::default());
 
     let node_name = node::node_name(cli.hostname_override.as_deref())?;
     let host_ips = node::node_ips(cli.node_ip.as_deref())?;
@@ -220,6 +222,7 @@ pub async fn run(
         cache: cache.clone(),
         checkpoints_dir: root_dir.join("checkpoints"),
         clock: clock.clone(),
+        events: event_log.clone(),
     });
     let csi_stats: Arc<std::sync::OnceLock<Arc<kubelet::stats::csi::CsiVolumes>>> = Arc::default();
     let stats = Arc::new(kubelet::stats::SummaryProvider::new(kubelet::stats::SummaryDeps {
@@ -392,6 +395,8 @@ pub async fn run(
         Some((sink, _)) => Arc::new(sink.clone()),
         None => Arc::new(kubelet_types::events::LogRecorder),
     };
+    let recorder: Arc<dyn kubelet_types::events::Recorder> =
+        Arc::new(kubelet::explain::LoggedRecorder { inner: recorder, log: event_log.clone(), clock: clock.clone() });
     for message in allocatable_events {
         recorder.event(
             &kubelet::nodestatus::manager::node_reference(&node_name),

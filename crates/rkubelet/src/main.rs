@@ -8,6 +8,7 @@ mod check;
 mod cli;
 mod cluster;
 mod dropin;
+mod explain_cli;
 mod flags;
 mod node;
 mod objects;
@@ -111,6 +112,24 @@ fn main() -> ExitCode {
     residency::map_code_on_demand();
     raise_open_files_limit();
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    // `rkubelet explain [NAMESPACE/NAME] [flags]`: asks a running rkubelet why its pods are not running.
+    if args.get(1).is_some_and(|a| a == "explain") {
+        let rest: Vec<String> = args[2..].iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        let result = explain_cli::parse(&rest).and_then(|o| {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+            rt.block_on(explain_cli::run(&o))
+        });
+        return match result {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("rkubelet explain: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     // `rkubelet check [flags]`: the preflight, with the flags the kubelet would run with.
     let check = args.get(1).is_some_and(|a| a == "check");
     if check {

@@ -2,14 +2,15 @@
 //! running kubelet's log verbosity. Installed with the debugging handlers when `enableDebugFlagsHandler` (default
 //! true); otherwise it answers 405 `flags endpoint is disabled.`. Authorized like every other path of the secure port
 //! (`nodes/proxy`). The verbosity is applied by the binary's [`Verbosity`]; a value that does not parse, or that it
-//! refuses, answers 400 with the reason and changes nothing.
+//! refuses, answers 400 with the reason and changes nothing. `/debug/explain` (rkubelet's own) answers where each
+//! pod stands and why, for `rkubelet explain`; it is authorized as `nodes/proxy`, as every `/debug/` path.
 
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
-use axum::routing::any;
+use axum::routing::{any, get};
 
 use super::{Handlers, text};
 
@@ -67,8 +68,28 @@ async fn flags_disabled() -> Response {
     plain(StatusCode::METHOD_NOT_ALLOWED, "flags endpoint is disabled.")
 }
 
-/// The route, enabled or answering that it is disabled.
+/// `GET /debug/explain`: where every pod of the node stands and why (rkubelet's own, beyond upstream), as
+/// `{"items": [...]}`, each as `kubelet::explain` says it.
+async fn explain_all(State(h): State<Handlers>) -> Response {
+    let mut items: Vec<serde_json::Value> = h.pods.pods().iter().map(|p| h.pods.explain(p)).collect();
+    items.retain(|v| !v.is_null());
+    super::json(axum::http::StatusCode::OK, &serde_json::json!({ "items": items }))
+}
+
+/// `GET /debug/explain/{namespace}/{name}`: one pod; 404 `pod does not exist`.
+async fn explain_one(
+    State(h): State<Handlers>,
+    axum::extract::Path((namespace, name)): axum::extract::Path<(String, String)>,
+) -> Response {
+    match h.pods.pod(&namespace, &name) {
+        Some(p) => super::json(axum::http::StatusCode::OK, &h.pods.explain(&p)),
+        None => text(axum::http::StatusCode::NOT_FOUND, "pod does not exist"),
+    }
+}
+
+/// The routes, `/debug/flags/v` enabled or answering that it is disabled.
 pub(super) fn routes(r: Router<Handlers>, enabled: bool) -> Router<Handlers> {
+    let r = r.route("/debug/explain", get(explain_all)).route("/debug/explain/{namespace}/{name}", get(explain_one));
     if enabled { r.route(DEBUG_FLAG_PATH, any(flag_v)) } else { r.route(DEBUG_FLAG_PATH, any(flags_disabled)) }
 }
 
