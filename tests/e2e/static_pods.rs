@@ -163,9 +163,18 @@ async fn edited_manifest_replaces_the_pod_and_removed_manifest_leaves_nothing() 
         pod("edit-e2e-node").await.is_none().then_some(())
     })
     .await;
-    assert!(!pod_cgroup_exists(&uid2), "pod cgroup removed");
-    assert!(!node.root.join("pods").join(&uid2).exists(), "pod directory removed");
-    assert!(!node.logs.join(format!("default_edit-e2e-node_{uid2}")).exists(), "pod log directory removed");
+    // Housekeeping removes the cgroup and the folders once the worker has finished, as upstream's
+    // HandlePodCleanups does; the pod leaves the read-only API before that.
+    node.wait_for("pod cgroup removed", Duration::from_secs(10), || async {
+        (!pod_cgroup_exists(&uid2)).then_some(())
+    })
+    .await;
+    let pod_dir = node.root.join("pods").join(&uid2);
+    let log_dir = node.logs.join(format!("default_edit-e2e-node_{uid2}"));
+    node.wait_for("pod directory and log directory removed", Duration::from_secs(10), || async {
+        (!pod_dir.exists() && !log_dir.exists()).then_some(())
+    })
+    .await;
     assert!(node.log().contains("pod removed"), "cleanup logged");
     node.stop_and_clean(&rt).await;
 }
