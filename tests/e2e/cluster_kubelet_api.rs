@@ -4,6 +4,11 @@
 //! Hostname address (resolved to 127.0.0.1 for it) with its kubelet-client certificate.
 
 mod common;
+#[path = "common/cri_proxy.rs"]
+#[allow(dead_code)]
+mod cri_proxy;
+#[path = "common/otlp.rs"]
+mod otlp;
 
 use std::time::Duration;
 
@@ -432,5 +437,100 @@ async fn rkubelet_explain_names_where_five_broken_pods_are_blocked() {
     // Without a pod: every pod of the node, the five among them.
     let all = explain(None).await;
     assert_eq!(all.matches("BLOCKED ").count(), 5, "{all}");
+    node.stop_and_clean(&rt).await;
+}
+
+/// `tracing:` as upstream: a pod's start reaches a real OTLP/gRPC receiver as a `syncPod` trace whose CRI calls are
+/// its child spans, the runtime receives each call's W3C `traceparent` (read at a CRI proxy in front of containerd),
+/// and the apiserver requests are `HTTP <METHOD>` client spans; the resource names the kubelet and its host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_start_is_traced_to_an_otlp_receiver_with_cri_child_spans() {
+    let (_g, rt) = fresh_runtime().await;
+    let env = TestEnv::new().await;
+    let receiver = otlp::OtlpReceiver::start();
+    let proxy = cri_proxy::CriProxy::start(&env.path("cri.sock"), &kubelet_cri::socket_path(&endpoint()).unwrap());
+    let proxied = proxy.endpoint();
+    let tracing = format!("tracing:\n  endpoint: {}\n  samplingRatePerMillion: 1000000\n", receiver.addr);
+    let mut node = env.start_node_with(
+        &[],
+        |n| {
+            std::fs::read_to_string(&n.config).unwrap().replace(
+                &format!("containerRuntimeEndpoint: {}", endpoint()),
+                &format!("containerRuntimeEndpoint: {proxied}"),
+            ) + &tracing
+        },
+        vec![],
+    );
+    env.wait_node_ready(&mut node).await;
+    env.create(&env.pod_yaml("traced", &[("app", "sleep 3600")], "")).await;
+    let pod = env.wait_pod_running(&mut node, "traced").await;
+    let uid = pod["metadata"]["uid"].as_str().unwrap().to_string();
+
+    // The batch processor sends every 5 s: wait for the pod's first sync and its StartContainer.
+    let spans = node
+        .wait_for("the pod's syncPod trace at the receiver", Duration::from_secs(30), || async {
+            let spans = receiver.spans();
+            let root = spans.iter().find(|s| {
+                s.span.name == "syncPod"
+                    && s.attr("k8s.pod.uid").as_deref() == Some(uid.as_str())
+                    && s.attr("k8s.pod.update_type").as_deref() == Some("create")
+            })?;
+            let start = spans
+                .iter()
+                .any(|s| s.span.name == "runtime.v1.RuntimeService/StartContainer" && s.parent_id() == root.span_id());
+            start.then_some(spans)
+        })
+        .await;
+    let root = spans
+        .iter()
+        .find(|s| s.span.name == "syncPod" && s.attr("k8s.pod.update_type").as_deref() == Some("create"))
+        .filter(|s| s.attr("k8s.pod.uid").as_deref() == Some(uid.as_str()))
+        .unwrap();
+    assert_eq!(root.scope, "k8s.io/kubernetes/pkg/kubelet");
+    assert!(root.span.parent_span_id.is_empty(), "a pod sync is a trace of its own");
+    assert_eq!(root.attr("k8s.pod"), Some(format!("{}/traced", env.ns)));
+    assert_eq!(root.attr("k8s.pod.name").as_deref(), Some("traced"));
+    assert_eq!(root.attr("k8s.namespace.name"), Some(env.ns.clone()));
+    assert_eq!(root.resource.get("service.name").map(String::as_str), Some("kubelet"));
+    assert_eq!(root.resource.get("host.name"), Some(&env.node));
+    let children: Vec<&otlp::Received> = spans.iter().filter(|s| s.parent_id() == root.span_id()).collect();
+    let names: Vec<&str> = children.iter().map(|s| s.span.name.as_str()).collect();
+    for want in [
+        "runtime.v1.RuntimeService/RunPodSandbox",
+        "runtime.v1.RuntimeService/CreateContainer",
+        "runtime.v1.RuntimeService/StartContainer",
+    ] {
+        assert!(names.contains(&want), "{want} is a child of syncPod: {names:?}");
+    }
+    println!("syncPod {} ({} spans received): children {names:?}", root.trace_id(), spans.len());
+    let run = children.iter().find(|s| s.span.name == "runtime.v1.RuntimeService/RunPodSandbox").unwrap();
+    assert_eq!(run.trace_id(), root.trace_id());
+    assert_eq!(run.span.kind, 3, "SPAN_KIND_CLIENT");
+    assert_eq!(run.attr("rpc.system").as_deref(), Some("grpc"));
+    assert_eq!(run.attr("rpc.service").as_deref(), Some("runtime.v1.RuntimeService"));
+    assert_eq!(run.attr("rpc.method").as_deref(), Some("RunPodSandbox"));
+    assert_eq!(run.attr("rpc.grpc.status_code").as_deref(), Some("0"));
+    // The runtime saw the call's own span as its parent: trace context over gRPC metadata.
+    let sent = format!("00-{}-{}-01", run.trace_id(), run.span_id());
+    assert!(
+        proxy.traceparents().contains(&("RunPodSandbox".to_string(), sent.clone())),
+        "RunPodSandbox reached the runtime with traceparent {sent}: {:?}",
+        proxy.traceparents().iter().filter(|(m, _)| m == "RunPodSandbox").collect::<Vec<_>>()
+    );
+    // The apiserver requests: the pod's status patch among them.
+    let patch = node
+        .wait_for("the pod's status patch as an HTTP PATCH span", Duration::from_secs(30), || async {
+            receiver.spans().into_iter().find(|s| {
+                s.span.name == "HTTP PATCH"
+                    && s.attr("http.url")
+                        .is_some_and(|u| u.contains(&format!("/namespaces/{}/pods/traced/status", env.ns)))
+            })
+        })
+        .await;
+    println!("{} {:?} parent {:?}", patch.span.name, patch.attr("http.url"), patch.parent_id());
+    assert_eq!(patch.span.kind, 3, "SPAN_KIND_CLIENT");
+    assert_eq!(patch.attr("http.method").as_deref(), Some("PATCH"));
+    assert_eq!(patch.attr("http.status_code").as_deref(), Some("200"));
+    assert_eq!(patch.attr("net.peer.name").as_deref(), Some("127.0.0.1"));
     node.stop_and_clean(&rt).await;
 }

@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use hyper_util::rt::TokioIo;
+use kubelet_trace::{GrpcCall, GrpcInjector};
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::api;
@@ -29,12 +31,23 @@ const EVENTS_OPEN_WAIT: Duration = Duration::from_millis(500);
 /// Events received and not yet taken by the stream's reader (upstream's channel holds 1000).
 const EVENTS_BUFFER: usize = 1000;
 
+/// The channel every call goes through: it carries the current span's trace context (see `kubelet_trace`).
+type Traced = InterceptedService<Channel, GrpcInjector>;
+
+/// The CRI service a method belongs to, for its span's name (`runtime.v1.ImageService/PullImage`).
+fn service_of(op: &str) -> &'static str {
+    match op {
+        "ListImages" | "ImageStatus" | "PullImage" | "RemoveImage" | "ImageFsInfo" => "runtime.v1.ImageService",
+        _ => "runtime.v1.RuntimeService",
+    }
+}
+
 /// A CRI runtime reached over gRPC.
 #[derive(Clone)]
 pub struct RemoteRuntime {
-    runtime: RuntimeServiceClient<Channel>,
-    channel: Channel,
-    images: ImageServiceClient<Channel>,
+    runtime: RuntimeServiceClient<Traced>,
+    channel: Traced,
+    images: ImageServiceClient<Traced>,
     timeout: Duration,
     socket: PathBuf,
 }
@@ -70,6 +83,7 @@ impl RemoteRuntime {
                     Ok::<_, std::io::Error>(TokioIo::new(stream))
                 }
             }));
+        let channel = InterceptedService::new(channel, GrpcInjector);
         let raw = channel.clone();
         let runtime = RuntimeServiceClient::new(channel.clone())
             .max_decoding_message_size(MAX_MSG_SIZE)
@@ -120,17 +134,24 @@ impl RemoteRuntime {
         F: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let start = tokio::time::Instant::now();
+        let span = GrpcCall::start(service_of(op), op);
+        let fut = kubelet_trace::within(span.span(), fut);
         let res = match timeout {
             // The deadline is also enforced locally: a hung connection attempt must not outlive it.
             Some(t) => match tokio::time::timeout(t + Duration::from_millis(100), fut).await {
                 Ok(r) => r,
                 Err(_) => {
                     kubelet_metrics::kubelet::record_runtime_operation(op, start.elapsed().as_secs_f64(), false);
+                    span.finish(tonic::Code::DeadlineExceeded as i32, "context deadline exceeded");
                     return Err(CriError::DeadlineExceeded { op, seconds: t.as_secs() });
                 }
             },
             None => fut.await,
         };
+        match &res {
+            Ok(_) => span.finish(0, ""),
+            Err(s) => span.finish(s.code() as i32, s.message()),
+        }
         tracing::debug!(op, elapsed_us = start.elapsed().as_micros() as u64, ok = res.is_ok(), "cri call");
         kubelet_metrics::kubelet::record_runtime_operation(op, start.elapsed().as_secs_f64(), res.is_ok());
         match res {

@@ -135,7 +135,18 @@ impl KubeApi {
         let cfg = kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
             .await
             .map_err(|e| KubeError::Kubeconfig { path: p.clone(), message: e.to_string() })?;
-        let client = kube::Client::try_from(cfg).map_err(|e| KubeError::Client { path: p, message: e.to_string() })?;
+        let base = cfg.cluster_url.clone();
+        let builder = kube::client::ClientBuilder::try_from(cfg)
+            .map_err(|e| KubeError::Client { path: p, message: e.to_string() })?;
+        let client = if kubelet_trace::enabled() {
+            // kube's stack is not Clone: a buffer in front of it makes it so, for the trace layer on top.
+            builder
+                .with_layer(&tower::buffer::BufferLayer::new(1024))
+                .with_layer(&kubelet_trace::HttpTraceLayer::with_base(base))
+                .build()
+        } else {
+            builder.build()
+        };
         Ok(Self { client, limiter: std::sync::Arc::new(RateLimiter::new(0.0, 1)) })
     }
 

@@ -58,8 +58,25 @@ fn uid_of(labels: &HashMap<String, String>) -> PodUid {
 }
 
 impl RuntimeManager {
-    /// One pass (`GarbageCollect`); returns how many containers it removed.
+    /// One pass (`GarbageCollect`), traced as upstream's `Containers/GarbageCollect`; returns how many containers
+    /// it removed.
     pub async fn garbage_collect(
+        &self,
+        policy: GcPolicy,
+        all_sources_ready: bool,
+        evict_non_deleted: bool,
+        pods: &dyn PodRemoval,
+    ) -> Result<usize, Vec<String>> {
+        let span = kubelet_trace::internal_span(kubelet_trace::KUBERUNTIME_SCOPE, "Containers/GarbageCollect");
+        let res =
+            kubelet_trace::within(&span, self.collect_pass(policy, all_sources_ready, evict_non_deleted, pods)).await;
+        if let Err(e) = &res {
+            span.fail(&e.join("; "));
+        }
+        res
+    }
+
+    async fn collect_pass(
         &self,
         policy: GcPolicy,
         all_sources_ready: bool,

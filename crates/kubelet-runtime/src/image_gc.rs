@@ -213,8 +213,17 @@ impl ImageGcManager {
         }
     }
 
-    /// One periodic pass (`GarbageCollect`); returns the bytes freed.
+    /// One periodic pass (`GarbageCollect`), traced as upstream's `Images/GarbageCollect`; returns the bytes freed.
     pub async fn garbage_collect(&self) -> Result<i64, ImageGcError> {
+        let span = kubelet_trace::internal_span(kubelet_trace::IMAGES_SCOPE, "Images/GarbageCollect");
+        let res = kubelet_trace::within(&span, self.collect_pass()).await;
+        if let Err(e) = &res {
+            span.fail(&e.to_string());
+        }
+        res
+    }
+
+    async fn collect_pass(&self) -> Result<i64, ImageGcError> {
         let _pass = self.pass.lock().await;
         let now = Instant::now();
         let in_use = self.detect(now).await?;

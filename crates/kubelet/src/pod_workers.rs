@@ -275,8 +275,13 @@ impl PodWorkers {
                 WorkerPhase::Syncing => {
                     let Some(pod) = pod else { continue };
                     let span = info_span!("sync_pod", pod = %key, podUID = %uid);
+                    let otel = kubelet_trace::pod_span("syncPod", &key.namespace, &key.name, &uid.0, Some(operation));
                     let started = Instant::now();
-                    let outcome = self.syncer.sync_pod(&pod).instrument(span).await;
+                    let outcome = kubelet_trace::within(&otel, self.syncer.sync_pod(&pod).instrument(span)).await;
+                    if let SyncOutcome::Retry(_) = outcome {
+                        otel.fail("pod sync failed; will retry");
+                    }
+                    otel.end();
                     kubelet_metrics::kubelet::POD_WORKER_DURATION
                         .observe(&[operation], started.elapsed().as_secs_f64());
                     synced_once = true;
@@ -296,8 +301,11 @@ impl PodWorkers {
                     if let Some(st) = self.shared.pods.lock().unwrap().get_mut(&uid) {
                         st.terminating = Some(token.clone());
                     }
-                    let step =
-                        self.syncer.sync_terminating_pod(&key, pod.as_ref(), grace, status.as_ref()).instrument(span);
+                    let otel = kubelet_trace::pod_span("syncTerminatingPod", &key.namespace, &key.name, &uid.0, None);
+                    let step = kubelet_trace::within(
+                        &otel,
+                        self.syncer.sync_terminating_pod(&key, pod.as_ref(), grace, status.as_ref()).instrument(span),
+                    );
                     let started = Instant::now();
                     let res = tokio::select! {
                         r = step => Some(r),
@@ -307,6 +315,10 @@ impl PodWorkers {
                     if let Some(st) = self.shared.pods.lock().unwrap().get_mut(&uid) {
                         st.terminating = None;
                     }
+                    if let Some(Err(e)) = &res {
+                        otel.fail(e);
+                    }
+                    otel.end();
                     let Some(res) = res else {
                         // The grace period was shortened: stop again with the new one.
                         run_now = true;
@@ -325,7 +337,17 @@ impl PodWorkers {
                 }
                 WorkerPhase::Terminated => {
                     let span = info_span!("sync_terminated_pod", pod = %key, podUID = %uid);
-                    match self.syncer.sync_terminated_pod(&key, pod.as_ref(), removed).instrument(span).await {
+                    let otel = kubelet_trace::pod_span("syncTerminatedPod", &key.namespace, &key.name, &uid.0, None);
+                    let res = kubelet_trace::within(
+                        &otel,
+                        self.syncer.sync_terminated_pod(&key, pod.as_ref(), removed).instrument(span),
+                    )
+                    .await;
+                    if let Err(e) = &res {
+                        otel.fail(e);
+                    }
+                    otel.end();
+                    match res {
                         Ok(()) => {
                             self.advance(&uid, WorkerPhase::Terminated, WorkerPhase::Finished);
                             // A removal that arrived while cleaning up a terminal pod still needs its cleanup.

@@ -157,6 +157,19 @@ pub async fn run(
     let event_log = Arc::new(kubelet::explain::EventLog::default());
 
     let node_name = node::node_name(cli.hostname_override.as_deref())?;
+    // `tracing:` (upstream's newTracerProvider): set before any runtime or apiserver client is made.
+    let tracer = match &cfg.tracing {
+        Some(t) => {
+            let p = kubelet_trace::init(t.endpoint.as_deref(), t.sampling_rate_per_million, &node_name)?;
+            info!(
+                endpoint = t.endpoint.as_deref().unwrap_or(kubelet_trace::DEFAULT_ENDPOINT),
+                samplingRatePerMillion = t.sampling_rate_per_million.unwrap_or(0),
+                "tracing spans to an OTLP collector"
+            );
+            Some(p)
+        }
+        None => None,
+    };
     let host_ips = node::node_ips(cli.node_ip.as_deref())?;
     let kubeconfig = match (&cli.kubeconfig, &cli.bootstrap_kubeconfig) {
         (Some(k), Some(_)) if kubelet_kube::bootstrap::kubeconfig_is_valid(k) => {
@@ -905,6 +918,11 @@ pub async fn run(
     tracker.close();
     if tokio::time::timeout(SHUTDOWN_GRACE, tracker.wait()).await.is_err() {
         warn!(tasks = tracker.len(), "some tasks did not stop within {SHUTDOWN_GRACE:?}; exiting anyway");
+    }
+    if let Some(p) = tracer {
+        // The spans still queued go out, within a bound: a collector that is down must not hold the exit up.
+        let flush = tokio::task::spawn_blocking(move || p.shutdown());
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(2), flush).await;
     }
     info!("rkubelet stopped");
     Ok(())

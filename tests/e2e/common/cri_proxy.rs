@@ -2,7 +2,8 @@
 //! server-streaming, with trailers) to the real runtime's socket. On demand it holds back the calls of chosen
 //! methods whose request names one of chosen strings (a pod's sandbox and container IDs, its UID): such a call is
 //! not forwarded, and so not answered, until the hang is switched off (the runtime then answers it, minutes late,
-//! if the client still waits). Everything else passes untouched.
+//! if the client still waits). Everything else passes untouched. It also records the W3C `traceparent` each call
+//! carried, as a runtime that traces would read it.
 
 use std::collections::BTreeSet;
 use std::convert::Infallible;
@@ -42,6 +43,8 @@ struct Shared {
     forwarded: AtomicUsize,
     /// Held calls per method.
     held_by_method: Mutex<std::collections::BTreeMap<String, usize>>,
+    /// The W3C `traceparent` metadata of each forwarded call that had one, with its method.
+    traceparents: Mutex<Vec<(String, String)>>,
 }
 
 /// A running proxy; stops accepting when dropped.
@@ -71,6 +74,7 @@ impl CriProxy {
             held_now: AtomicUsize::new(0),
             forwarded: AtomicUsize::new(0),
             held_by_method: Mutex::default(),
+            traceparents: Mutex::default(),
         });
         let s = shared.clone();
         let task = tokio::spawn(async move {
@@ -115,6 +119,12 @@ impl CriProxy {
     /// Calls forwarded so far.
     pub fn forwarded(&self) -> usize {
         self.shared.forwarded.load(Ordering::Relaxed)
+    }
+
+    /// `(method, traceparent)` of every call forwarded with trace context so far.
+    #[allow(dead_code)] // not every test that proxies reads it
+    pub fn traceparents(&self) -> Vec<(String, String)> {
+        self.shared.traceparents.lock().unwrap().clone()
     }
 
     /// Held calls per method so far.
@@ -213,6 +223,9 @@ async fn forward(
         return grpc_error(14, "proxy: upstream connection closed");
     }
     shared.forwarded.fetch_add(1, Ordering::Relaxed);
+    if let Some(tp) = parts.headers.get("traceparent").and_then(|v| v.to_str().ok()) {
+        shared.traceparents.lock().unwrap().push((method.clone(), tp.to_string()));
+    }
     match sender.send_request(Request::from_parts(parts, Full::new(body))).await {
         Ok(resp) => resp.map(|b| b.boxed()),
         Err(e) => grpc_error(14, &format!("proxy: forward: {e}")),

@@ -192,6 +192,7 @@ pub async fn rotating_client(
     let hyper_client = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(https);
     let service = tower::ServiceBuilder::new()
         .layer(cfg.base_uri_layer())
+        .option_layer(kubelet_trace::enabled().then(kubelet_trace::HttpTraceLayer::default))
         .option_layer(cfg.auth_layer().map_err(|e| client_err(e.to_string()))?)
         .layer(cfg.extra_headers_layer().map_err(|e| client_err(e.to_string()))?)
         .map_err(BoxError::from)
