@@ -429,3 +429,84 @@ async fn rkubelet_check_reports_the_runtime_and_a_taken_port_with_what_to_do() {
     assert!(text.contains("fix: start the container runtime"), "{text}");
     node.stop_and_clean(&rt).await;
 }
+
+/// The whole body of a response, with its status and content type.
+async fn fetch(api: &KubeletApi, path: &str) -> (u16, String, Vec<u8>) {
+    use http_body_util::BodyExt;
+    let resp = api.send("GET", path).await;
+    let code = resp.status().as_u16();
+    let ct = resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
+    (code, ct, resp.into_body().collect().await.unwrap().to_bytes().to_vec())
+}
+
+/// The samples of a profile whose stack passes through rkubelet's own code, and their total of sample type `i`.
+fn own_samples(p: &kubelet_pprof::proto::Profile, i: usize) -> (usize, i64) {
+    let own: Vec<_> = p
+        .sample
+        .iter()
+        .filter(|s| p.stack(s).iter().any(|f| f.contains("kubelet_server::") || f.contains("rkubelet::")))
+        .collect();
+    (own.len(), own.iter().map(|s| s.value[i]).sum())
+}
+
+/// `/debug/pprof/` (`enableProfilingHandler`, on by default): a CPU profile of the running rkubelet taken while
+/// it serves `/stats/summary` in a loop, and its heap, both pprof's gzip-compressed protobuf with rkubelet's own
+/// functions in their stacks; a second CPU profile meanwhile is refused in Go's words; the index lists them.
+#[tokio::test]
+async fn debug_pprof_profiles_the_running_rkubelet() {
+    let (_g, rt) = fresh_runtime().await;
+    let sleeper = manifest("prof", &[], &[("app", "exec sleep 3600")], "  terminationGracePeriodSeconds: 1\n");
+    let mut node = Node::start_named(NODE, &[("prof.yaml", &sleeper)], anonymous_allowed, vec![]);
+    node.wait_running("prof-e2e-node").await;
+    let api = KubeletApi::new(secure_port());
+    let cpu = tokio::spawn({
+        let api = api.clone();
+        async move { fetch(&api, "/debug/pprof/profile?seconds=3").await }
+    });
+    // Work for the profiler to see, until it answers; meanwhile a second profile is refused.
+    let mut second = None;
+    while !cpu.is_finished() {
+        assert_eq!(api.get("/stats/summary").await.0, 200);
+        if second.is_none() {
+            second = Some(api.get("/debug/pprof/profile?seconds=1").await);
+        }
+    }
+    assert_eq!(
+        second.unwrap(),
+        (500, "Could not enable CPU profiling: cpu profiling already in use\n".into()),
+        "one CPU profile at a time, as Go"
+    );
+    let (code, ct, body) = cpu.await.unwrap();
+    assert_eq!((code, ct.as_str()), (200, "application/octet-stream"));
+    let p = kubelet_pprof::proto::decode(&body).expect("a gzip-compressed pprof profile");
+    let types: Vec<&str> = p.sample_type.iter().map(|t| p.str(t.r#type)).collect();
+    assert_eq!(types, ["samples", "cpu"]);
+    assert!(p.duration_nanos >= 3_000_000_000, "sampled for the 3 s asked: {}", p.duration_nanos);
+    let (n, samples) = own_samples(&p, 0);
+    assert!(n > 0 && samples > 0, "samples in rkubelet's own functions: {} in all", p.sample.len());
+    println!(
+        "cpu profile: {} samples, {samples} through rkubelet's code",
+        p.sample.iter().map(|s| s.value[0]).sum::<i64>()
+    );
+
+    let (code, _, body) = fetch(&api, "/debug/pprof/heap").await;
+    assert_eq!(code, 200);
+    let p = kubelet_pprof::proto::decode(&body).expect("a gzip-compressed pprof profile");
+    let types: Vec<&str> = p.sample_type.iter().map(|t| p.str(t.r#type)).collect();
+    assert_eq!(types, ["alloc_objects", "alloc_space", "inuse_objects", "inuse_space"]);
+    let inuse: i64 = p.sample.iter().map(|s| s.value[3]).sum();
+    let (_, own) = own_samples(&p, 1);
+    assert!(own > 0, "allocations made by rkubelet's own code: {} samples", p.sample.len());
+    // The sampled heap in use is below the process's resident memory.
+    let rss_kib: i64 = std::fs::read_to_string(format!("/proc/{}/status", node.pid()))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:").map(|v| v.trim().trim_end_matches(" kB").parse().unwrap()))
+        .unwrap();
+    assert!(inuse > 0 && inuse < rss_kib * 1024, "heap in use {inuse} B, resident {rss_kib} KiB");
+    println!("heap profile: {} KiB in use of {rss_kib} KiB resident", inuse / 1024);
+    let (code, index) = api.get("/debug/pprof/").await;
+    assert!(code == 200 && index.contains("heap") && index.contains("profile"), "{index}");
+    assert_eq!(api.get("/debug/pprof/goroutine").await, (404, "Unknown profile\n".into()));
+    node.stop_and_clean(&rt).await;
+}

@@ -263,6 +263,7 @@ pub async fn run(
         probe_metrics: kubelet_metrics::prober::registry(),
         stats: stats.clone(),
         verbosity,
+        profiler: Arc::new(crate::server::ProcessProfiler),
     };
     crate::server::start_local(&cfg, &handlers, &tracker, &cancel).await?;
     // The health server listens: tell systemd (Type=notify), and feed its watchdog while the sync loop turns.

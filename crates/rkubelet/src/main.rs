@@ -25,6 +25,10 @@ use kubelet_config::kubelet_config::{KubeletConfiguration, load_file};
 
 use crate::cli::Cli;
 
+/// The system allocator, with the heap sampling `/debug/pprof/heap` reports (Go's `MemProfileRate`).
+#[global_allocator]
+static ALLOC: kubelet_pprof::heap::SamplingAlloc = kubelet_pprof::heap::SamplingAlloc;
+
 /// The Kubernetes version whose kubelet rkubelet mirrors.
 pub const KUBERNETES_VERSION: &str = "v1.35.0";
 

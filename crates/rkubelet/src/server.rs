@@ -34,6 +34,7 @@ pub fn options(cfg: &KubeletConfiguration, node_name: &str) -> Options {
         enable_debugging_handlers: cfg.enable_debugging_handlers.unwrap_or(true),
         enable_system_log_handler: cfg.enable_system_log_handler.unwrap_or(true),
         enable_debug_flags_handler: cfg.enable_debug_flags_handler.unwrap_or(true),
+        enable_profiling_handler: cfg.enable_profiling_handler.unwrap_or(true),
         container_checkpoint: cfg.gate("ContainerCheckpoint"),
         system_log_dir: "/var/log".into(),
         pod_logs_dir: cfg.pod_logs_dir.clone().into(),
@@ -157,4 +158,18 @@ pub async fn start_secure(
     tracker.spawn(serve(l, Some(tls), router, Limits::default(), cancel.clone()));
     info!(address = %a, cert = %settings.cert_file.display(), "kubelet API listening (HTTPS)");
     Ok(())
+}
+
+/// `/debug/pprof/` profiles of this process (`kubelet_pprof`).
+pub struct ProcessProfiler;
+
+#[async_trait::async_trait]
+impl kubelet_server::handlers::Profiler for ProcessProfiler {
+    async fn cpu(&self, duration: std::time::Duration) -> Result<Vec<u8>, String> {
+        kubelet_pprof::cpu::profile(duration).await.map_err(|e| e.to_string())
+    }
+
+    fn heap(&self, allocs: bool) -> Result<Vec<u8>, String> {
+        Ok(kubelet_pprof::heap::profile(allocs))
+    }
 }

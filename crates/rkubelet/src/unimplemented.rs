@@ -73,6 +73,17 @@ pub fn refuse(cfg: &KubeletConfiguration) -> Result<(), String> {
             return not_yet(&format!("cpuManagerPolicyOptions.{name}"), name, what, "another option or none");
         }
     }
+    // Go's block profile (where goroutines wait), which upstream turns on with the profiling handler.
+    if cfg.enable_contention_profiling
+        && cfg.enable_debugging_handlers.unwrap_or(true)
+        && cfg.enable_profiling_handler.unwrap_or(true)
+    {
+        let what = "/debug/pprof/block would record where the kubelet waits";
+        return Err(format!(
+            "invalid configuration: enableContentionProfiling: true is not implemented by rkubelet yet ({what}); set \
+             it to false (CPU and heap profiles are served) or run the upstream kubelet on this node"
+        ));
+    }
     Ok(())
 }
 
@@ -110,6 +121,11 @@ mod tests {
         let mut c = cfg.clone();
         c.memory_swap.swap_behavior = "LimitedSwap".into();
         assert_eq!(refuse(&c), Ok(()), "swap is carried out");
+        let mut c = cfg.clone();
+        c.enable_contention_profiling = true;
+        assert!(refuse(&c).unwrap_err().starts_with("invalid configuration: enableContentionProfiling: true is not"));
+        c.enable_profiling_handler = Some(false);
+        assert_eq!(refuse(&c), Ok(()), "without the profiling handler upstream ignores it too");
         let mut c = cfg;
         c.shutdown_grace_period = std::time::Duration::from_secs(30).into();
         assert_eq!(refuse(&c), Ok(()), "graceful node shutdown is carried out");

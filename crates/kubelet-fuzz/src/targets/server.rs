@@ -127,6 +127,7 @@ fn api() -> std::io::Result<Api> {
             enable_debugging_handlers: true,
             enable_system_log_handler: true,
             enable_debug_flags_handler: true,
+            enable_profiling_handler: true,
             container_checkpoint: true,
             system_log_dir: logs,
             pod_logs_dir: dir.path().join("containers"),
@@ -141,6 +142,7 @@ fn api() -> std::io::Result<Api> {
         stats: Arc::new(NoStats),
         probe_metrics: Arc::new(kubelet_metrics::Registry::new()),
         verbosity: Arc::new(kubelet_server::handlers::FixedVerbosity),
+        profiler: Arc::new(kubelet_server::handlers::NoProfiler),
     };
     let auth = Arc::new(Auth {
         authenticator: Authenticator { anonymous: true, webhook: None },

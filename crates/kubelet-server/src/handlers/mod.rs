@@ -17,6 +17,7 @@ mod health;
 mod metrics;
 mod nodelogs;
 mod pods;
+mod pprof;
 mod streaming;
 
 use std::sync::Arc;
@@ -44,6 +45,8 @@ pub struct Options {
     pub enable_system_log_handler: bool,
     /// `enableDebugFlagsHandler`: `/debug/flags/v`.
     pub enable_debug_flags_handler: bool,
+    /// `enableProfilingHandler`: `/debug/pprof/`.
+    pub enable_profiling_handler: bool,
     /// `ContainerCheckpoint`: `/checkpoint/...`.
     pub container_checkpoint: bool,
     /// The folder `/logs/` serves (`/var/log`).
@@ -78,9 +81,12 @@ pub struct Handlers {
     pub probe_metrics: Arc<kubelet_metrics::Registry>,
     /// What `/debug/flags/v` changes.
     pub verbosity: Arc<dyn Verbosity>,
+    /// What takes `/debug/pprof/` profiles.
+    pub profiler: Arc<dyn Profiler>,
 }
 
 pub use debug::{DEBUG_FLAG_PATH, FixedVerbosity, Verbosity};
+pub use pprof::{NoProfiler, Profiler};
 
 /// A plain-text answer as Go's `http.Error` writes it.
 pub(crate) fn text(code: StatusCode, body: impl Into<String>) -> Response {
@@ -229,6 +235,7 @@ pub fn secure_router(h: Handlers, auth: Arc<Auth>) -> Router {
     let mut r = default_routes(Router::new());
     r = if h.options.enable_debugging_handlers {
         let r = debug::routes(pods::debug_routes(r), h.options.enable_debug_flags_handler);
+        let r = pprof::routes(r, h.options.enable_profiling_handler);
         if h.options.container_checkpoint { checkpoint::routes(r) } else { r }
     } else {
         disabled_routes(r)

@@ -105,6 +105,7 @@ pub(crate) fn handlers(host: Arc<FakeHost>, debugging: bool) -> Handlers {
             enable_debugging_handlers: debugging,
             enable_system_log_handler: true,
             enable_debug_flags_handler: true,
+            enable_profiling_handler: true,
             container_checkpoint: true,
             system_log_dir: PathBuf::from("/nonexistent"),
             pod_logs_dir: PathBuf::from("/"),
@@ -119,6 +120,7 @@ pub(crate) fn handlers(host: Arc<FakeHost>, debugging: bool) -> Handlers {
         probe_metrics: Arc::new(kubelet_metrics::Registry::new()),
         stats: Arc::new(crate::stats::tests::FixedStats(crate::stats::tests::sample())),
         verbosity: Arc::new(FixedVerbosity),
+        profiler: Arc::new(NoProfiler),
     }
 }
 
@@ -683,4 +685,59 @@ async fn checkpoint_is_served_only_with_its_gate_and_the_debugging_handlers() {
         (404, "404: Page Not Found".into()),
         "ContainerCheckpoint off: no such path, as upstream"
     );
+}
+
+/// Answers profiles with their kind; the CPU profiler is busy for 7 s.
+#[derive(Default)]
+struct FakeProfiler(Mutex<Vec<String>>);
+
+#[async_trait::async_trait]
+impl Profiler for FakeProfiler {
+    async fn cpu(&self, d: Duration) -> Result<Vec<u8>, String> {
+        self.0.lock().unwrap().push(format!("cpu {}s", d.as_secs()));
+        if d.as_secs() == 7 { Err("cpu profiling already in use".into()) } else { Ok(b"cpu".to_vec()) }
+    }
+    fn heap(&self, allocs: bool) -> Result<Vec<u8>, String> {
+        self.0.lock().unwrap().push(format!("heap allocs={allocs}"));
+        Ok(b"heap".to_vec())
+    }
+}
+
+#[tokio::test]
+async fn debug_pprof_serves_profiles_as_go_and_answers_disabled_when_turned_off() {
+    let profiler = Arc::new(FakeProfiler::default());
+    let mut h = handlers(Arc::new(FakeHost::default()), true);
+    h.profiler = profiler.clone();
+    let r = secure_router(h.clone(), allow_all());
+    let get = |uri: &'static str| call(&r, "GET", uri, PeerCert::None, &[]);
+    assert_eq!(get("/debug/pprof/profile?seconds=2").await, (200, "cpu".into()));
+    assert_eq!(get("/debug/pprof/profile?seconds=x").await, (200, "cpu".into()), "Go's default of 30 s");
+    assert_eq!(
+        get("/debug/pprof/profile?seconds=14401").await,
+        (400, "profile duration exceeds server's WriteTimeout\n".into())
+    );
+    assert_eq!(
+        get("/debug/pprof/profile?seconds=7").await,
+        (500, "Could not enable CPU profiling: cpu profiling already in use\n".into())
+    );
+    assert_eq!(get("/debug/pprof/heap").await, (200, "heap".into()));
+    assert_eq!(get("/debug/pprof/allocs").await, (200, "heap".into()));
+    assert_eq!(*profiler.0.lock().unwrap(), ["cpu 2s", "cpu 30s", "cpu 7s", "heap allocs=false", "heap allocs=true"]);
+    assert_eq!(get("/debug/pprof/goroutine").await, (404, "Unknown profile\n".into()));
+    let (code, index) = get("/debug/pprof/").await;
+    assert!(code == 200 && index.contains("Types of profiles available"), "{code} {index}");
+    assert_eq!(get("/debug/pprof/cmdline").await, (200, std::env::args().collect::<Vec<_>>().join("\0")));
+    assert_eq!(call(&r, "POST", "/debug/pprof/heap", PeerCert::None, &[]).await.0, 405);
+
+    let mut off = h.clone();
+    off.options = Arc::new(Options { enable_profiling_handler: false, ..(*h.options).clone() });
+    let r = secure_router(off, allow_all());
+    let get = |uri: &'static str| call(&r, "GET", uri, PeerCert::None, &[]);
+    assert_eq!(get("/debug/pprof/heap").await, (405, "profiling endpoint is disabled.\n".into()));
+    let mut no_debugging = h.clone();
+    no_debugging.options = Arc::new(Options { enable_debugging_handlers: false, ..(*h.options).clone() });
+    let r = secure_router(no_debugging, allow_all());
+    let get = |uri: &'static str| call(&r, "GET", uri, PeerCert::None, &[]);
+    assert_eq!(get("/debug/pprof/heap").await, (405, "Debug endpoints are disabled.\n".into()));
+    assert_eq!(profiler.0.lock().unwrap().len(), 5, "nothing profiled while turned off");
 }
