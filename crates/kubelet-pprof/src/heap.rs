@@ -13,7 +13,7 @@ use std::cell::Cell;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::proto::{Builder, Frame};
+use crate::proto::Builder;
 
 /// Go's default `MemProfileRate`: one sample per this many bytes on average.
 pub const RATE: u64 = 512 * 1024;
@@ -307,27 +307,15 @@ pub fn profile(allocs: bool) -> Vec<u8> {
     if allocs {
         b.default_sample_type("alloc_space");
     }
+    let mut symbols = crate::Symbols::default();
     for st in rows {
-        let mut stack = Vec::with_capacity(st.depth as usize);
-        for ip in &st.ips[..st.depth as usize] {
-            let mut frames = vec![];
-            // The return address points after the call: look up the call itself.
-            backtrace::resolve((*ip).saturating_sub(1) as *mut std::ffi::c_void, |sym| {
-                frames.push(Frame {
-                    name: sym.name().map(|n| format!("{n:#}")).unwrap_or_else(|| format!("{ip:#x}")),
-                    file: sym.filename().map(|f| f.display().to_string()).unwrap_or_default(),
-                    line: i64::from(sym.lineno().unwrap_or(0)),
-                });
-            });
-            if frames.is_empty() {
-                frames.push(Frame { name: format!("{ip:#x}"), file: String::new(), line: 0 });
-            }
-            stack.push(b.location(*ip as u64, &frames));
-        }
+        let stack: Vec<u64> = st.ips[..st.depth as usize].iter().map(|ip| symbols.location(&mut b, *ip)).collect();
         let (ao, ab) = scale(st.allocs, st.alloc_bytes);
         let (io, ib) = scale(st.allocs - st.frees, st.alloc_bytes - st.free_bytes);
         b.sample(stack, vec![ao, ab, io, ib]);
     }
+    drop(symbols);
+    crate::release_symbols();
     b.finish(crate::cpu::now_nanos(), 0)
 }
 
