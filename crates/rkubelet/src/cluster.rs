@@ -138,6 +138,12 @@ pub async fn start(
         cancel,
     )
     .await?;
+    // Three clients over one connection pool, as upstream's three clientsets: the node status and the lease go
+    // unthrottled (its HeartbeatClient, QPS -1), events are paced by the event writer at eventRecordQPS and
+    // eventBurst (its EventClient), and everything else by kubeAPIQPS and kubeAPIBurst. Sharing one limiter would
+    // let a burst of pod events hold up the pods' status patches and the node's heartbeat.
+    let heartbeat = Arc::new(api.clone());
+    let events_api = Arc::new(api.clone());
     let api =
         Arc::new(api.with_rate_limit(f64::from(cfg.kube_api_qps.unwrap_or(50)), cfg.kube_api_burst.max(1) as u32));
     let inputs = d.inputs;
@@ -163,7 +169,7 @@ pub async fn start(
             register_with_taints: cfg.register_with_taints.clone(),
             register_schedulable: true,
         };
-        let m = NodeStatusManager::new(api.clone(), signals, inputs, ns_cfg, d.clock.clone())
+        let m = NodeStatusManager::new(heartbeat.clone(), signals, inputs, ns_cfg, d.clock.clone())
             .with_recorder(Arc::new(d.events.0.clone()))
             .with_node_watch(d.node_watch)
             .with_wake(wake)
@@ -174,7 +180,7 @@ pub async fn start(
     }
     let (sink, rx) = d.events;
     let writer = EventWriter::new(
-        api.clone(),
+        events_api,
         rx,
         d.node_name.to_string(),
         d.clock.clone(),
@@ -184,8 +190,8 @@ pub async fn start(
     tracker.spawn(writer.run(cancel.clone()));
     sink.event(&node_reference(d.node_name), NORMAL, reason::STARTING, "Starting kubelet.".into());
     let lease = LeaseController::new(
-        api.clone(),
-        api.clone(),
+        heartbeat.clone(),
+        heartbeat,
         d.node_name.to_string(),
         cfg.node_lease_duration_seconds,
         d.clock,
