@@ -158,9 +158,13 @@ async fn memory_scenario(notifier: bool) -> Duration {
         .await;
     assert!(!events.trim().is_empty(), "an Evicted event on the pod");
 
-    // The metrics count it under its signal.
-    let metrics = http_get(read_only_port(), "/metrics").await.map(|(_, b)| b).unwrap_or_default();
-    assert!(metrics.contains("kubelet_evictions{eviction_signal=\"memory.available\"} 1"), "{}", tail(&metrics, 30));
+    // The metrics count it under its signal, once the kill has returned (as upstream, after the status is out).
+    let metrics = node
+        .wait_for("kubelet_evictions counted", Duration::from_secs(30), || async {
+            let m = http_get(read_only_port(), "/metrics").await.map(|(_, b)| b).unwrap_or_default();
+            m.contains("kubelet_evictions{eviction_signal=\"memory.available\"} 1").then_some(m)
+        })
+        .await;
     assert!(metrics.contains("kubelet_eviction_stats_age_seconds_count{eviction_signal=\"memory.available\"}"));
 
     // The Guaranteed bystander was not touched.
