@@ -113,6 +113,7 @@ fn raise_open_files_limit() {
 }
 
 fn main() -> ExitCode {
+    residency::limit_arenas();
     residency::map_code_on_demand();
     raise_open_files_limit();
     let mut args: Vec<std::ffi::OsString> = std::env::args_os().collect();

@@ -9,6 +9,12 @@
 //! leaves the resident set too. Only executable mappings of the binary itself are touched: never data, relocated
 //! read-only data or anything writable. Linux only; a failure only costs memory, so it is logged at debug and
 //! ignored.
+//!
+//! The heap likewise: glibc keeps what was freed in its arenas (one per thread up to eight per core), so a burst
+//! (a hundred pods starting, their status patches and events in flight) left its peak resident for good — 40% of
+//! the anonymous memory at 100 steady pods. [`limit_arenas`] caps the arenas at two before any thread starts, and
+//! [`return_free_heap`], called every [`TRIM_EVERY`] by `app`, gives free heap pages back to the kernel
+//! (`malloc_trim`), as Go's background scavenger does for the upstream kubelet.
 
 use std::path::PathBuf;
 
@@ -59,6 +65,28 @@ pub fn drop_startup_code() {
     advise(&text_mappings(), libc::MADV_DONTNEED);
 }
 
+/// How often free heap pages go back to the kernel.
+pub const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// At start-up, before any other thread: at most two malloc arenas (a 2-core node's kubelet gains nothing from more,
+/// and each keeps its own free memory).
+pub fn limit_arenas() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes glibc's allocator settings; called before any thread exists.
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 2);
+    }
+}
+
+/// Gives the free pages of the heap back to the kernel (well under a millisecond for rkubelet's heap).
+pub fn return_free_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free memory of glibc's heaps.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,5 +99,22 @@ mod tests {
         drop_startup_code();
         // Still running: the code came back from the page cache.
         assert_eq!(text_mappings(), maps);
+    }
+
+    #[test]
+    fn freed_heap_goes_back_to_the_kernel() {
+        fn anon_kib() -> u64 {
+            let s = std::fs::read_to_string("/proc/self/status").unwrap();
+            s.lines().find_map(|l| l.strip_prefix("RssAnon:")).unwrap().trim().trim_end_matches(" kB").parse().unwrap()
+        }
+        // 64 MiB in blocks small enough for the heap (below the mmap threshold), touched, then freed but the last.
+        let mut blocks: Vec<Vec<u8>> = (0..2048).map(|i| vec![i as u8; 32 * 1024]).collect();
+        let keep = blocks.pop();
+        let before = anon_kib();
+        drop(blocks);
+        return_free_heap();
+        let after = anon_kib();
+        assert!(after + 32 * 1024 < before, "64 MiB freed: {before} KiB resident before the trim, {after} KiB after");
+        drop(keep);
     }
 }
