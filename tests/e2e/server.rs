@@ -458,21 +458,24 @@ async fn debug_pprof_profiles_the_running_rkubelet() {
     let sleeper = manifest("prof", &[], &[("app", "exec sleep 3600")], "  terminationGracePeriodSeconds: 1\n");
     let mut node = Node::start_named(NODE, &[("prof.yaml", &sleeper)], anonymous_allowed, vec![]);
     node.wait_running("prof-e2e-node").await;
+    let log_path = node.log_path();
+    let node_log = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
     let api = KubeletApi::new(secure_port());
     let cpu = tokio::spawn({
         let api = api.clone();
         async move { fetch(&api, "/debug/pprof/profile?seconds=3").await }
     });
-    // Work for the profiler to see, until it answers; meanwhile a second profile is refused.
-    let mut second = None;
+    // Once it runs, a second profile is refused; work for the profiler to see until it answers.
+    node.wait_for("the CPU profile started", Duration::from_secs(10), || async {
+        node_log(&log_path).contains("cpu profile started").then_some(())
+    })
+    .await;
+    let second = api.get("/debug/pprof/profile?seconds=1").await;
     while !cpu.is_finished() {
         assert_eq!(api.get("/stats/summary").await.0, 200);
-        if second.is_none() {
-            second = Some(api.get("/debug/pprof/profile?seconds=1").await);
-        }
     }
     assert_eq!(
-        second.unwrap(),
+        second,
         (500, "Could not enable CPU profiling: cpu profiling already in use\n".into()),
         "one CPU profile at a time, as Go"
     );

@@ -72,12 +72,15 @@ extern "C" fn on_sigprof(_: libc::c_int, _: *mut libc::siginfo_t, _: *mut libc::
 /// Samples the process for `duration`; one profile at a time, as Go's.
 pub async fn profile(duration: Duration) -> Result<Vec<u8>, ProfileError> {
     let mut p = CpuProfile::start()?;
+    tracing::info!(seconds = duration.as_secs(), "cpu profile started");
     let end = tokio::time::Instant::now() + duration;
     while tokio::time::Instant::now() < end {
         tokio::time::sleep_until(end.min(tokio::time::Instant::now() + DRAIN_EVERY)).await;
         p.drain();
     }
-    Ok(p.finish())
+    let profile = p.finish();
+    tracing::info!(bytes = profile.len(), "cpu profile taken");
+    Ok(profile)
 }
 
 /// A CPU profile being taken: sampling stops when it is finished or dropped.
