@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, LazyLock};
 
-use crate::{Collector, CounterVec, DEFAULT_BUCKETS, GaugeVec, HistogramVec, Opts, Registry};
+use crate::{Collector, CounterVec, DEFAULT_BUCKETS, HistogramVec, Opts, Registry};
 
 /// `prober_probe_total{container,namespace,pod,pod_uid,probe_type,result}`.
 pub static PROBE_TOTAL: LazyLock<Arc<CounterVec>> = LazyLock::new(|| {
@@ -32,13 +32,7 @@ pub fn registry() -> Arc<Registry> {
         let r = Registry::new();
         r.register(PROBE_TOTAL.clone() as Arc<dyn Collector>);
         r.register(PROBE_DURATION.clone() as Arc<dyn Collector>);
-        let start = GaugeVec::new(Opts::alpha(
-            "process_start_time_seconds",
-            "Start time of the process since unix epoch in seconds.",
-            &[],
-        ));
-        start.set(&[], crate::process::read().start_time);
-        r.register(Arc::new(start));
+        r.register(crate::process::start_time_gauge());
         Arc::new(r)
     });
     R.clone()

@@ -14,6 +14,17 @@ const NAMES: [&str; 7] = [
     "process_virtual_memory_max_bytes",
 ];
 
+/// `process_start_time_seconds` alone, as component-base registers it beside the probe and SLI metrics.
+pub(crate) fn start_time_gauge() -> std::sync::Arc<dyn Collector> {
+    let start = crate::GaugeVec::new(Opts::alpha(
+        "process_start_time_seconds",
+        "Start time of the process since unix epoch in seconds.",
+        &[],
+    ));
+    start.set(&[], read().start_time);
+    std::sync::Arc::new(start)
+}
+
 /// The `process_*` families of the running process.
 #[derive(Default)]
 pub struct ProcessCollector;

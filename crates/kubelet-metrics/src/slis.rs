@@ -42,13 +42,7 @@ pub fn registry() -> Arc<Registry> {
         let r = Registry::new();
         r.register(HEALTHCHECK.clone() as Arc<dyn Collector>);
         r.register(HEALTHCHECKS_TOTAL.clone() as Arc<dyn Collector>);
-        let start = GaugeVec::new(Opts::alpha(
-            "process_start_time_seconds",
-            "Start time of the process since unix epoch in seconds.",
-            &[],
-        ));
-        start.set(&[], crate::process::read().start_time);
-        r.register(Arc::new(start));
+        r.register(crate::process::start_time_gauge());
         Arc::new(r)
     });
     R.clone()

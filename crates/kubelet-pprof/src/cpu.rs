@@ -79,7 +79,7 @@ pub async fn profile(duration: Duration) -> Result<Vec<u8>, ProfileError> {
         p.drain();
     }
     let profile = p.finish();
-    tracing::info!(bytes = profile.len(), "cpu profile taken");
+    tracing::info!(bytes = profile.len(), droppedSamples = dropped(), "cpu profile taken");
     Ok(profile)
 }
 
@@ -204,7 +204,7 @@ impl Drop for CpuProfile {
 }
 
 /// Samples dropped for a full ring since the process started.
-pub fn dropped() -> usize {
+fn dropped() -> usize {
     DROPPED.load(Ordering::Relaxed)
 }
 

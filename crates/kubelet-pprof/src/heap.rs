@@ -222,37 +222,31 @@ fn sampled_layout(layout: Layout) -> Option<Layout> {
     Layout::from_size_align(layout.size(), layout.align().max(MARK)).ok()
 }
 
+/// An allocation of `layout` by `system`: when sampled, with the marking alignment, and recorded.
+fn allocate(layout: Layout, system: impl Fn(Layout) -> *mut u8) -> *mut u8 {
+    if due(layout.size())
+        && let Some(l) = sampled_layout(layout)
+    {
+        let p = system(l);
+        if !p.is_null() {
+            record(p, layout.size());
+        }
+        return p;
+    }
+    system(layout)
+}
+
 // SAFETY: every block comes from `System`; a sampled block is only aligned more strictly than asked, and `System`
 // frees any block with `free`, whatever the layout.
 unsafe impl GlobalAlloc for SamplingAlloc {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if due(layout.size())
-            && let Some(l) = sampled_layout(layout)
-        {
-            // SAFETY: a valid, non-zero-size layout (the caller's, more aligned).
-            let p = unsafe { System.alloc(l) };
-            if !p.is_null() {
-                record(p, layout.size());
-            }
-            return p;
-        }
-        // SAFETY: the caller's layout.
-        unsafe { System.alloc(layout) }
+        // SAFETY: `System.alloc` with the caller's layout, or the same more aligned.
+        allocate(layout, |l| unsafe { System.alloc(l) })
     }
 
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        if due(layout.size())
-            && let Some(l) = sampled_layout(layout)
-        {
-            // SAFETY: as `alloc`.
-            let p = unsafe { System.alloc_zeroed(l) };
-            if !p.is_null() {
-                record(p, layout.size());
-            }
-            return p;
-        }
-        // SAFETY: the caller's layout.
-        unsafe { System.alloc_zeroed(layout) }
+        // SAFETY: as `alloc`.
+        allocate(layout, |l| unsafe { System.alloc_zeroed(l) })
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
@@ -316,10 +310,9 @@ pub fn profile(allocs: bool) -> Vec<u8> {
     }
     drop(symbols);
     crate::release_symbols();
+    let dropped = DROPPED.load(Ordering::Relaxed);
+    if dropped > 0 {
+        tracing::info!(droppedSamples = dropped, "heap samples dropped for want of room in the sampler's tables");
+    }
     b.finish(crate::cpu::now_nanos(), 0)
-}
-
-/// Sampled blocks not freed yet, and samples dropped for want of room (tests, diagnostics).
-pub fn counts() -> (usize, usize) {
-    (LIVE_BLOCKS.load(Ordering::Relaxed), DROPPED.load(Ordering::Relaxed))
 }

@@ -230,8 +230,11 @@ fn insecure_tls() -> Arc<rustls::ClientConfig> {
         .clone()
 }
 
+/// Accepts any server certificate, as Go's `InsecureSkipVerify` (HTTPS probes; `rkubelet explain` towards a
+/// kubelet's usually self-signed serving certificate); handshake signatures are still checked with the provider's
+/// algorithms.
 #[derive(Debug)]
-struct NoVerify(Arc<rustls::crypto::CryptoProvider>);
+pub struct NoVerify(pub Arc<rustls::crypto::CryptoProvider>);
 
 impl rustls::client::danger::ServerCertVerifier for NoVerify {
     fn verify_server_cert(

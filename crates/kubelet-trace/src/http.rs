@@ -11,7 +11,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context as TaskContext, Poll};
 
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _, Tracer as _};
+use opentelemetry::trace::{SpanKind, Status, TraceContextExt as _};
 use opentelemetry::{Context, KeyValue};
 
 /// otelhttp's instrumentation scope.
@@ -125,14 +125,7 @@ fn request_span<B>(req: &http::Request<B>, base: Option<&http::Uri>) -> Context 
     if let Some(port) = uri.port_u16() {
         attrs.push(KeyValue::new("net.peer.port", i64::from(port)));
     }
-    let tracer = opentelemetry::global::tracer(HTTP_SCOPE);
-    let parent = Context::current();
-    let span = tracer
-        .span_builder(format!("HTTP {}", req.method()))
-        .with_kind(SpanKind::Client)
-        .with_attributes(attrs)
-        .start_with_context(&tracer, &parent);
-    parent.with_span(span)
+    crate::start(HTTP_SCOPE, format!("HTTP {}", req.method()), SpanKind::Client, attrs)
 }
 
 /// The path and query as Go's `url.String` writes them: no `?` for an empty query.

@@ -9,43 +9,6 @@ use std::sync::Arc;
 use http_body_util::BodyExt;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
 
-#[derive(Debug)]
-struct AnyServer;
-
-impl rustls::client::danger::ServerCertVerifier for AnyServer {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        Ok(rustls::client::danger::ServerCertVerified::assertion())
-    }
-    fn verify_tls12_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        let p = rustls::crypto::ring::default_provider();
-        rustls::crypto::verify_tls12_signature(m, c, d, &p.signature_verification_algorithms)
-    }
-    fn verify_tls13_signature(
-        &self,
-        m: &[u8],
-        c: &CertificateDer<'_>,
-        d: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        let p = rustls::crypto::ring::default_provider();
-        rustls::crypto::verify_tls13_signature(m, c, d, &p.signature_verification_algorithms)
-    }
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        rustls::crypto::ring::default_provider().signature_verification_algorithms.supported_schemes()
-    }
-}
-
 /// The command's options.
 #[derive(Debug, Default, PartialEq)]
 pub struct Options {
@@ -104,12 +67,11 @@ pub async fn run(o: &Options) -> Result<String, String> {
     };
     let authority = o.server.strip_prefix("https://").ok_or("--server must be https://HOST:PORT")?.to_string();
     let host = authority.rsplit_once(':').map_or(authority.as_str(), |(h, _)| h).trim_matches(['[', ']']).to_string();
-    let builder = || {
-        rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map(|b| b.dangerous().with_custom_certificate_verifier(Arc::new(AnyServer)))
-    };
-    let builder = builder().map_err(|e| e.to_string())?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map(|b| b.dangerous().with_custom_certificate_verifier(Arc::new(kubelet_prober::http::NoVerify(provider))))
+        .map_err(|e| e.to_string())?;
     let cfg = match &o.cert {
         Some((c, k)) => {
             let certs: Vec<_> = CertificateDer::pem_slice_iter(c.as_bytes()).filter_map(Result::ok).collect();
