@@ -110,13 +110,14 @@ fn fits(pod: &Pod, others: &[Arc<Pod>], node: &Node) -> Vec<Failure> {
     let mut used: HashMap<String, i64> = HashMap::new();
     for o in others {
         for (k, v) in pod_requests(o, &|_| false) {
-            *used.entry(k).or_default() += v;
+            let e = used.entry(k).or_default();
+            *e = e.saturating_add(v);
         }
     }
     let get = |m: &HashMap<String, i64>, k: &str| m.get(k).copied().unwrap_or(0);
     let mut check = |name: &str| {
         let r = get(&req, name);
-        if r > 0 && r > get(&alloc, name) - get(&used, name) {
+        if r > 0 && r > get(&alloc, name).saturating_sub(get(&used, name)) {
             out.push(Failure::Resource {
                 name: name.into(),
                 requested: r,
