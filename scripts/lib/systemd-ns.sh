@@ -37,6 +37,21 @@
 #   RK_SYSTEMD_CNI_NETWORK / _BRIDGE / _SUBNET   CNI of `containerd`
 #                             (default rk-systemd / rksd0 / 10.89.0.0/16)
 #   RKUBELET_SNAPSHOTTER      as in node-setup.sh (default overlayfs)
+#   RK_SYSTEMD_NETNS          a network namespace (its name under /run/netns,
+#                             made by the caller) to run in instead of the
+#                             host's: a second "machine" with its own
+#                             addresses, ports and CNI bridge; /sys is then
+#                             that namespace's sysfs. exec enters it too.
+#   RK_SYSTEMD_PRIVATE        absolute paths (blank-separated) that are the
+#                             namespace's own instead of the host's: each is
+#                             DIR/root/PATH bound over PATH inside (e.g.
+#                             /etc/kubernetes /var/lib/kubelet for a kubeadm
+#                             node), so two nodes never share kubelet state
+#   RK_SYSTEMD_HOSTNAME       the namespace's host name (its own UTS namespace)
+#   RK_SYSTEMD_HOSTS          lines added to the namespace's own copy of
+#                             /etc/hosts ("10.0.0.2 node-b"), so that names
+#                             resolve without a DNS server
+#   RK_SYSTEMD_SANDBOX_IMAGE  containerd's sandbox image (default localhost/pause:1)
 #
 # Files in DIR: pid, unshare.pid, cgroups (host cgroup dirs made by start),
 # hierarchies, units/ (SYSTEMD_UNIT_PATH), generators/ (empty on purpose),
@@ -183,11 +198,11 @@ running_pid() {
     echo "$pid"
 }
 
-# in_ns PID CMD...: run CMD in systemd's namespaces (all but the network one).
+# in_ns PID CMD...: run CMD in systemd's namespaces (the network one is the host's unless RK_SYSTEMD_NETNS).
 in_ns() {
     local pid="$1"
     shift
-    nsenter -t "$pid" -m -p -C -u -i -- "$@"
+    nsenter -t "$pid" -m -p -C -u -i -n -- "$@"
 }
 
 # --------------------------------------------------------------------------
@@ -358,7 +373,12 @@ cmd___host() {
     #   the hierarchies mounted inside (and systemd's "/") are .../$CG_NAME.
     # --propagation private: nothing mounted inside shows up on the host.
     # --mount-proc: a /proc of the new PID namespace.
-    exec unshare --cgroup --pid --mount --uts --ipc --fork --propagation private --mount-proc \
+    local netns=()
+    if [[ -n "${RK_SYSTEMD_NETNS:-}" ]]; then
+        [[ -e "/run/netns/$RK_SYSTEMD_NETNS" ]] || die "no network namespace /run/netns/$RK_SYSTEMD_NETNS"
+        netns=(nsenter "--net=/run/netns/$RK_SYSTEMD_NETNS" --)
+    fi
+    exec "${netns[@]}" unshare --cgroup --pid --mount --uts --ipc --fork --propagation private --mount-proc \
         "$SELF" __init "$DIR"
 }
 
@@ -398,6 +418,27 @@ for p in sys.stdin.read().splitlines():
     mount -t tmpfs -o mode=755,nosuid,nodev tmpfs /run
     mkdir -p /run/lock
     ln -s /dev/shm /run/shm
+    # 2b. In a network namespace of its own: that namespace's sysfs (its /sys/class/net), before the cgroups go
+    #     under it. The folders of RK_SYSTEMD_PRIVATE, and the host name.
+    if [[ -n "${RK_SYSTEMD_NETNS:-}" ]]; then
+        mount -t sysfs -o nosuid,nodev,noexec sysfs /sys
+    fi
+    local p
+    for p in ${RK_SYSTEMD_PRIVATE:-}; do
+        [[ "$p" == /?* ]] || { echo "RK_SYSTEMD_PRIVATE: $p is not an absolute path" >&2; exit 1; }
+        mkdir -p "$DIR/root$p" "$p"
+        mount --bind "$DIR/root$p" "$p"
+    done
+    # (systemd sets the host name from /etc/hostname as it boots)
+    if [[ -n "${RK_SYSTEMD_HOSTNAME:-}" ]]; then
+        echo "$RK_SYSTEMD_HOSTNAME" >"$DIR/hostname"
+        mount --bind "$DIR/hostname" /etc/hostname
+        hostname "$RK_SYSTEMD_HOSTNAME"
+    fi
+    if [[ -n "${RK_SYSTEMD_HOSTS:-}" ]]; then
+        { cat /etc/hosts; printf '%s\n' "$RK_SYSTEMD_HOSTS"; } >"$DIR/hosts"
+        mount --bind "$DIR/hosts" /etc/hosts
+    fi
     # 3. The cgroup hierarchies again, seen through the cgroup namespace: each
     #    is rooted at .../$CG_NAME of the host.
     mount -t tmpfs -o mode=755,nosuid,nodev,noexec cgroup /sys/fs/cgroup
@@ -477,9 +518,9 @@ cmd_exec() {
     while IFS= read -r d; do
         echo 0 >"$d/cgroup.procs" || warn "could not join $d"
     done <"$CGFILE"
-    # -m -p -C -u -i: all of systemd's namespaces (the network one is the host's).
+    # -m -p -C -u -i -n: all of systemd's namespaces (the network one is the host's unless RK_SYSTEMD_NETNS).
     # --wd: keep the working directory (setns to a mount namespace resets it to /).
-    exec nsenter -t "$pid" -m -p -C -u -i --wd="$PWD" -- "$@"
+    exec nsenter -t "$pid" -m -p -C -u -i -n --wd="$PWD" -- "$@"
 }
 
 # --------------------------------------------------------------------------
@@ -521,8 +562,11 @@ cmd_stop() {
     # network namespaces (/run/netns inside) and veths went with the namespace.
     # (Not removed: portmap iptables chains, if a pod used hostPort.)
     if [[ -d "$DIR/containerd" ]]; then
-        if ip link show "$CNI_BRIDGE" >/dev/null 2>&1; then
-            ip link delete "$CNI_BRIDGE" || warn "could not delete bridge $CNI_BRIDGE"
+        local ipn=(ip)
+        [[ -z "${RK_SYSTEMD_NETNS:-}" ]] || ipn=(ip -n "$RK_SYSTEMD_NETNS")
+        if [[ ( -z "${RK_SYSTEMD_NETNS:-}" || -e "/run/netns/$RK_SYSTEMD_NETNS" ) ]] &&
+            "${ipn[@]}" link show "$CNI_BRIDGE" >/dev/null 2>&1; then
+            "${ipn[@]}" link delete "$CNI_BRIDGE" || warn "could not delete bridge $CNI_BRIDGE"
         fi
         rm -rf "/var/lib/cni/networks/$CNI_NETWORK"
         rm -f /var/lib/cni/results/"$CNI_NETWORK"-*
@@ -578,7 +622,7 @@ oom_score = 0
 
 [plugins]
   [plugins."io.containerd.grpc.v1.cri"]
-    sandbox_image = "localhost/pause:1"
+    sandbox_image = "${RK_SYSTEMD_SANDBOX_IMAGE:-localhost/pause:1}"
     # (the runtime-v1 knob; the runc v2 option below is the one that counts)
     systemd_cgroup = false
     disable_apparmor = true
