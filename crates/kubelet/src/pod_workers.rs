@@ -6,6 +6,11 @@
 //! terminating never runs again. A worker resyncs its pod every `syncFrequency` by itself, retries failed steps
 //! after their delay, and exits once the pod is terminated. Cancellation stops every worker between steps;
 //! pods keep running in the runtime.
+//!
+//! Static pods with the same full name (`name_namespace`: an edited manifest gives a new UID) start one at a time
+//! and in the order they arrived (`allowStaticPodStart`): the new one waits until the old one has terminated and
+//! been cleaned up, so two kube-apiservers of a control-plane node never run at once. A waiting pod is started as
+//! soon as its predecessor finishes (upstream polls every second).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,6 +28,9 @@ use kubelet_eviction::EvictionStatus;
 
 /// Retry delay of a failed termination step.
 const TERMINATION_RETRY: Duration = Duration::from_secs(1);
+/// How often a static pod waiting for its predecessor checks again (`backOffPeriod`); it is also woken when the
+/// predecessor finishes.
+const STATIC_POD_START_RETRY: Duration = Duration::from_secs(1);
 
 /// Why an update is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,6 +89,11 @@ struct PodState {
     terminating: Option<CancellationToken>,
     /// The status a kill asked for; the first one wins.
     status: Option<EvictionStatus>,
+    /// A static pod's full name (`name_namespace`).
+    fullname: Option<String>,
+    /// A create arrived for this UID after its termination began (a static pod's manifest restored unchanged):
+    /// once finished, housekeeping forgets the worker and starts the pod afresh (`restartRequested`).
+    restart_requested: bool,
 }
 
 /// The grace period a termination uses (`calculateEffectiveGracePeriod`): the shortest of the current one, the
@@ -115,6 +128,48 @@ struct Work {
 #[derive(Default)]
 struct Shared {
     pods: Mutex<HashMap<PodUid, PodState>>,
+    /// Static pods by full name (locked after `pods`, never alone before it).
+    statics: Mutex<StaticPods>,
+}
+
+/// `startedStaticPodsByFullname` and `waitingToStartStaticPodsByFullname`.
+#[derive(Default)]
+struct StaticPods {
+    started: HashMap<String, PodUid>,
+    waiting: HashMap<String, Vec<PodUid>>,
+}
+
+/// Whether the static pod `uid` may start (`allowStaticPodStart`): no other static pod of that full name has
+/// started, and it is the first of those waiting that is still meant to run.
+fn allow_static_start(
+    pods: &HashMap<PodUid, PodState>,
+    statics: &mut StaticPods,
+    fullname: &str,
+    uid: &PodUid,
+) -> bool {
+    if let Some(started) = statics.started.get(fullname) {
+        return started == uid;
+    }
+    let waiting = statics.waiting.remove(fullname).unwrap_or_default();
+    let mut rest = waiting.as_slice();
+    while let Some((first, tail)) = rest.split_first() {
+        let runnable = pods.get(first).is_some_and(|st| st.phase == WorkerPhase::Syncing);
+        if !runnable {
+            rest = tail;
+            continue;
+        }
+        if first != uid {
+            statics.waiting.insert(fullname.to_string(), rest.to_vec());
+            return false;
+        }
+        rest = tail;
+        break;
+    }
+    if !rest.is_empty() {
+        statics.waiting.insert(fullname.to_string(), rest.to_vec());
+    }
+    statics.started.insert(fullname.to_string(), uid.clone());
+    true
 }
 
 /// The pod workers.
@@ -146,10 +201,20 @@ impl PodWorkers {
     /// Hands an update to the pod's worker, starting the worker for a new pod.
     pub fn update_pod(&self, opts: UpdatePodOptions) {
         let mut pods = self.shared.pods.lock().unwrap();
+        let static_name = opts
+            .pod
+            .as_deref()
+            .filter(|p| kubelet_types::pod_update::is_static_pod(p))
+            .map(|_| format!("{}_{}", opts.key.name, opts.key.namespace));
         let uid = opts.key.uid.clone();
         let kill = opts.update_type == UpdateType::Kill || opts.pod.as_deref().is_some_and(deletion_requested);
         let st = match pods.get_mut(&uid) {
             Some(st) => {
+                if st.phase != WorkerPhase::Syncing && opts.update_type == UpdateType::Create && !kill {
+                    debug!(pod = %opts.key, "pod is terminating but has been requested to restart with the same UID; it restarts once terminated");
+                    st.restart_requested = true;
+                    return;
+                }
                 if st.phase == WorkerPhase::Finished {
                     debug!(pod = %opts.key, "pod is finished; ignoring update");
                     return;
@@ -173,8 +238,14 @@ impl PodWorkers {
                         notify: notify.clone(),
                         terminating: None,
                         status: None,
+                        fullname: static_name.clone(),
+                        restart_requested: false,
                     },
                 );
+                // Static pods start in the order they are received.
+                if let Some(name) = static_name {
+                    self.shared.statics.lock().unwrap().waiting.entry(name).or_default().push(uid.clone());
+                }
                 let this = self.clone();
                 let span = info_span!("pod_worker", pod = %opts.key, podUID = %uid);
                 self.tracker.spawn(this.worker(uid.clone(), notify).instrument(span));
@@ -214,9 +285,15 @@ impl PodWorkers {
         self.shared.pods.lock().unwrap().keys().cloned().collect()
     }
 
-    /// Forgets finished pods that are no longer desired (housekeeping, `SyncKnownPods`).
+    /// Forgets finished pods that are no longer desired, or whose restart with the same UID was asked for
+    /// (housekeeping, `SyncKnownPods`); the caller then sends a create for every desired pod not
+    /// [`known`](Self::known).
     pub fn forget_finished(&self, desired: &dyn Fn(&PodUid) -> bool) {
-        self.shared.pods.lock().unwrap().retain(|uid, st| st.phase != WorkerPhase::Finished || desired(uid));
+        self.shared
+            .pods
+            .lock()
+            .unwrap()
+            .retain(|uid, st| st.phase != WorkerPhase::Finished || (desired(uid) && !st.restart_requested));
     }
 
     fn take(&self, uid: &PodUid) -> Option<Work> {
@@ -231,6 +308,37 @@ impl PodWorkers {
             removed: st.removed,
             status: st.status.clone(),
         })
+    }
+
+    /// Whether the pod may run its sync now: always, but for a static pod whose predecessor of the same full name
+    /// has not finished.
+    fn may_start(&self, uid: &PodUid) -> bool {
+        let pods = self.shared.pods.lock().unwrap();
+        let Some(name) = pods.get(uid).and_then(|st| st.fullname.clone()) else { return true };
+        let mut statics = self.shared.statics.lock().unwrap();
+        allow_static_start(&pods, &mut statics, &name, uid)
+    }
+
+    /// A finished static pod hands its full name on: the next one waiting is woken at once.
+    fn release_static(&self, uid: &PodUid) {
+        let mut pods = self.shared.pods.lock().unwrap();
+        let Some(name) = pods.get(uid).and_then(|st| st.fullname.clone()) else { return };
+        let mut statics = self.shared.statics.lock().unwrap();
+        if statics.started.get(&name) == Some(uid) {
+            statics.started.remove(&name);
+        }
+        if let Some(w) = statics.waiting.get_mut(&name) {
+            w.retain(|u| u != uid);
+            if w.is_empty() {
+                statics.waiting.remove(&name);
+            }
+        }
+        let next = statics.waiting.get(&name).and_then(|w| w.iter().find(|u| *u != uid)).cloned();
+        drop(statics);
+        if let Some(st) = next.and_then(|n| pods.get_mut(&n)) {
+            st.pending = true;
+            st.notify.notify_one();
+        }
     }
 
     fn advance(&self, uid: &PodUid, from: WorkerPhase, to: WorkerPhase) {
@@ -274,6 +382,11 @@ impl PodWorkers {
             match phase {
                 WorkerPhase::Syncing => {
                     let Some(pod) = pod else { continue };
+                    if !self.may_start(&uid) {
+                        debug!(pod = %key, podUID = %uid, "static pod waits for the termination of a previous one of the same full name");
+                        next_at = Some(Instant::now() + STATIC_POD_START_RETRY);
+                        continue;
+                    }
                     let span = info_span!("sync_pod", pod = %key, podUID = %uid);
                     let otel = kubelet_trace::pod_span("syncPod", &key.namespace, &key.name, &uid.0, Some(operation));
                     let started = Instant::now();
@@ -350,6 +463,7 @@ impl PodWorkers {
                     match res {
                         Ok(()) => {
                             self.advance(&uid, WorkerPhase::Terminated, WorkerPhase::Finished);
+                            self.release_static(&uid);
                             // A removal that arrived while cleaning up a terminal pod still needs its cleanup.
                             let again =
                                 self.shared.pods.lock().unwrap().get(&uid).is_some_and(|s| s.removed && !removed);
@@ -553,5 +667,105 @@ mod tests {
         }
         assert_eq!(*s.0.lock().unwrap(), vec![30, 2]);
         assert_eq!(w.phase(&"u1".into()), Some(WorkerPhase::Finished));
+    }
+
+    /// Logs each step with the pod's UID; terminations wait for a permit.
+    struct StepLog {
+        log: Mutex<Vec<String>>,
+        kill_gate: tokio::sync::Semaphore,
+    }
+
+    #[async_trait]
+    impl PodSyncer for StepLog {
+        async fn sync_pod(&self, pod: &Arc<Pod>) -> SyncOutcome {
+            self.log.lock().unwrap().push(format!("sync {}", pod.metadata.uid.clone().unwrap_or_default()));
+            SyncOutcome::Synced
+        }
+        async fn sync_terminating_pod(
+            &self,
+            k: &PodKey,
+            _p: Option<&Arc<Pod>>,
+            _g: Option<i64>,
+            _s: Option<&EvictionStatus>,
+        ) -> Result<(), String> {
+            let _permit = self.kill_gate.acquire().await.unwrap();
+            self.log.lock().unwrap().push(format!("terminating {}", k.uid.0));
+            Ok(())
+        }
+        async fn sync_terminated_pod(&self, k: &PodKey, _p: Option<&Arc<Pod>>, _r: bool) -> Result<(), String> {
+            self.log.lock().unwrap().push(format!("terminated {}", k.uid.0));
+            Ok(())
+        }
+    }
+
+    fn static_pod(uid: &str) -> Arc<Pod> {
+        let mut p = (*pod("1")).clone();
+        p.metadata.uid = Some(uid.into());
+        p.metadata.annotations = Some([(kubelet_types::labels::CONFIG_SOURCE.to_string(), "file".to_string())].into());
+        Arc::new(p)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_static_pod_starts_only_after_its_predecessor_of_the_same_name_finished() {
+        let steps = Arc::new(StepLog { log: Default::default(), kill_gate: tokio::sync::Semaphore::new(0) });
+        let w = PodWorkers::new(steps.clone(), Duration::from_secs(60), CancellationToken::new(), TaskTracker::new());
+        let log = |n: usize| {
+            let steps = steps.clone();
+            async move {
+                for _ in 0..10_000 {
+                    if steps.log.lock().unwrap().len() >= n {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                steps.log.lock().unwrap().clone()
+            }
+        };
+        w.update_pod(opts(UpdateType::Create, static_pod("old")));
+        assert_eq!(log(1).await, ["sync old"]);
+        // The manifest changed: the old pod is killed, the new one (same name, new UID) arrives at once.
+        w.update_pod(opts(UpdateType::Kill, static_pod("old")));
+        w.update_pod(opts(UpdateType::Create, static_pod("new")));
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(log(2).await, ["sync old"], "the new pod waits while the old one terminates");
+        steps.kill_gate.add_permits(1);
+        let seen = log(4).await;
+        assert_eq!(seen, ["sync old", "terminating old", "terminated old", "sync new"]);
+        // An ordinary pod of another name is never held back.
+        let mut other = (*static_pod("other")).clone();
+        other.metadata.name = Some("q".into());
+        w.update_pod(opts(UpdateType::Create, Arc::new(other)));
+        assert_eq!(log(5).await[4], "sync other");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_create_for_a_terminated_uid_restarts_it_after_housekeeping() {
+        let steps = Arc::new(StepLog { log: Default::default(), kill_gate: tokio::sync::Semaphore::new(100) });
+        let w = PodWorkers::new(steps.clone(), Duration::from_secs(60), CancellationToken::new(), TaskTracker::new());
+        let settle = || async {
+            for _ in 0..1000 {
+                tokio::task::yield_now().await;
+            }
+        };
+        w.update_pod(opts(UpdateType::Create, static_pod("same")));
+        settle().await;
+        w.update_pod(opts(UpdateType::Kill, static_pod("same")));
+        // The manifest is back (same UID) while the old pod is still being stopped.
+        w.update_pod(opts(UpdateType::Create, static_pod("same")));
+        settle().await;
+        assert_eq!(w.phase(&"same".into()), Some(WorkerPhase::Finished));
+        assert_eq!(steps.log.lock().unwrap().clone(), ["sync same", "terminating same", "terminated same"]);
+        // Housekeeping forgets the finished worker although the pod is desired; a new create starts it.
+        w.forget_finished(&|_| true);
+        assert!(w.known().is_empty());
+        w.update_pod(opts(UpdateType::Create, static_pod("same")));
+        settle().await;
+        assert_eq!(steps.log.lock().unwrap().last().map(String::as_str), Some("sync same"));
+        assert_eq!(w.phase(&"same".into()), Some(WorkerPhase::Syncing));
+        // A finished pod that is still desired and was not asked to restart stays finished (terminal pods).
+        w.update_pod(opts(UpdateType::Kill, static_pod("same")));
+        settle().await;
+        w.forget_finished(&|_| true);
+        assert_eq!(w.known().len(), 1);
     }
 }

@@ -540,6 +540,22 @@ impl SyncLoop {
         self.deps.workers.forget_finished(&|u| desired.contains(u));
         self.deps.probes.cleanup_pods(&desired);
         let known: HashSet<PodUid> = self.deps.workers.known().into_iter().collect();
+        // Desired pods no worker knows: a static pod whose manifest came back unchanged (same UID) after it was
+        // stopped; it starts again (upstream: "likely due to UID reuse").
+        let restart: Vec<Arc<Pod>> = self
+            .pods
+            .pods()
+            .filter(|p| {
+                let uid = kubelet_types::pod_update::pod_uid(p);
+                !known.contains(&uid) && !self.rejected.contains(&uid) && !self.preempting.contains(&uid)
+            })
+            .cloned()
+            .collect();
+        for p in &restart {
+            info!(pod = %kubelet_types::pod_update::pod_ref(p), podUID = %kubelet_types::pod_update::pod_uid(p), "pod will be restarted: it is desired and not known to the pod workers (UID reused)");
+            self.dispatch(UpdateType::Create, p, false);
+        }
+        let known: HashSet<PodUid> = self.deps.workers.known().into_iter().collect();
 
         // Pods the runtime has that no source wants and no worker handles: stop and remove them.
         let runtime_pods = self.deps.cache.statuses();

@@ -8,6 +8,7 @@
 
 pub mod cluster;
 pub mod drill;
+pub mod kubeadm_node;
 pub mod kubelet_api;
 pub mod private_runtime;
 pub mod prometheus;
