@@ -283,7 +283,9 @@ impl SyncLoop {
                     if self.deps.allocations.allocated_pod(p).1 {
                         differing.push(uid);
                     }
-                    self.dispatch(UpdateType::Create, p, false);
+                    // Only a pod new to the loop is a create: a create for a UID whose termination began asks
+                    // for its restart (the pod workers' `restartRequested`).
+                    self.dispatch(if known { UpdateType::Update } else { UpdateType::Create }, p, false);
                 }
                 self.resize_after_additions(&pods, differing).await;
             }
