@@ -58,7 +58,7 @@ E2E_ON_1_6=(
 # binary's tests may be split by name filters); e2e_cgroup_v2 boots its own VM when lane 1 ends, beside the rest.
 LANE_0=(
     "e2e_static_pods" "e2e_lifecycle" "e2e_cgroups" "e2e_cpu_manager" "e2e_resize" "e2e_shutdown" "e2e_kubeadm" "e2e_cluster_images" "e2e_server" "e2e_mounts"
-    "e2e_cluster --skip apiserver_outage" "e2e_drills_hang" "e2e_drills --skip apiserver_and_etcd" "e2e_kubeadm_cluster"
+    "e2e_cluster --skip apiserver_outage" "e2e_drills_hang" "e2e_drills --skip apiserver_and_etcd"
 )
 LANE_1=(
     "e2e_certificates --skip rotates" "e2e_drills_disk" "e2e_drills_static" "e2e_cluster_services" "e2e_api_abuse"
@@ -66,10 +66,11 @@ LANE_1=(
     "e2e_cluster_kubelet_api" "e2e_volumes" "e2e_cluster_preemption" "e2e_security_contexts" "e2e_dra" "e2e_csi"
 )
 # The outages last, after the pressure tests (which wait for the VM): the controller-manager takes a while to recover
-# its watches after them (a namespace made then may wait past a minute for its default service account).
+# its watches after them (a namespace made then may wait past a minute for its default service account). Then the
+# kubeadm cluster (a second control plane and two more containerds: beside a lane it slowed the other lane's tests).
 ALONE=(
     "e2e_devices" "e2e_certificates rotates" "e2e_cluster_pressure" "e2e_drills apiserver_and_etcd"
-    "e2e_cluster apiserver_outage"
+    "e2e_cluster apiserver_outage" "e2e_kubeadm_cluster"
 )
 VM_TEST="e2e_cgroup_v2"
 

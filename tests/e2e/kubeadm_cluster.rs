@@ -121,7 +121,9 @@ async fn kubeadm_init_and_join_on_rkubelet_then_reset() {
         "--initial-cluster=rkadm-cp=http://127.0.0.1:2380",
     ]);
 
-    // --- kubeadm init -------------------------------------------------------------------------------------------
+    // --- kubeadm init ---
+    // The KubeletConfiguration is kubeadm's but for the disk thresholds: this machine's disk is shared with the
+    // build (often past upstream's 15 % imagefs threshold), and a disk-pressure taint is not what is tested here.----------------------------------------------------------------------------------------
     let version =
         String::from_utf8_lossy(&Command::new(&kubeadm).args(["version", "-o", "short"]).output().unwrap().stdout)
             .trim()
@@ -136,7 +138,8 @@ async fn kubeadm_init_and_join_on_rkubelet_then_reset() {
              ClusterConfiguration\nkubernetesVersion: {version}\nclusterName: rkadm\nnetworking:\n  podSubnet: \
              10.214.0.0/16\n  serviceSubnet: 10.96.0.0/16\netcd:\n  external:\n    endpoints:\n    - \
              http://127.0.0.1:2379\n---\napiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n\
-             cgroupDriver: systemd\n",
+             cgroupDriver: systemd\nevictionHard: {{memory.available: 100Mi, nodefs.available: 1%, imagefs.available: \
+             1%}}\n",
             cp.addr, cp.socket
         ),
     )
