@@ -26,17 +26,6 @@ use tokio::time::Instant;
 /// "rkubelet under kubeadm").
 const IGNORED_PREFLIGHT: &str = "HTTPProxyCIDR,ExternalEtcdVersion";
 
-async fn until<T>(what: &str, limit: Duration, mut f: impl AsyncFnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out after {limit:?} waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
-}
-
 fn text(out: &std::process::Output) -> String {
     format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
 }
@@ -168,7 +157,7 @@ async fn kubeadm_init_and_join_on_rkubelet_then_reset() {
         assert!(!l.contains("Kubelet") && !l.contains("[ERROR"), "preflight: {l}");
     }
     let kc = cp.path("/etc/kubernetes/admin.conf");
-    let node = until("the control-plane node Ready", Duration::from_secs(120), async || {
+    let node = wait_until("the control-plane node Ready", Duration::from_secs(120), async || {
         get_json(&kc, &["node", "rkadm-cp"]).await.filter(ready)
     })
     .await;
@@ -178,13 +167,13 @@ async fn kubeadm_init_and_join_on_rkubelet_then_reset() {
     assert_eq!(labels["node.kubernetes.io/exclude-from-external-load-balancers"], "");
     // The controller-manager lifts node.kubernetes.io/not-ready once it sees the node Ready: kubeadm's taint stays.
     let kubeadms_taint = serde_json::json!([{"effect": "NoSchedule", "key": "node-role.kubernetes.io/control-plane"}]);
-    until("kubeadm's taint alone on the node", Duration::from_secs(120), async || {
+    wait_until("kubeadm's taint alone on the node", Duration::from_secs(120), async || {
         get_json(&kc, &["node", "rkadm-cp"]).await.filter(|n| n["spec"]["taints"] == kubeadms_taint)
     })
     .await;
     assert_eq!(node["status"]["addresses"][0]["address"], cp.addr.as_str());
     for component in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
-        let p = until(&format!("{component}'s mirror pod ready"), Duration::from_secs(120), async || {
+        let p = wait_until(&format!("{component}'s mirror pod ready"), Duration::from_secs(120), async || {
             ready_mirror(&kc, component, "rkadm-cp").await
         })
         .await;
@@ -193,7 +182,7 @@ async fn kubeadm_init_and_join_on_rkubelet_then_reset() {
         assert_eq!(p["metadata"]["annotations"]["kubernetes.io/config.source"], "file", "{component}");
         assert_eq!(p["status"]["containerStatuses"][0]["restartCount"], 0, "{component}");
     }
-    let api = until("the apiserver's mirror pod", Duration::from_secs(5), async || {
+    let api = wait_until("the apiserver's mirror pod", Duration::from_secs(5), async || {
         get_json(&kc, &["pod", "-n", "kube-system", "kube-apiserver-rkadm-cp"]).await
     })
     .await;
@@ -231,7 +220,7 @@ async fn kubeadm_init_and_join_on_rkubelet_then_reset() {
     eprintln!("kubeadm join:\n{}", text(&out));
     assert!(out.status.success(), "kubeadm join failed");
     assert!(text(&out).contains("This node has joined the cluster"));
-    until("the joined node Ready", Duration::from_secs(120), async || {
+    wait_until("the joined node Ready", Duration::from_secs(120), async || {
         get_json(&kc, &["node", "rkadm-w"]).await.filter(ready)
     })
     .await;
@@ -247,14 +236,14 @@ async fn kubeadm_init_and_join_on_rkubelet_then_reset() {
     let ds_file = tmp.path().join("ds.yaml");
     std::fs::write(&ds_file, ds).unwrap();
     kubectl(&kc, &["apply", "-f", ds_file.to_str().unwrap()]).await;
-    let pod = until("the DaemonSet's pod Running on the joined node", Duration::from_secs(120), async || {
+    let pod = wait_until("the DaemonSet's pod Running on the joined node", Duration::from_secs(120), async || {
         let list = get_json(&kc, &["pods", "-l", "app=echo"]).await?;
         let items = list["items"].as_array()?.clone();
         items.into_iter().find(|p| p["spec"]["nodeName"] == "rkadm-w" && all_running(p))
     })
     .await;
     let name = pod["metadata"]["name"].as_str().unwrap().to_string();
-    let logs = until("the pod's log through the apiserver", Duration::from_secs(30), async || {
+    let logs = wait_until("the pod's log through the apiserver", Duration::from_secs(30), async || {
         let out = tokio::process::Command::new("kubectl")
             .arg(format!("--kubeconfig={}", kc.display()))
             .args(["logs", &name])
@@ -276,12 +265,12 @@ async fn kubeadm_init_and_join_on_rkubelet_then_reset() {
     assert_eq!(before.len(), 3, "the three control-plane containers: {before:?}");
     let restarts_before = cp.kubelet_log().matches("SyncLoop op=ADD source=file").count();
     cp.exec_ok(&["systemctl", "restart", "kubelet"]);
-    until("rkubelet back, with the static pods seen again", Duration::from_secs(60), async || {
+    wait_until("rkubelet back, with the static pods seen again", Duration::from_secs(60), async || {
         (cp.kubelet_log().matches("SyncLoop op=ADD source=file").count() > restarts_before).then_some(())
     })
     .await;
     for component in ["kube-apiserver", "kube-controller-manager", "kube-scheduler"] {
-        until(&format!("{component} ready after the rkubelet restart"), Duration::from_secs(60), async || {
+        wait_until(&format!("{component} ready after the rkubelet restart"), Duration::from_secs(60), async || {
             ready_mirror(&kc, component, "rkadm-cp").await
         })
         .await;
@@ -294,7 +283,7 @@ async fn kubeadm_init_and_join_on_rkubelet_then_reset() {
     let pid = info["info"]["pid"].as_i64().unwrap().to_string();
     let t0 = Instant::now();
     cp.exec_ok(&["kill", "-9", &pid]);
-    until("the apiserver answering /readyz again", Duration::from_secs(120), async || {
+    wait_until("the apiserver answering /readyz again", Duration::from_secs(120), async || {
         let out = tokio::process::Command::new("kubectl")
             .arg(format!("--kubeconfig={}", kc.display()))
             .args(["get", "--raw", "/readyz"])
@@ -305,7 +294,7 @@ async fn kubeadm_init_and_join_on_rkubelet_then_reset() {
     })
     .await;
     let readyz_took = t0.elapsed();
-    let p = until("the restarted apiserver's pod ready", Duration::from_secs(120), async || {
+    let p = wait_until("the restarted apiserver's pod ready", Duration::from_secs(120), async || {
         ready_mirror(&kc, "kube-apiserver", "rkadm-cp")
             .await
             .filter(|p| p["status"]["containerStatuses"][0]["restartCount"] == 1)
@@ -329,7 +318,7 @@ async fn kubeadm_init_and_join_on_rkubelet_then_reset() {
     let old_uid = p["metadata"]["uid"].as_str().unwrap().to_string();
     let t0 = Instant::now();
     std::fs::write(&manifest, edited).unwrap();
-    let rolled = until("the apiserver rolled with --event-ttl=2h", Duration::from_secs(180), async || {
+    let rolled = wait_until("the apiserver rolled with --event-ttl=2h", Duration::from_secs(180), async || {
         let apiservers = running(&cp).into_iter().filter(|(n, _)| n == "kube-apiserver").count();
         assert!(apiservers <= 1, "two apiservers ran at once");
         let p = ready_mirror(&kc, "kube-apiserver", "rkadm-cp").await?;
@@ -349,19 +338,21 @@ async fn kubeadm_init_and_join_on_rkubelet_then_reset() {
     assert!(out.status.success(), "kubeadm certs renew: {}", text(&out));
     let parked = cp.dir.join("kube-apiserver.yaml");
     std::fs::rename(&manifest, &parked).unwrap();
-    until("the apiserver stopped", Duration::from_secs(120), async || {
+    wait_until("the apiserver stopped", Duration::from_secs(120), async || {
         (!running(&cp).iter().any(|(n, _)| n == "kube-apiserver")).then_some(())
     })
     .await;
     std::fs::rename(&parked, &manifest).unwrap();
     let t0 = Instant::now();
-    until("the apiserver back with the renewed certificate", Duration::from_secs(120), async || {
+    wait_until("the apiserver back with the renewed certificate", Duration::from_secs(120), async || {
         let s = served_serial(&cp.addr);
         (!s.is_empty() && s != serial_before).then_some(())
     })
     .await;
-    until("its pod ready", Duration::from_secs(120), async || ready_mirror(&kc, "kube-apiserver", "rkadm-cp").await)
-        .await;
+    wait_until("its pod ready", Duration::from_secs(120), async || {
+        ready_mirror(&kc, "kube-apiserver", "rkadm-cp").await
+    })
+    .await;
     eprintln!(
         "figures: manifest back -> apiserver with the renewed certificate ready {:.1} s",
         t0.elapsed().as_secs_f64()

@@ -333,7 +333,7 @@ impl PodWorkers {
                 statics.waiting.remove(&name);
             }
         }
-        let next = statics.waiting.get(&name).and_then(|w| w.iter().find(|u| *u != uid)).cloned();
+        let next = statics.waiting.get(&name).and_then(|w| w.first()).cloned();
         drop(statics);
         if let Some(st) = next.and_then(|n| pods.get_mut(&n)) {
             st.pending = true;
@@ -549,13 +549,18 @@ mod tests {
     }
 
     async fn wait_for(rec: &Recorder, n: usize) -> Vec<String> {
+        wait_log(&rec.log, n).await
+    }
+
+    /// The log once it has `n` entries (or after the workers had their chance to run).
+    async fn wait_log(log: &Mutex<Vec<String>>, n: usize) -> Vec<String> {
         for _ in 0..10_000 {
-            if rec.log.lock().unwrap().len() >= n {
+            if log.lock().unwrap().len() >= n {
                 break;
             }
             tokio::task::yield_now().await;
         }
-        rec.log.lock().unwrap().clone()
+        log.lock().unwrap().clone()
     }
 
     #[tokio::test(start_paused = true)]
@@ -709,18 +714,7 @@ mod tests {
     async fn a_static_pod_starts_only_after_its_predecessor_of_the_same_name_finished() {
         let steps = Arc::new(StepLog { log: Default::default(), kill_gate: tokio::sync::Semaphore::new(0) });
         let w = PodWorkers::new(steps.clone(), Duration::from_secs(60), CancellationToken::new(), TaskTracker::new());
-        let log = |n: usize| {
-            let steps = steps.clone();
-            async move {
-                for _ in 0..10_000 {
-                    if steps.log.lock().unwrap().len() >= n {
-                        break;
-                    }
-                    tokio::task::yield_now().await;
-                }
-                steps.log.lock().unwrap().clone()
-            }
-        };
+        let log = |n: usize| wait_log(&steps.log, n);
         w.update_pod(opts(UpdateType::Create, static_pod("old")));
         assert_eq!(log(1).await, ["sync old"]);
         // The manifest changed: the old pod is killed, the new one (same name, new UID) arrives at once.
@@ -742,29 +736,23 @@ mod tests {
     async fn a_create_for_a_terminated_uid_restarts_it_after_housekeeping() {
         let steps = Arc::new(StepLog { log: Default::default(), kill_gate: tokio::sync::Semaphore::new(100) });
         let w = PodWorkers::new(steps.clone(), Duration::from_secs(60), CancellationToken::new(), TaskTracker::new());
-        let settle = || async {
-            for _ in 0..1000 {
-                tokio::task::yield_now().await;
-            }
-        };
+        let log = |n: usize| wait_log(&steps.log, n);
         w.update_pod(opts(UpdateType::Create, static_pod("same")));
-        settle().await;
+        log(1).await;
         w.update_pod(opts(UpdateType::Kill, static_pod("same")));
         // The manifest is back (same UID) while the old pod is still being stopped.
         w.update_pod(opts(UpdateType::Create, static_pod("same")));
-        settle().await;
+        assert_eq!(log(3).await, ["sync same", "terminating same", "terminated same"]);
         assert_eq!(w.phase(&"same".into()), Some(WorkerPhase::Finished));
-        assert_eq!(steps.log.lock().unwrap().clone(), ["sync same", "terminating same", "terminated same"]);
         // Housekeeping forgets the finished worker although the pod is desired; a new create starts it.
         w.forget_finished(&|_| true);
         assert!(w.known().is_empty());
         w.update_pod(opts(UpdateType::Create, static_pod("same")));
-        settle().await;
-        assert_eq!(steps.log.lock().unwrap().last().map(String::as_str), Some("sync same"));
+        assert_eq!(log(4).await.last().map(String::as_str), Some("sync same"));
         assert_eq!(w.phase(&"same".into()), Some(WorkerPhase::Syncing));
         // A finished pod that is still desired and was not asked to restart stays finished (terminal pods).
         w.update_pod(opts(UpdateType::Kill, static_pod("same")));
-        settle().await;
+        assert_eq!(log(6).await.len(), 6);
         w.forget_finished(&|_| true);
         assert_eq!(w.known().len(), 1);
     }

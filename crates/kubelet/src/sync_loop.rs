@@ -541,7 +541,7 @@ impl SyncLoop {
         let desired: HashSet<PodUid> = self.pods.pods().map(|p| kubelet_types::pod_update::pod_uid(p)).collect();
         self.deps.workers.forget_finished(&|u| desired.contains(u));
         self.deps.probes.cleanup_pods(&desired);
-        let known: HashSet<PodUid> = self.deps.workers.known().into_iter().collect();
+        let mut known: HashSet<PodUid> = self.deps.workers.known().into_iter().collect();
         // Desired pods no worker knows: a static pod whose manifest came back unchanged (same UID) after it was
         // stopped; it starts again (upstream: "likely due to UID reuse").
         let restart: Vec<Arc<Pod>> = self
@@ -556,8 +556,8 @@ impl SyncLoop {
         for p in &restart {
             info!(pod = %kubelet_types::pod_update::pod_ref(p), podUID = %kubelet_types::pod_update::pod_uid(p), "pod will be restarted: it is desired and not known to the pod workers (UID reused)");
             self.dispatch(UpdateType::Create, p, false);
+            known.insert(kubelet_types::pod_update::pod_uid(p));
         }
-        let known: HashSet<PodUid> = self.deps.workers.known().into_iter().collect();
 
         // Pods the runtime has that no source wants and no worker handles: stop and remove them.
         let runtime_pods = self.deps.cache.statuses();

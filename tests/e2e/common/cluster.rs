@@ -73,14 +73,7 @@ impl TestEnv {
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Option<T>>,
     {
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            if let Some(v) = f().await {
-                return v;
-            }
-            assert!(tokio::time::Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        super::wait_until(what, timeout, async || f().await).await
     }
 
     /// A node of this environment joined to the cluster with its kubeconfig, started.

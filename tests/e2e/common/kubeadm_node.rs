@@ -25,16 +25,7 @@ fn run(cmd: &mut Command) -> Output {
     cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
 }
 
-fn ok(cmd: &mut Command) -> String {
-    let out = run(cmd);
-    assert!(
-        out.status.success(),
-        "{cmd:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use super::run_ok as ok;
 
 /// One node: its number (1, 2, ...) gives its namespace `rkadm<N>`, address `10.213.0.1<N>`, cgroup name,
 /// CNI range `10.214.<N>.0/24` and state folder `/tmp/rkadm-e2e-<N>`.
